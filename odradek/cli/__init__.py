@@ -1,0 +1,1 @@
+"""The odradek command: server and admin subcommands."""

@@ -1,0 +1,1 @@
+"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, Partition, purgatory, MetadataCache, KafkaConfig."""
