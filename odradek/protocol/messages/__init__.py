@@ -1,0 +1,64 @@
+"""One declarative definition per API, written from Kafka's message schemas.
+
+Each module declares one :class:`~odradek.protocol.schema.Api`: its key, the versions Odradek
+implements (Kafka 4.0's floor from KIP-896 up to the newest in the reference schemas) and its
+request and response fields. :data:`APIS` is what the broker implements and what ApiVersions
+advertises; adding an API here without a handler is a bug that a test catches.
+"""
+
+from odradek.protocol.messages.alter_configs import ALTER_CONFIGS
+from odradek.protocol.messages.api_versions import API_VERSIONS
+from odradek.protocol.messages.create_partitions import CREATE_PARTITIONS
+from odradek.protocol.messages.create_topics import CREATE_TOPICS
+from odradek.protocol.messages.delete_records import DELETE_RECORDS
+from odradek.protocol.messages.delete_topics import DELETE_TOPICS
+from odradek.protocol.messages.describe_cluster import DESCRIBE_CLUSTER
+from odradek.protocol.messages.describe_configs import DESCRIBE_CONFIGS
+from odradek.protocol.messages.describe_log_dirs import DESCRIBE_LOG_DIRS
+from odradek.protocol.messages.fetch import FETCH
+from odradek.protocol.messages.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
+from odradek.protocol.messages.list_offsets import LIST_OFFSETS
+from odradek.protocol.messages.metadata import METADATA
+from odradek.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
+from odradek.protocol.messages.produce import PRODUCE
+from odradek.protocol.schema import Api
+
+ALL_APIS: list[Api] = [
+    PRODUCE,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DELETE_RECORDS,
+    DESCRIBE_CONFIGS,
+    ALTER_CONFIGS,
+    CREATE_PARTITIONS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+    DESCRIBE_CLUSTER,
+]
+
+APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
+
+__all__ = [
+    "ALL_APIS",
+    "APIS",
+    "ALTER_CONFIGS",
+    "API_VERSIONS",
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_RECORDS",
+    "DELETE_TOPICS",
+    "DESCRIBE_CLUSTER",
+    "DESCRIBE_CONFIGS",
+    "DESCRIBE_LOG_DIRS",
+    "FETCH",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "LIST_OFFSETS",
+    "METADATA",
+    "OFFSET_FOR_LEADER_EPOCH",
+    "PRODUCE",
+]
