@@ -1,0 +1,45 @@
+"""Record-layer errors, each carrying the Kafka error code a client should see."""
+
+from __future__ import annotations
+
+
+class RecordError(Exception):
+    """Base class for errors raised while validating or decoding record batches."""
+
+    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+class CorruptRecordError(RecordError):
+    """Bad CRC, impossible sizes, truncated data (CORRUPT_MESSAGE)."""
+
+    error_code = 2
+
+
+class RecordTooLargeError(RecordError):
+    """A batch is larger than max.message.bytes (MESSAGE_TOO_LARGE)."""
+
+    error_code = 10
+
+
+class RecordBatchTooLargeError(RecordError):
+    """The whole append is larger than segment.bytes (RECORD_LIST_TOO_LARGE)."""
+
+    error_code = 18
+
+
+class UnsupportedMagicError(RecordError):
+    """Message format v0/v1; Kafka 4 answers UNSUPPORTED_VERSION."""
+
+    error_code = 35
+
+
+class InvalidRecordError(RecordError):
+    """Structurally valid but semantically invalid batch (INVALID_RECORD)."""
+
+    error_code = 87
+
+
+class UnsupportedCompressionTypeError(RecordError):
+    """Unknown compression codec id (UNSUPPORTED_COMPRESSION_TYPE)."""
+
+    error_code = 76
