@@ -1,0 +1,428 @@
+"""Asyncio socket server: Kafka framing, per-connection in-order pipelining, size limits.
+
+Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``). Bytes are read
+into a reusable staging buffer; every complete frame is copied once into its own ``bytearray``
+(the request layer may rewrite it in place). A frame too large for the staging buffer gets its
+own ``bytearray`` straight away and the transport reads the rest of it directly into that buffer,
+so even a 1 MB produce request is copied at most once on the way in.
+
+The handler runs synchronously, in arrival order, for every frame. Its results (ready buffers,
+``None`` or an awaitable) go through a per-connection FIFO so responses leave in request order
+even when delayed operations complete out of order. Reading pauses while more than
+``MAX_PENDING_RESPONSES`` responses are waiting or while the transport's write buffer is above
+its high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import itertools
+import logging
+import socket
+from collections.abc import Awaitable
+from typing import Any, cast
+
+from odradek.network.request_channel import (
+    CloseConnection,
+    ConnectionInfo,
+    RequestHandler,
+    ResponseBuffers,
+    buffers_size,
+)
+
+log = logging.getLogger(__name__)
+
+STAGING_BUFFER_BYTES = 64 * 1024
+MAX_PENDING_RESPONSES = 100
+RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
+# The smallest request header (v0: api_key int16, api_version int16, correlation_id int32).
+MIN_REQUEST_BYTES = 8
+
+_CLOSE = object()  # FIFO marker: close the connection once everything before it is written
+
+
+def _format_address(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{host}:{addr[1]}"
+    return str(addr)
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, server: SocketServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self.info: ConnectionInfo | None = None
+        # Staging buffer: valid unread bytes are _stage[_start:_end].
+        self._stage = bytearray(STAGING_BUFFER_BYTES)
+        self._stage_view = memoryview(self._stage)
+        self._start = 0
+        self._end = 0
+        # A large frame being read directly into its own buffer.
+        self._frame: bytearray | None = None
+        self._frame_view: memoryview | None = None
+        self._frame_pos = 0
+        # Responses not yet written, in request order.
+        self._pending: collections.deque[Any] = collections.deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False  # no more requests will be handled
+        self._write_paused = False
+        self._read_paused = False
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+
+    # ---- connection lifecycle -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport; they implement its interface.
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        peer = _format_address(transport.get_extra_info("peername"))
+        local = _format_address(transport.get_extra_info("sockname"))
+        conn_id = f"{local}-{peer}-{next(self._server._conn_counter)}"
+        self.info = ConnectionInfo(
+            connection_id=conn_id, peer=peer, listener_name=self._server.listener_name
+        )
+        self._server._connections.add(self)
+        log.debug("accepted connection %s on listener %s", conn_id, self._server.listener_name)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if exc is not None:
+            log.debug("connection %s lost: %s", self._conn_id, exc)
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+        # Delayed operations still pending keep running (they belong to the purgatory); their
+        # results are dropped. Retrieve their exceptions so asyncio does not warn about them.
+        for item in self._pending:
+            if isinstance(item, asyncio.Future):
+                item.add_done_callback(_discard_result)
+        self._pending.clear()
+        self._frame = None
+        self._frame_view = None
+        self._server._connections.discard(self)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    @property
+    def _conn_id(self) -> str:
+        return self.info.connection_id if self.info is not None else "?"
+
+    @property
+    def _peer(self) -> str:
+        return self.info.peer if self.info is not None else "?"
+
+    def close(self) -> None:
+        """Close now (buffered output is still flushed by the transport)."""
+        self._closing = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    # ---- reading ------------------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame_view is not None:
+            return self._frame_view[self._frame_pos :]
+        if self._end == len(self._stage):
+            self._compact()
+            if self._end == len(self._stage):  # only possible if frames are parked while paused
+                self._stage.extend(bytes(len(self._stage)))
+                self._stage_view.release()
+                self._stage_view = memoryview(self._stage)
+        return self._stage_view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._closing:
+            return
+        if self._frame is not None:
+            self._frame_pos += nbytes
+            if self._frame_pos < len(self._frame):
+                return
+            frame = self._frame
+            self._frame = None
+            self._frame_view = None
+            self._frame_pos = 0
+            self._dispatch(frame)
+        else:
+            self._end += nbytes
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        if self._frame is not None or self._end > self._start:
+            log.debug("connection %s closed by peer in the middle of a request", self._conn_id)
+        # Returning None closes the transport; pending responses can't be read by the peer anyway
+        # once it half-closes in Kafka's protocol, but let earlier ones flush first.
+        self._closing = True
+        if not self._pending and self._writer is None:
+            return None
+        self._pending.append(_CLOSE)
+        self._ensure_writer()
+        return True
+
+    def _compact(self) -> None:
+        n = self._end - self._start
+        if self._start and n:
+            self._stage[:n] = self._stage_view[self._start : self._end]
+        self._start = 0
+        self._end = n
+
+    def _process(self) -> None:
+        """Slice complete frames out of the staging buffer and dispatch them in order."""
+        stage = self._stage
+        while not self._closing and not self._read_paused:
+            avail = self._end - self._start
+            if avail < 4:
+                break
+            start = self._start
+            size = int.from_bytes(stage[start : start + 4], "big", signed=True)
+            if not self._check_size(size):
+                return
+            if avail - 4 >= size:
+                frame = bytearray(self._stage_view[start + 4 : start + 4 + size])
+                self._start = start + 4 + size
+                self._dispatch(frame)
+                continue
+            if 4 + size > len(stage):
+                # Too big for the staging buffer: read the rest straight into its own buffer.
+                frame = bytearray(size)
+                have = avail - 4
+                frame[:have] = self._stage_view[start + 4 : self._end]
+                self._start = self._end = 0
+                self._frame = frame
+                self._frame_view = memoryview(frame)
+                self._frame_pos = have
+                return
+            if start + 4 + size > len(stage):
+                self._compact()
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _check_size(self, size: int) -> bool:
+        server = self._server
+        if size < MIN_REQUEST_BYTES:
+            log.warning(
+                "invalid request size %d from %s on listener %s (connection %s): "
+                "must be at least %d bytes; closing connection",
+                size, self._peer, server.listener_name, self._conn_id, MIN_REQUEST_BYTES,
+            )
+            self._closing = True
+            self._pending.append(_CLOSE)
+            self._ensure_writer()
+            return False
+        if size > server.max_request_bytes:
+            log.warning(
+                "request of %d bytes from %s on listener %s exceeds socket.request.max.bytes=%d; "
+                "closing connection %s",
+                size, self._peer, server.listener_name, server.max_request_bytes, self._conn_id,
+            )
+            self._closing = True
+            self._pending.append(_CLOSE)
+            self._ensure_writer()
+            return False
+        return True
+
+    # ---- handling -----------------------------------------------------------------------
+
+    def _dispatch(self, frame: bytearray) -> None:
+        info = self.info
+        assert info is not None
+        try:
+            result = self._server.handler.handle(info, frame)
+        except CloseConnection as e:
+            log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, e)
+            self._closing = True
+            self._pending.append(_CLOSE)
+            self._ensure_writer()
+            return
+        except Exception:
+            log.exception(
+                "error handling a request on connection %s from %s; closing connection",
+                self._conn_id, self._peer,
+            )
+            self._closing = True
+            self._pending.append(_CLOSE)
+            self._ensure_writer()
+            return
+        if result is None:
+            return
+        if not self._pending and self._writer is None and not inspect.isawaitable(result):
+            self._write(result)  # fast path: nothing queued ahead of it
+            return
+        if inspect.isawaitable(result):
+            result = asyncio.ensure_future(result)
+        self._pending.append(result)
+        self._ensure_writer()
+        if len(self._pending) > MAX_PENDING_RESPONSES:
+            self._pause_reading()
+
+    def _ensure_writer(self) -> None:
+        if self._writer is None:
+            self._writer = self._loop.create_task(self._write_pending())
+
+    async def _write_pending(self) -> None:
+        try:
+            while self._pending:
+                item = self._pending[0]
+                if item is _CLOSE:
+                    self._pending.clear()
+                    self.close()
+                    return
+                if isinstance(item, asyncio.Future):
+                    try:
+                        buffers = await item
+                    except CloseConnection as e:
+                        log.warning(
+                            "closing connection %s from %s: %s", self._conn_id, self._peer, e
+                        )
+                        self._pending.clear()
+                        self.close()
+                        return
+                    except asyncio.CancelledError:
+                        task = asyncio.current_task()
+                        if not item.cancelled() or (task is not None and task.cancelling()):
+                            raise  # the connection is going away
+                        log.error(
+                            "delayed response on connection %s was cancelled; closing connection",
+                            self._conn_id,
+                        )
+                        self._pending.clear()
+                        self.close()
+                        return
+                    except Exception:
+                        log.exception(
+                            "error completing a request on connection %s from %s; "
+                            "closing connection",
+                            self._conn_id, self._peer,
+                        )
+                        self._pending.clear()
+                        self.close()
+                        return
+                else:
+                    buffers = item
+                if self._pending and self._pending[0] is item:
+                    self._pending.popleft()
+                if buffers is not None:
+                    self._write(buffers)
+                self._maybe_resume_reading()
+        finally:
+            self._writer = None
+
+    def _write(self, buffers: ResponseBuffers) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        size = buffers_size(buffers)
+        transport.writelines([size.to_bytes(4, "big"), *buffers])
+
+    # ---- flow control -------------------------------------------------------------------
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and self._transport is not None:
+            self._read_paused = True
+            if not self._transport.is_closing():
+                self._transport.pause_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if (
+            self._read_paused
+            and not self._write_paused
+            and len(self._pending) <= RESUME_PENDING_RESPONSES
+            and not self._closing
+        ):
+            self._read_paused = False
+            self._process()  # frames parked in the staging buffer first
+            if not self._read_paused and self._transport is not None:
+                if not self._transport.is_closing():
+                    self._transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._maybe_resume_reading()
+
+
+def _discard_result(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class SocketServer:
+    """Accepts connections on one listener and feeds their requests to ``handler``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: RequestHandler,
+        *,
+        listener_name: str,
+        max_request_bytes: int = 104857600,
+    ) -> None:
+        self.host = host
+        self._requested_port = port
+        self.handler = handler
+        self.listener_name = listener_name
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[KafkaConnection] = set()
+        self._conn_counter = itertools.count()
+        self.port: int = port
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host: str | None = self.host or None  # "" = all interfaces, as in Kafka's listeners
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self),
+            host=host,
+            port=self._requested_port,
+            reuse_address=True,
+            backlog=512,
+        )
+        ports = {
+            sock.getsockname()[1]
+            for sock in self._server.sockets
+            if sock.family in (socket.AF_INET, socket.AF_INET6)
+        }
+        self.port = min(ports) if ports else self._requested_port
+        log.info(
+            "listener %s accepting connections on %s:%d",
+            self.listener_name, self.host or "0.0.0.0", self.port,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection and wait until they are gone."""
+        if self._server is not None:
+            self._server.close()
+        conns = list(self._connections)
+        for conn in conns:
+            conn.close()
+        waits: list[Awaitable[Any]] = [c.closed for c in conns]
+        if waits:
+            _, still_open = await asyncio.wait(
+                [asyncio.ensure_future(w) for w in waits], timeout=5.0
+            )
+            for conn in conns:
+                if not conn.closed.done():
+                    conn.abort()
+            if still_open:
+                await asyncio.wait(still_open, timeout=1.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None

@@ -1,0 +1,361 @@
+"""SocketServer over real loopback sockets with a fake handler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Awaitable
+
+import pytest
+
+from odradek.network.request_channel import (
+    CloseConnection,
+    ConnectionInfo,
+    ResponseBuffers,
+)
+from odradek.network.socket_server import SocketServer
+
+
+class FakeHandler:
+    """Echoes the correlation id; the request body says how to answer."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bytes]] = []
+        self.futures: dict[int, asyncio.Future[ResponseBuffers | None]] = {}
+
+    def handle(
+        self, conn: ConnectionInfo, frame: bytearray
+    ) -> ResponseBuffers | Awaitable[ResponseBuffers | None] | None:
+        assert isinstance(frame, bytearray)
+        corr = frame[4:8]
+        body = bytes(frame[8:])
+        self.seen.append((conn.connection_id, body))
+        if body.startswith(b"delay"):
+            fut: asyncio.Future[ResponseBuffers | None] = (
+                asyncio.get_running_loop().create_future()
+            )
+            self.futures[int.from_bytes(corr, "big")] = fut
+            return fut
+        if body == b"none":
+            return None
+        if body == b"close":
+            raise CloseConnection("client asked to close")
+        if body == b"boom":
+            raise RuntimeError("handler bug")
+        if body.startswith(b"big"):
+            frame[8:11] = b"BIG"  # rewrite in place, answer with a view of the same buffer
+            return [corr, memoryview(frame)[8:]]
+        return [corr, b"ok:", body]
+
+
+def frame(corr: int, body: bytes) -> bytes:
+    payload = struct.pack(">hhi", 0, 0, corr) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    data = await reader.readexactly(size)
+    return int.from_bytes(data[:4], "big"), data[4:]
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(asyncio.wait_for(coro, 10))  # type: ignore[arg-type]
+
+
+async def _start(max_request_bytes: int = 2 * 1024 * 1024) -> tuple[SocketServer, FakeHandler]:
+    handler = FakeHandler()
+    server = SocketServer(
+        "127.0.0.1", 0, handler, listener_name="PLAINTEXT", max_request_bytes=max_request_bytes
+    )
+    await server.start()
+    assert server.port > 0
+    return server, handler
+
+
+async def _connect(
+    server: SocketServer,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def _assert_closed(reader: asyncio.StreamReader) -> None:
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+
+
+def test_simple_request_response() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(frame(7, b"hello"))
+            assert await read_response(r) == (7, b"ok:hello")
+            conn_id = handler.seen[0][0]
+            assert conn_id.startswith(f"127.0.0.1:{server.port}-127.0.0.1:")
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_pipelined_responses_in_request_order() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            # 1 and 3 are delayed; 2 and 4 are ready at once; 5 has no response at all.
+            w.write(
+                frame(1, b"delay-a")
+                + frame(2, b"x")
+                + frame(3, b"delay-b")
+                + frame(5, b"none")
+                + frame(4, b"y")
+            )
+            await w.drain()
+            while len(handler.futures) < 2:
+                await asyncio.sleep(0.01)
+            assert [b for _, b in handler.seen] == [b"delay-a", b"x", b"delay-b", b"none", b"y"]
+            # Complete out of order: 3 first, then 1.
+            handler.futures[3].set_result([b"\x00\x00\x00\x03", b"three"])
+            await asyncio.sleep(0.05)
+            handler.futures[1].set_result([b"\x00\x00\x00\x01", b"one"])
+            got = [await read_response(r) for _ in range(4)]
+            assert got == [(1, b"one"), (2, b"ok:x"), (3, b"three"), (4, b"ok:y")]
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_delayed_none_is_skipped() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(frame(1, b"delay") + frame(2, b"x"))
+            while not handler.futures:
+                await asyncio.sleep(0.01)
+            handler.futures[1].set_result(None)
+            assert await read_response(r) == (2, b"ok:x")
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_large_frame_and_in_place_rewrite() -> None:
+    async def main() -> None:
+        server, _ = await _start()
+        try:
+            r, w = await _connect(server)
+            body = b"big" + bytes(range(256)) * 4096  # ~1 MB
+            w.write(frame(9, body) + frame(10, b"after"))
+            assert await read_response(r) == (9, b"BIG" + body[3:])
+            assert await read_response(r) == (10, b"ok:after")
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_many_small_frames_split_across_reads() -> None:
+    async def main() -> None:
+        server, _ = await _start()
+        try:
+            r, w = await _connect(server)
+            data = b"".join(frame(i, b"m%d" % i) for i in range(1000))
+            for i in range(0, len(data), 7):  # dribble the bytes in tiny pieces
+                w.write(data[i : i + 7])
+                if i % 700 == 0:
+                    await w.drain()
+            for i in range(1000):
+                assert await read_response(r) == (i, b"ok:m%d" % i)
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_backpressure_many_pending() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(b"".join(frame(i, b"delay") for i in range(300)))
+            await asyncio.sleep(0.2)
+            # Reading stops after ~100 pending responses.
+            assert 100 < len(handler.futures) < 300
+            for i in range(300):
+                while i not in handler.futures:
+                    await asyncio.sleep(0.005)
+                handler.futures[i].set_result([i.to_bytes(4, "big"), b"d"])
+                assert await read_response(r) == (i, b"d")
+            w.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_oversized_frame_closes_connection_server_keeps_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        server, _ = await _start(max_request_bytes=1000)
+        try:
+            r, w = await _connect(server)
+            w.write(struct.pack(">i", 5000) + b"x" * 100)
+            await _assert_closed(r)
+            r2, w2 = await _connect(server)
+            w2.write(frame(1, b"fine"))
+            assert await read_response(r2) == (1, b"ok:fine")
+            w.close()
+            w2.close()
+        finally:
+            await server.stop()
+
+    with caplog.at_level(logging.WARNING):
+        run(main())
+    assert "exceeds socket.request.max.bytes=1000" in caplog.text
+    assert "request of 5000 bytes from 127.0.0.1:" in caplog.text
+
+
+@pytest.mark.parametrize("size", [-1, 0, 3])
+def test_invalid_size_closes_connection(size: int, caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        server, _ = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(frame(1, b"first") + struct.pack(">i", size) + b"\x00" * 8)
+            assert await read_response(r) == (1, b"ok:first")
+            await _assert_closed(r)
+            w.close()
+        finally:
+            await server.stop()
+
+    with caplog.at_level(logging.WARNING):
+        run(main())
+    assert f"invalid request size {size} from 127.0.0.1:" in caplog.text
+
+
+def test_truncated_frame_then_disconnect() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(struct.pack(">i", 100) + b"\x00" * 20)
+            await w.drain()
+            w.close()
+            await w.wait_closed()
+            for _ in range(100):
+                if server.connection_count == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.connection_count == 0
+            assert handler.seen == []
+            r2, w2 = await _connect(server)
+            w2.write(frame(2, b"next"))
+            assert await read_response(r2) == (2, b"ok:next")
+            w2.close()
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_handler_exception_closes_only_that_connection(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        server, _ = await _start()
+        try:
+            r1, w1 = await _connect(server)
+            r2, w2 = await _connect(server)
+            w1.write(frame(1, b"a") + frame(2, b"boom") + frame(3, b"never"))
+            assert await read_response(r1) == (1, b"ok:a")
+            await _assert_closed(r1)
+            w2.write(frame(4, b"b"))
+            assert await read_response(r2) == (4, b"ok:b")
+            w1.close()
+            w2.close()
+        finally:
+            await server.stop()
+
+    with caplog.at_level(logging.ERROR):
+        run(main())
+    assert "RuntimeError: handler bug" in caplog.text
+
+
+def test_close_connection_flushes_earlier_responses() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(frame(1, b"delay") + frame(2, b"close") + frame(3, b"never"))
+            while not handler.futures:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.02)
+            handler.futures[1].set_result([b"\x00\x00\x00\x01", b"late"])
+            assert await read_response(r) == (1, b"late")
+            await _assert_closed(r)
+            assert [b for _, b in handler.seen] == [b"delay", b"close"]
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_delayed_exception_closes_connection() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            w.write(frame(1, b"delay"))
+            while not handler.futures:
+                await asyncio.sleep(0.01)
+            handler.futures[1].set_exception(RuntimeError("late failure"))
+            await _assert_closed(r)
+        finally:
+            await server.stop()
+
+    run(main())
+
+
+def test_stop_closes_open_connections() -> None:
+    async def main() -> None:
+        server, handler = await _start()
+        r, w = await _connect(server)
+        w.write(frame(1, b"delay"))
+        while not handler.futures:
+            await asyncio.sleep(0.01)
+        await server.stop()
+        assert server.connection_count == 0
+        await _assert_closed(r)
+
+    run(main())
+
+
+def test_with_uvloop() -> None:
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        server, handler = await _start()
+        try:
+            r, w = await _connect(server)
+            body = b"big" + b"z" * 300_000
+            w.write(frame(1, b"delay") + frame(2, body) + frame(3, b"x"))
+            while not handler.futures:
+                await asyncio.sleep(0.01)
+            handler.futures[1].set_result([b"\x00\x00\x00\x01"])
+            assert await read_response(r) == (1, b"")
+            assert await read_response(r) == (2, b"BIG" + body[3:])
+            assert await read_response(r) == (3, b"ok:x")
+            w.close()
+        finally:
+            await server.stop()
+
+    uvloop.run(asyncio.wait_for(main(), 10))
