@@ -1,0 +1,31 @@
+"""Log-layer errors carrying Kafka error codes."""
+
+from __future__ import annotations
+
+
+class LogError(Exception):
+    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(LogError):
+    """Requested offset is below the log start offset or above the log end offset."""
+
+    error_code = 1
+
+
+class KafkaStorageError(LogError):
+    """An I/O error on the log directory (KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose first offset is below the log end offset."""
+
+    error_code = 2  # surfaced like CORRUPT_MESSAGE; internal to replication
+
+
+class CorruptIndexError(LogError):
+    """An index file is inconsistent with its segment; the segment must be recovered."""
+
+    error_code = -1

@@ -1,0 +1,722 @@
+"""Log: one partition's log (Kafka's UnifiedLog) in `<log_dir>/<topic>-<partition>/`.
+
+Synchronous and clock-free: every time-dependent method takes ``now_ms``. One writer thread plus
+concurrent flushes/reads are safe: segment-list mutation, appends and reads hold ``self._lock``;
+fsyncs run outside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import os
+import re
+import shutil
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from odradek.log.checkpoint import atomic_write
+from odradek.log.errors import (
+    CorruptIndexError,
+    OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
+)
+from odradek.log.leader_epoch import (
+    LEADER_EPOCH_CHECKPOINT_FILENAME,
+    UNDEFINED_EPOCH,
+    LeaderEpochFileCache,
+)
+from odradek.log.log_config import LogConfig
+from odradek.log.segment import (
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    LogSegment,
+)
+from odradek.records.batch import AppendInfo, validate, validate_and_assign
+from odradek.records.errors import RecordBatchTooLargeError
+
+PARTITION_METADATA_FILENAME = "partition.metadata"
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+
+
+class FileRegion(NamedTuple):
+    """A byte range of an open segment file (usable with os.sendfile)."""
+
+    fd: int
+    position: int
+    size: int
+
+
+@dataclass
+class FetchDataInfo:
+    fetch_offset: int
+    regions: list[FileRegion] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.regions)
+
+    def to_bytes(self) -> bytes:
+        out = bytearray()
+        for r in self.regions:
+            pos, remaining = r.position, r.size
+            while remaining > 0:
+                chunk = os.pread(r.fd, remaining, pos)
+                if not chunk:
+                    break
+                out += chunk
+                pos += len(chunk)
+                remaining -= len(chunk)
+        return bytes(out)
+
+
+def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
+    """`<topic>-<partition>` -> (topic, partition); topic names may contain '-'."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+def topic_id_to_string(topic_id: bytes) -> str:
+    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode("ascii")
+
+
+def topic_id_from_string(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Log:
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int,
+        topic_id: bytes | None,
+        leader_epoch_cache: LeaderEpochFileCache,
+        now_ms: int,
+    ) -> None:
+        self.dir = directory
+        parsed = parse_topic_partition_dir(os.path.basename(directory.rstrip(os.sep)))
+        self.topic, self.partition = (
+            parsed if parsed is not None else (os.path.basename(directory), 0)
+        )
+        self.config = config
+        self._lock = threading.RLock()
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._high_watermark = high_watermark
+        self._topic_id = topic_id
+        self.leader_epoch_cache = leader_epoch_cache
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._pending_close: list[tuple[int, LogSegment]] = []
+        self._closed = False
+
+    # =========================================================================== loading
+    @classmethod
+    def load(
+        cls,
+        directory: str,
+        config: LogConfig,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        now_ms: int = 0,
+        clean_shutdown: bool = True,
+        *,
+        high_watermark: int | None = None,
+        topic_id: bytes | None = None,
+    ) -> Log:
+        """Open (creating if needed) and, after an unclean shutdown, recover a partition log.
+
+        When unclean, segments holding offsets at or above ``recovery_point`` are rescanned
+        (CRC included); the first corrupt/torn batch truncates the log there and later segments
+        are deleted. Segments whose index files are missing or inconsistent are always rebuilt.
+        """
+        os.makedirs(directory, exist_ok=True)
+        bases: set[int] = set()
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if name.endswith((".deleted", ".tmp", ".cleaned", ".swap")):
+                _remove_quietly(path)
+                continue
+            m = _SEGMENT_FILE_RE.match(name)
+            if m and m.group(2) == "log":
+                bases.add(int(m.group(1)))
+        # Orphan index files (no matching .log) are removed.
+        for name in os.listdir(directory):
+            m = _SEGMENT_FILE_RE.match(name)
+            if m and m.group(2) != "log" and int(m.group(1)) not in bases:
+                _remove_quietly(os.path.join(directory, name))
+
+        segments: list[LogSegment] = []
+        ordered = sorted(bases)
+        truncated_at: int | None = None
+        for i, base in enumerate(ordered):
+            if truncated_at is not None:
+                # An earlier segment was truncated by recovery: later data is unreachable.
+                _remove_segment_files(directory, base)
+                continue
+            seg = cls._open_segment(directory, base, config, now_ms)
+            had_indexes = os.path.getsize(seg.offset_index.path) > 0 or seg.size == 0
+            next_base = ordered[i + 1] if i + 1 < len(ordered) else None
+            needs_recovery = not clean_shutdown and (
+                next_base is None or next_base > recovery_point
+            )
+            if not needs_recovery:
+                try:
+                    seg.load()
+                    if not had_indexes and seg.size > 4 * config.index_interval_bytes:
+                        needs_recovery = True  # index missing: rebuild it
+                except CorruptIndexError:
+                    needs_recovery = True
+            if needs_recovery:
+                if seg.recover(config.max_message_bytes) > 0:
+                    truncated_at = seg.next_offset
+            if seg.size == 0 and segments and truncated_at is not None:
+                seg.delete()
+                continue
+            segments.append(seg)
+
+        epoch_cache = LeaderEpochFileCache(
+            os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILENAME)
+        )
+        if not segments:
+            segments.append(cls._open_segment(directory, log_start_offset, config, now_ms))
+        log_end = segments[-1].next_offset
+        start = max(log_start_offset, segments[0].base_offset)
+        start = min(start, log_end)
+        rp = min(max(recovery_point, 0), log_end)
+        epoch_cache.truncate_from_end(log_end)
+        epoch_cache.truncate_from_start(start)
+        stored_topic_id = _read_partition_metadata(directory)
+        hw_initial = high_watermark if high_watermark is not None else rp
+        log = cls(
+            directory,
+            config,
+            segments,
+            log_start_offset=start,
+            recovery_point=rp,
+            high_watermark=min(max(hw_initial, start), log_end),
+            topic_id=stored_topic_id,
+            leader_epoch_cache=epoch_cache,
+            now_ms=now_ms,
+        )
+        if topic_id is not None and stored_topic_id != topic_id:
+            log.assign_topic_id(topic_id)
+        return log
+
+    @staticmethod
+    def _open_segment(directory: str, base: int, config: LogConfig, now_ms: int) -> LogSegment:
+        return LogSegment(
+            directory,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size=config.segment_index_bytes,
+            now_ms=now_ms,
+        )
+
+    # ========================================================================= properties
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        with self._lock:
+            self._high_watermark = min(max(value, self._log_start_offset), self.log_end_offset)
+
+    @property
+    def topic_id(self) -> bytes | None:
+        return self._topic_id
+
+    @property
+    def size(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+
+    def assign_topic_id(self, topic_id: bytes) -> None:
+        """Record the topic id in `partition.metadata` (`version: 0` / `topic_id: <base64>`)."""
+        text = f"version: 0\ntopic_id: {topic_id_to_string(topic_id)}\n"
+        atomic_write(os.path.join(self.dir, PARTITION_METADATA_FILENAME), text.encode("ascii"))
+        self._topic_id = topic_id
+
+    # ============================================================================= append
+    def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Validate a produce buffer, assign offsets in place and append it."""
+        with self._lock:
+            config = self.config
+            info = validate_and_assign(
+                buf,
+                self.log_end_offset,
+                leader_epoch=leader_epoch,
+                max_message_bytes=config.max_message_bytes,
+                log_append_time_ms=now_ms if config.log_append_time else None,
+            )
+            if info.num_batches == 0:
+                return info
+            if info.valid_bytes > config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
+                )
+            if leader_epoch > self.leader_epoch_cache.latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+            self._append(buf, info, now_ms)
+            need_flush = self._unflushed_messages >= config.flush_messages
+        if need_flush:
+            self.flush(now_ms=now_ms)
+        return info
+
+    def append_as_follower(
+        self, buf: bytes | bytearray | memoryview, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Append batches whose offsets were assigned by the leader (CRC-checked, not rewritten)."""
+        with self._lock:
+            config = self.config
+            info = validate(buf, max_message_bytes=max(config.max_message_bytes, 1))
+            if info.num_batches == 0:
+                return info
+            if info.first_offset < self.log_end_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"follower append starts at {info.first_offset}, below the log end offset "
+                    f"{self.log_end_offset} of {self.topic}-{self.partition}"
+                )
+            if info.valid_bytes > config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
+                )
+            for b in info.batches:
+                if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
+            self._append(buf, info, now_ms)
+            need_flush = self._unflushed_messages >= config.flush_messages
+        if need_flush:
+            self.flush(now_ms=now_ms)
+        return info
+
+    def _append(
+        self, buf: bytes | bytearray | memoryview, info: AppendInfo, now_ms: int | None
+    ) -> None:
+        seg = self._maybe_roll(info, now_ms)
+        seg.append(memoryview(buf)[: info.valid_bytes], info.batches, now_ms)
+        self._unflushed_messages += info.num_records
+
+    def _maybe_roll(self, info: AppendInfo, now_ms: int | None) -> LogSegment:
+        seg = self._segments[-1]
+        config = self.config
+        if seg.size == 0:
+            if info.first_offset != seg.base_offset and not seg.can_hold(info.last_offset):
+                return self.roll(info.first_offset, now_ms)
+            return seg
+        if (
+            seg.size + info.valid_bytes > config.segment_bytes
+            or (now_ms is not None and seg.time_waited_for_roll(now_ms) > config.segment_ms)
+            or seg.indexes_full
+            or not seg.can_hold(info.last_offset)
+        ):
+            return self.roll(max(info.first_offset, self.log_end_offset), now_ms)
+        return seg
+
+    def roll(self, new_base: int | None = None, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at ``new_base`` (default: the log end offset)."""
+        with self._lock:
+            old = self._segments[-1]
+            base = self.log_end_offset if new_base is None else max(new_base, self.log_end_offset)
+            if old.size == 0:
+                # Replace an empty active segment rather than leaving an empty one behind.
+                self._segments.pop()
+                self._bases.pop()
+                old.delete()
+            else:
+                old.on_become_inactive()
+            seg = self._open_segment(
+                self.dir, base, self.config, now_ms if now_ms is not None else old.last_modified_ms
+            )
+            self._segments.append(seg)
+            self._bases.append(base)
+            return seg
+
+    # =============================================================================== read
+    def _floor_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        isolation_max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Regions of whole batches from the segment holding ``start_offset``; batches holding
+        offsets >= ``isolation_max_offset`` (HW or LSO) are excluded."""
+        with self._lock:
+            leo = self.log_end_offset
+            if start_offset < self._log_start_offset or start_offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is out of range for {self.topic}-{self.partition}: "
+                    f"log start {self._log_start_offset}, log end {leo}"
+                )
+            result = FetchDataInfo(start_offset)
+            if start_offset == leo:
+                return result
+            if isolation_max_offset is not None and start_offset >= isolation_max_offset:
+                return result
+            for seg in self._segments[self._floor_index(start_offset) :]:
+                max_position: int | None = None
+                if isolation_max_offset is not None and isolation_max_offset < seg.next_offset:
+                    h = seg.translate_offset(isolation_max_offset)
+                    max_position = h.position if h is not None else seg.size
+                r = seg.read(start_offset, max_bytes, max_position, min_one_message)
+                if r is not None:
+                    if r[1] > 0:
+                        result.regions.append(FileRegion(seg.fileno(), r[0], r[1]))
+                    return result
+                if max_position is not None:
+                    return result
+            return result
+
+    # =========================================================================== offsets
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets: (offset, timestamp, leader_epoch) or None.
+
+        -2 earliest, -4 earliest local, -1 latest, -5 latest tiered, -3 max timestamp (KIP-734),
+        otherwise the first record at or after the log start whose timestamp >= ``timestamp``.
+        """
+        with self._lock:
+            cache = self.leader_epoch_cache
+            if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                start = self._log_start_offset
+                return start, -1, cache.epoch_for_offset(start)
+            if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+                return self.log_end_offset, -1, cache.latest_epoch
+            if timestamp == MAX_TIMESTAMP:
+                best: LogSegment | None = None
+                for seg in self._segments:
+                    if seg.max_timestamp_so_far >= 0 and (
+                        best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far
+                    ):
+                        best = seg
+                if best is None:
+                    return None
+                return best.find_max_timestamp_record()
+            if timestamp < 0:
+                return None
+            for seg in self._segments:
+                if (
+                    seg.max_timestamp_so_far >= timestamp
+                    and seg.next_offset > self._log_start_offset
+                ):
+                    found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, end offset of that epoch)."""
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for_epoch(epoch, self.log_end_offset)
+
+    # ========================================================================= deletion
+    def delete_records(self, offset: int, now_ms: int = 0) -> int:
+        """DeleteRecords: move the log start offset (-1 = the high watermark). Returns the new
+        low watermark. Raises OffsetOutOfRangeError beyond the high watermark."""
+        with self._lock:
+            target = self._high_watermark if offset == -1 else offset
+            if target < 0 or target > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.topic}-{self.partition} up to {offset}: "
+                    f"high watermark is {self._high_watermark}"
+                )
+            self.maybe_increment_log_start_offset(target, now_ms)
+            return self._log_start_offset
+
+    def maybe_increment_log_start_offset(self, offset: int, now_ms: int = 0) -> bool:
+        """Advance the log start offset and delete segments wholly below it (never the active one)."""
+        with self._lock:
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"log start offset {offset} is beyond the log end offset {self.log_end_offset}"
+                )
+            if offset <= self._log_start_offset:
+                return False
+            self._log_start_offset = offset
+            if self._high_watermark < offset:
+                self._high_watermark = offset
+            if self._recovery_point < offset:
+                self._recovery_point = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            n = 0
+            while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= offset:
+                n += 1
+            self._delete_prefix(n, now_ms)
+            return True
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: delete segments past retention.ms / retention.bytes or wholly below the
+        log start offset. Only segments below the high watermark and never the active one.
+        Returns the number of segments deleted."""
+        with self._lock:
+            self._close_pending(now_ms)
+            config = self.config
+            segs = self._segments
+            # A segment is deletable only if all of it is below the high watermark.
+            limit = 0
+            while limit + 1 < len(segs) and segs[limit + 1].base_offset <= self._high_watermark:
+                limit += 1
+            n = 0
+            while n + 1 < len(segs) and segs[n + 1].base_offset <= self._log_start_offset:
+                n += 1
+            if config.delete:
+                if config.retention_ms >= 0:
+                    k = 0
+                    while k < limit and now_ms - segs[k].largest_timestamp > config.retention_ms:
+                        k += 1
+                    n = max(n, k)
+                if config.retention_bytes >= 0:
+                    diff = sum(s.size for s in segs) - config.retention_bytes
+                    k = 0
+                    while k < limit and diff - segs[k].size >= 0:
+                        diff -= segs[k].size
+                        k += 1
+                    n = max(n, k)
+            n = min(n, len(segs) - 1)
+            if n == 0:
+                return 0
+            self._delete_prefix(n, now_ms)
+            new_start = self._segments[0].base_offset
+            if new_start > self._log_start_offset:
+                self._log_start_offset = new_start
+                self.leader_epoch_cache.truncate_from_start(new_start)
+                if self._recovery_point < new_start:
+                    self._recovery_point = new_start
+                if self._high_watermark < new_start:
+                    self._high_watermark = new_start
+            return n
+
+    def _delete_prefix(self, n: int, now_ms: int) -> None:
+        if n <= 0:
+            return
+        doomed = self._segments[:n]
+        del self._segments[:n]
+        del self._bases[:n]
+        deadline = now_ms + self.config.file_delete_delay_ms
+        for seg in doomed:
+            # Unlink now; close the descriptor later so in-flight reads/sendfile stay valid.
+            seg.unlink_files()
+            self._pending_close.append((deadline, seg))
+
+    def _close_pending(self, now_ms: int | None) -> None:
+        keep = []
+        for deadline, seg in self._pending_close:
+            if now_ms is None or now_ms >= deadline:
+                seg.close()
+            else:
+                keep.append((deadline, seg))
+        self._pending_close = keep
+
+    # ======================================================================= truncation
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at or above ``offset`` (follower truncation). Returns True if
+        anything was removed."""
+        with self._lock:
+            if offset < 0:
+                raise ValueError(f"cannot truncate to a negative offset {offset}")
+            if offset >= self.log_end_offset:
+                return False
+            if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                seg = self._segments.pop()
+                self._bases.pop()
+                seg.delete()
+            self._segments[-1].truncate_to(offset)
+            leo = self.log_end_offset
+            self.leader_epoch_cache.truncate_from_end(leo)
+            self._recovery_point = min(self._recovery_point, leo)
+            self._high_watermark = min(self._high_watermark, leo)
+            self._unflushed_messages = 0
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all segments and restart the log empty at ``offset``."""
+        with self._lock:
+            for seg in self._segments:
+                seg.delete()
+            seg = self._open_segment(
+                self.dir, offset, self.config, self._segments[-1].last_modified_ms
+            )
+            self._segments = [seg]
+            self._bases = [offset]
+            self.leader_epoch_cache.clear()
+            self._log_start_offset = offset
+            self._recovery_point = offset
+            self._high_watermark = offset
+            self._unflushed_messages = 0
+
+    # ============================================================================ flush
+    def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> None:
+        """fsync segments holding offsets in [recovery point, up_to_offset) and advance the
+        recovery point. Safe to call from another thread than the writer."""
+        with self._lock:
+            leo = self.log_end_offset
+            target = leo if up_to_offset is None else min(up_to_offset, leo)
+            start = self._recovery_point
+            segs = [
+                s
+                for i, s in enumerate(self._segments)
+                if s.base_offset < target
+                and (i + 1 == len(self._segments) or self._segments[i + 1].base_offset > start)
+            ]
+            if target == leo:
+                self._unflushed_messages = 0
+        for s in segs:
+            try:
+                s.flush()
+            except OSError:
+                if not s.closed:
+                    raise
+        with self._lock:
+            if target > self._recovery_point:
+                self._recovery_point = target
+            if now_ms is not None:
+                self._last_flush_ms = now_ms
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._segments[-1].on_become_inactive()
+            segs = list(self._segments)
+        for s in segs:
+            s.flush()
+        with self._lock:
+            self._recovery_point = self.log_end_offset
+            for s in segs:
+                s.close()
+            self._close_pending(None)
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            for s in self._segments:
+                s.close()
+            self._close_pending(None)
+            self._closed = True
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def rename_dir(self, new_dir: str) -> None:
+        """Move the partition directory (used before asynchronous deletion)."""
+        with self._lock:
+            os.rename(self.dir, new_dir)
+            self.dir = new_dir
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
+            f"end={self.log_end_offset}, hw={self._high_watermark}, segments={len(self._segments)})"
+        )
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_segment_files(directory: str, base: int) -> None:
+    prefix = os.path.join(directory, f"{base:020d}")
+    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+        _remove_quietly(prefix + suffix)
+
+
+def _read_partition_metadata(directory: str) -> bytes | None:
+    try:
+        with open(os.path.join(directory, PARTITION_METADATA_FILENAME), encoding="ascii") as f:
+            text = f.read()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id" and value.strip():
+            try:
+                return topic_id_from_string(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "FetchDataInfo",
+    "FileRegion",
+    "Log",
+    "UNDEFINED_EPOCH",
+    "parse_topic_partition_dir",
+]

@@ -1,0 +1,241 @@
+"""LogManager: the broker's log directories, their checkpoints, recovery, retention and flushes.
+
+Everything is synchronous and takes ``now_ms``; the broker calls these from a thread executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+
+from odradek.log.checkpoint import OffsetCheckpointFile, fsync_dir
+from odradek.log.log import Log, parse_topic_partition_dir
+from odradek.log.log_config import LogConfig
+
+logger = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+METADATA_TOPIC = "__cluster_metadata"
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[str],
+        default_config: LogConfig,
+        now_ms: int,
+        *,
+        skip_topics: frozenset[str] = frozenset({METADATA_TOPIC}),
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is required")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.default_config = default_config
+        self.skip_topics = skip_topics
+        self._now_ms = now_ms
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, str] = {}
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+
+    # ============================================================================ loading
+    def load_logs(
+        self, configs_for_topic: Callable[[str], LogConfig] | None = None, now_ms: int | None = None
+    ) -> None:
+        """Discover `<topic>-<partition>` directories and load (recovering if unclean) each log."""
+        now = self._now_ms if now_ms is None else now_ms
+        config_for = configs_for_topic or (lambda _t: self.default_config)
+        for log_dir in self.log_dirs:
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            clean = os.path.exists(marker)
+            recovery_points = _read_checkpoint_quietly(
+                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)
+            )
+            log_starts = _read_checkpoint_quietly(
+                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)
+            )
+            high_watermarks = _read_checkpoint_quietly(
+                os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)
+            )
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    # Left over from a deletion interrupted by a crash: finish it.
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                    continue
+                tp = parse_topic_partition_dir(name)
+                if tp is None or tp[0] in self.skip_topics:
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(
+                        f"duplicate log directories for {tp[0]}-{tp[1]}: "
+                        f"{self._log_dir_of[tp]} and {log_dir}"
+                    )
+                log = Log.load(
+                    path,
+                    config_for(tp[0]),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_starts.get(tp, 0),
+                    now_ms=now,
+                    clean_shutdown=clean,
+                    high_watermark=high_watermarks.get(tp),
+                )
+                with self._lock:
+                    self._logs[tp] = log
+                    self._log_dir_of[tp] = log_dir
+            if clean:
+                os.unlink(marker)
+                fsync_dir(log_dir)
+
+    # ============================================================================ lookup
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        with self._lock:
+            return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create_log(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        topic_id: bytes | None = None,
+        now_ms: int | None = None,
+    ) -> Log:
+        with self._lock:
+            tp = (topic, partition)
+            log = self._logs.get(tp)
+            if log is not None:
+                if topic_id is not None and log.topic_id != topic_id:
+                    log.assign_topic_id(topic_id)
+                return log
+            log_dir = self._next_log_dir()
+            path = os.path.join(log_dir, f"{topic}-{partition}")
+            log = Log.load(
+                path,
+                config or self.default_config,
+                now_ms=self._now_ms if now_ms is None else now_ms,
+                clean_shutdown=True,
+                topic_id=topic_id,
+            )
+            fsync_dir(log_dir)
+            self._logs[tp] = log
+            self._log_dir_of[tp] = log_dir
+            return log
+
+    def _next_log_dir(self) -> str:
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for d in self._log_dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`, then remove it."""
+        with self._lock:
+            tp = (topic, partition)
+            log = self._logs.pop(tp, None)
+            log_dir = self._log_dir_of.pop(tp, None)
+        if log is None or log_dir is None:
+            return
+        log.close()
+        target = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            log.rename_dir(target)
+            fsync_dir(log_dir)
+        except OSError:
+            logger.exception("could not rename %s for deletion", log.dir)
+        shutil.rmtree(log.dir, ignore_errors=True)
+        self._checkpoint_dir(log_dir)
+
+    # ======================================================================= checkpoints
+    def checkpoint_logs(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of every directory."""
+        for log_dir in self.log_dirs:
+            self._checkpoint_dir(log_dir)
+
+    def checkpoint_high_watermarks(self) -> None:
+        for log_dir in self.log_dirs:
+            logs = self._logs_in(log_dir)
+            OffsetCheckpointFile(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)).write(
+                {tp: log.high_watermark for tp, log in logs.items()}
+            )
+
+    def _logs_in(self, log_dir: str) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return {
+                tp: log for tp, log in self._logs.items() if self._log_dir_of.get(tp) == log_dir
+            }
+
+    def _checkpoint_dir(self, log_dir: str) -> None:
+        logs = self._logs_in(log_dir)
+        OffsetCheckpointFile(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE)).write(
+            {tp: log.recovery_point for tp, log in logs.items()}
+        )
+        OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE)).write(
+            {tp: log.log_start_offset for tp, log in logs.items()}
+        )
+        OffsetCheckpointFile(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)).write(
+            {tp: log.high_watermark for tp, log in logs.items()}
+        )
+
+    # ================================================================ periodic maintenance
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        total = 0
+        for tp, log in self.all_logs().items():
+            try:
+                total += log.delete_old_segments(now_ms)
+            except OSError:
+                logger.exception("retention failed for %s-%s", tp[0], tp[1])
+        return total
+
+    def flush_dirty_logs(self, now_ms: int) -> None:
+        """Flush logs whose flush.ms has elapsed since their last flush, and logs with rolled
+        segments not yet flushed (Kafka flushes a segment asynchronously when it rolls)."""
+        for log in self.all_logs().values():
+            if log.closed:
+                continue
+            if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                log.flush(now_ms=now_ms)
+            elif log.recovery_point < log.active_segment.base_offset:
+                log.flush(log.active_segment.base_offset)
+
+    def shutdown(self, now_ms: int | None = None) -> None:
+        """Flush and close every log, checkpoint, then write the clean-shutdown marker."""
+        logs = self.all_logs()
+        for log in logs.values():
+            log.close()
+        self.checkpoint_logs()
+        for log_dir in self.log_dirs:
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            with open(marker, "wb") as f:
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_dir(log_dir)
+
+
+def _read_checkpoint_quietly(path: str) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except (ValueError, OSError):
+        logger.warning("ignoring unreadable checkpoint file %s", path)
+        return {}

@@ -1,0 +1,421 @@
+"""LogSegment: one `<base offset>.log` file with its `.index` and `.timeindex`.
+
+The segment only ever reads batch *headers* (61 bytes) to navigate; record bodies are opaque
+bytes, except in :meth:`LogSegment.find_offset_by_timestamp` and
+:meth:`LogSegment.find_max_timestamp_record`, which decode one batch to answer ListOffsets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+from odradek.log.errors import CorruptIndexError
+from odradek.log.index import OffsetIndex, TimeIndex
+from odradek.records.batch import (
+    HEADER_STRUCT,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    RECORD_BATCH_OVERHEAD,
+    BatchInfo,
+    RecordBatchHeader,
+    is_batch_crc_valid,
+)
+from odradek.records.errors import RecordError
+from odradek.records.records import Record, decode_batch
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view = view[n:]
+        position += n
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        now_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        prefix = os.path.join(directory, filename_prefix(base_offset))
+        self.log_path = prefix + LOG_FILE_SUFFIX
+        self.offset_index = OffsetIndex(prefix + INDEX_FILE_SUFFIX, base_offset, max_index_size)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_FILE_SUFFIX, base_offset, max_index_size)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._next_offset = base_offset  # one past the last offset in the segment
+        self._max_timestamp_so_far = -1
+        self._offset_of_max_timestamp_so_far = -1
+        self._bytes_since_last_index_entry = 0
+        self._rolling_base_ms: int | None = None
+        self._created_ms = now_ms
+        self._last_modified_ms = now_ms
+        self._closed = False
+
+    # ----------------------------------------------------------------------------- properties
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_so_far
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._offset_of_max_timestamp_so_far
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp in the segment, or last-modified time when there is none."""
+        if self._max_timestamp_so_far >= 0:
+            return self._max_timestamp_so_far
+        return self._last_modified_ms
+
+    @property
+    def created_ms(self) -> int:
+        return self._created_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return self._last_modified_ms
+
+    @property
+    def rolling_base_ms(self) -> int | None:
+        """First-append time (for segment.ms); for loaded segments the first batch's timestamp."""
+        return self._rolling_base_ms
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def time_waited_for_roll(self, now_ms: int) -> int:
+        base = self._rolling_base_ms if self._rolling_base_ms is not None else self._created_ms
+        return now_ms - base
+
+    def can_hold(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # ------------------------------------------------------------------------------ loading
+    def _init_from_disk_mtime(self) -> None:
+        try:
+            self._last_modified_ms = int(os.stat(self.log_path).st_mtime * 1000)
+        except OSError:
+            pass
+
+    def load(self) -> None:
+        """Load indexes trusting the files (clean shutdown); raises CorruptIndexError."""
+        self._init_from_disk_mtime()
+        self.offset_index.load(self._size)
+        self.time_index.load()
+        self._rebuild_tail_state()
+
+    def _rebuild_tail_state(self) -> None:
+        """Recompute next offset / max timestamp from the last index entries plus a header scan
+        of the tail. Raises CorruptIndexError if the tail does not parse exactly to the end."""
+        ts, ts_off = self.time_index.last_entry()
+        self._max_timestamp_so_far = ts
+        self._offset_of_max_timestamp_so_far = ts_off if ts >= 0 else -1
+        _, pos = self.offset_index.last_entry()
+        self._next_offset = self.base_offset
+        first = True
+        last_index_pos = pos
+        for h in self._iter_headers(pos, self._size):
+            if first and pos == 0:
+                self._rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else None
+            first = False
+            self._next_offset = h.next_offset
+            if h.max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = h.max_timestamp
+                self._offset_of_max_timestamp_so_far = h.last_offset
+            pos = h.position + h.size
+        if pos != self._size:
+            raise CorruptIndexError(f"segment {self.log_path} does not end on a batch boundary")
+        if self._size and self._next_offset == self.base_offset and len(self.offset_index):
+            raise CorruptIndexError(f"segment {self.log_path} tail is unreadable")
+        self._bytes_since_last_index_entry = self._size - last_index_pos
+        if self._rolling_base_ms is None and self._size:
+            first_header = self.read_header(0)
+            if first_header is not None and first_header.max_timestamp >= 0:
+                self._rolling_base_ms = first_header.max_timestamp
+
+    def recover(self, max_message_bytes: int) -> int:
+        """Rescan the log validating each batch (CRC included), rebuild both indexes and
+        truncate a torn or corrupt tail. Returns the number of bytes truncated."""
+        self._init_from_disk_mtime()
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._next_offset = self.base_offset
+        self._max_timestamp_so_far = -1
+        self._offset_of_max_timestamp_so_far = -1
+        self._bytes_since_last_index_entry = 0
+        self._rolling_base_ms = None
+        pos = 0
+        size = os.fstat(self._fd).st_size
+        while size - pos >= RECORD_BATCH_OVERHEAD:
+            raw = os.pread(self._fd, RECORD_BATCH_OVERHEAD, pos)
+            if len(raw) < RECORD_BATCH_OVERHEAD:
+                break
+            h = RecordBatchHeader._make((*HEADER_STRUCT.unpack_from(raw, 0), pos))
+            if h.magic != MAGIC_V2 or h.batch_length < MIN_BATCH_LENGTH:
+                break
+            bsize = h.size
+            if pos + bsize > size or bsize > max(max_message_bytes, RECORD_BATCH_OVERHEAD):
+                break
+            if h.base_offset < self._next_offset or h.last_offset_delta < 0:
+                break
+            if not self.can_hold(h.last_offset):
+                break
+            data = os.pread(self._fd, bsize, pos)
+            if len(data) != bsize or not is_batch_crc_valid(data, 0, bsize):
+                break
+            if pos == 0:
+                self._rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else None
+            self._index_batch(h.last_offset, h.max_timestamp, pos, bsize)
+            self._next_offset = h.next_offset
+            pos += bsize
+        truncated = size - pos
+        if truncated:
+            os.ftruncate(self._fd, pos)
+        self._size = pos
+        return truncated
+
+    # ------------------------------------------------------------------------------- append
+    def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
+        if max_timestamp > self._max_timestamp_so_far:
+            self._max_timestamp_so_far = max_timestamp
+            self._offset_of_max_timestamp_so_far = last_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
+            )
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        batches: Sequence[BatchInfo],
+        now_ms: int | None,
+    ) -> None:
+        """Append already-validated bytes; ``batches`` positions are relative to ``data``."""
+        if not batches:
+            return
+        physical = self._size
+        _pwrite_all(self._fd, data, physical)
+        for b in batches:
+            self._index_batch(b.last_offset, b.max_timestamp, physical + b.position, b.size)
+        if self._size == 0:
+            self._rolling_base_ms = now_ms if now_ms is not None else batches[0].max_timestamp
+        self._size = physical + len(data)
+        self._next_offset = batches[-1].last_offset + 1
+        if now_ms is not None:
+            self._last_modified_ms = now_ms
+
+    def on_become_inactive(self) -> None:
+        """Called when rolled or closed: make the time index cover the segment's max timestamp."""
+        if self._max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
+            )
+
+    # ------------------------------------------------------------------------------- lookup
+    def read_header(self, position: int) -> RecordBatchHeader | None:
+        if self._size - position < RECORD_BATCH_OVERHEAD:
+            return None
+        raw = os.pread(self._fd, RECORD_BATCH_OVERHEAD, position)
+        if len(raw) < RECORD_BATCH_OVERHEAD:
+            return None
+        return RecordBatchHeader._make((*HEADER_STRUCT.unpack_from(raw, 0), position))
+
+    def _iter_headers(self, start: int, end: int) -> Iterator[RecordBatchHeader]:
+        pos = start
+        while pos < end:
+            h = self.read_header(pos)
+            if h is None or h.magic != MAGIC_V2 or h.batch_length < MIN_BATCH_LENGTH:
+                return
+            if pos + h.size > end:
+                return
+            yield h
+            pos += h.size
+
+    def iter_batch_headers(self, start_position: int = 0) -> Iterator[RecordBatchHeader]:
+        return self._iter_headers(start_position, self._size)
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> RecordBatchHeader | None:
+        """Header (with position) of the first batch whose last offset is >= ``offset``."""
+        _, pos = self.offset_index.lookup(offset)
+        pos = max(pos, starting_position)
+        for h in self._iter_headers(pos, self._size):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> tuple[int, int] | None:
+        """Byte range (position, size) of whole batches starting at the batch holding
+        ``start_offset``; None if the offset is past this segment's data."""
+        first = self.translate_offset(start_offset)
+        if first is None:
+            return None
+        end_limit = self._size if max_position is None else min(max_position, self._size)
+        start = first.position
+        if start + first.size > end_limit:
+            return start, 0
+        # Fast path: everything to the limit fits (the file holds whole batches only).
+        if max_position is None or max_position >= self._size:
+            if end_limit - start <= max_size:
+                return start, end_limit - start
+        if first.size > max_size:
+            return (start, first.size) if min_one_message else (start, 0)
+        total = 0
+        for h in self._iter_headers(start, end_limit):
+            if total + h.size > max_size:
+                break
+            total += h.size
+        return start, total
+
+    def read_bytes(self, position: int, size: int) -> bytes:
+        chunks = []
+        while size > 0:
+            chunk = os.pread(self._fd, size, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record at or after ``starting_offset``
+        whose timestamp is >= ``timestamp``; decodes only the one batch that holds it."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, pos = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for h in self._iter_headers(pos, self._size):
+            if h.last_offset < starting_offset or h.max_timestamp < timestamp:
+                continue
+            for rec in self._decode(h):
+                if rec.offset >= starting_offset and rec.timestamp >= timestamp:
+                    return rec.offset, rec.timestamp, h.partition_leader_epoch
+        return None
+
+    def find_max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record carrying the segment's max
+        timestamp (KIP-734)."""
+        if self._max_timestamp_so_far < 0:
+            return None
+        target = self._max_timestamp_so_far
+        h = self.translate_offset(self._offset_of_max_timestamp_so_far)
+        candidates = [h] if h is not None and h.max_timestamp == target else []
+        if not candidates:
+            candidates = [
+                x for x in self._iter_headers(0, self._size) if x.max_timestamp == target
+            ][:1]
+        for hdr in candidates:
+            for rec in self._decode(hdr):
+                if rec.timestamp == target:
+                    return rec.offset, rec.timestamp, hdr.partition_leader_epoch
+            return hdr.last_offset, target, hdr.partition_leader_epoch
+        return None
+
+    def _decode(self, h: RecordBatchHeader) -> list[Record]:
+        try:
+            return decode_batch(self.read_bytes(h.position, h.size))
+        except RecordError:
+            return []
+
+    # --------------------------------------------------------------------------- mutation
+    def truncate_to(self, offset: int) -> int:
+        """Remove all batches holding offsets >= ``offset`` (a batch straddling ``offset`` is
+        removed whole). Returns the bytes removed."""
+        h = self.translate_offset(offset)
+        if h is None:
+            return 0
+        pos = h.position
+        removed = self._size - pos
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self._fd, pos)
+        self._size = pos
+        try:
+            self._rebuild_tail_state()
+        except CorruptIndexError:
+            self.recover(2**31 - 1)
+        if self._size == 0:
+            self._rolling_base_ms = None
+        return removed
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._fd)
+        self._fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def unlink_files(self) -> None:
+        """Remove the files but keep descriptors open (in-flight reads/sendfile stay valid)."""
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def delete(self) -> None:
+        self.close()
+        self.unlink_files()
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self._size}, "
+            f"next_offset={self._next_offset})"
+        )
