@@ -1,0 +1,125 @@
+"""meta.properties in every log directory (Kafka's KRaft v1 format).
+
+```
+#
+#Thu Jan 01 00:00:00 UTC 2025
+cluster.id=<22-char base64url UUID>
+directory.id=<22-char base64url UUID, one per directory>
+node.id=1
+version=1
+```
+
+A fresh directory is formatted on first start with a new cluster id (or the one already used by
+the node's other directories); later starts read it back and refuse a node.id or cluster.id
+mismatch.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+
+from odradek.server.kafka_config import ConfigError, parse_properties
+
+META_PROPERTIES = "meta.properties"
+
+
+def random_uuid_base64() -> str:
+    """A random UUID as Kafka prints it: URL-safe base64 without padding (22 characters).
+
+    Like Kafka's ``Uuid.randomUuid()``, avoids ids starting with '-' (awkward on command lines)
+    and the reserved all-zero / metadata-topic ids.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not text.startswith("-") and text not in ("AAAAAAAAAAAAAAAAAAAAAA",
+                                                      "AAAAAAAAAAAAAAAAAAAAAQ"):
+            return text
+
+
+def read_meta_properties(path: str) -> dict[str, str]:
+    with open(path, encoding="latin-1") as f:
+        return parse_properties(f.read())
+
+
+def write_meta_properties(log_dir: str, props: dict[str, str]) -> None:
+    """Write ``meta.properties`` atomically: temp file, fsync, rename, fsync the directory."""
+    path = os.path.join(log_dir, META_PROPERTIES)
+    tmp = path + ".tmp"
+    stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+    lines = ["#", f"#{stamp}"] + [f"{k}={props[k]}" for k in sorted(props)]
+    data = ("\n".join(lines) + "\n").encode("latin-1")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(log_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def ensure_formatted(log_dirs: list[str], node_id: int, cluster_id: str | None = None) -> str:
+    """Create missing log dirs, format unformatted ones, check the others; return the cluster id.
+
+    ``cluster_id`` forces the id used when nothing is formatted yet (like
+    ``kafka-storage format --cluster-id``); it must match existing directories otherwise.
+    Raises ConfigError on a node.id or cluster.id mismatch or an unreadable meta.properties.
+    """
+    existing: dict[str, dict[str, str]] = {}
+    for d in log_dirs:
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot create log directory {d}: {e.strerror}") from e
+        path = os.path.join(d, META_PROPERTIES)
+        if os.path.exists(path):
+            try:
+                props = read_meta_properties(path)
+            except OSError as e:
+                raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+            if props.get("version") != "1" or "cluster.id" not in props or "node.id" not in props:
+                raise ConfigError(
+                    f"{path} is not a KRaft v1 meta.properties "
+                    f"(version={props.get('version')}); was the directory formatted for "
+                    "ZooKeeper mode?"
+                )
+            if props["node.id"] != str(node_id):
+                raise ConfigError(
+                    f"stored node.id {props['node.id']} in {path} doesn't match configured "
+                    f"node.id={node_id}; use the right node.id or a different log.dirs"
+                )
+            existing[d] = props
+    cluster_ids = {p["cluster.id"] for p in existing.values()}
+    if len(cluster_ids) > 1:
+        detail = ", ".join(f"{d}: {p['cluster.id']}" for d, p in existing.items())
+        raise ConfigError(f"log directories belong to different clusters ({detail})")
+    if cluster_ids:
+        found = next(iter(cluster_ids))
+        if cluster_id is not None and cluster_id != found:
+            raise ConfigError(
+                f"cluster id {cluster_id} doesn't match the stored cluster.id {found}"
+            )
+        cluster_id = found
+    elif cluster_id is None:
+        cluster_id = random_uuid_base64()
+    for d in log_dirs:
+        if d not in existing:
+            write_meta_properties(
+                d,
+                {
+                    "cluster.id": cluster_id,
+                    "directory.id": random_uuid_base64(),
+                    "node.id": str(node_id),
+                    "version": "1",
+                },
+            )
+    return cluster_id

@@ -1,0 +1,424 @@
+"""KafkaConfig, topic configs, properties parsing and meta.properties."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from odradek.server.config_defs import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    build_log_config,
+    describe_broker_config,
+    describe_topic_config,
+    validate_topic_config,
+)
+from odradek.server.kafka_config import (
+    ConfigError,
+    KafkaConfig,
+    Listener,
+    QuorumVoter,
+    parse_properties,
+)
+from odradek.server.meta_properties import ensure_formatted, read_meta_properties
+
+KAFKA4_SERVER_PROPERTIES = r"""
+############################# Server Basics #############################
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+#log.flush.interval.messages=10000
+#log.flush.interval.ms=1000
+log.retention.hours=168
+#log.retention.bytes=1073741824
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+KAFKA3_SERVER_PROPERTIES = r"""
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_defaults() -> None:
+    c = KafkaConfig({})
+    assert c.node_id == 1
+    assert c.process_roles == ["broker", "controller"]
+    assert c.listeners == [
+        Listener("PLAINTEXT", "localhost", 9092),
+        Listener("CONTROLLER", "localhost", 9093),
+    ]
+    assert c.advertised_listeners == [Listener("PLAINTEXT", "localhost", 9092)]
+    assert c.controller_listener_names == ["CONTROLLER"]
+    assert c.inter_broker_listener_name == "PLAINTEXT"
+    assert c.controller_quorum_voters == [QuorumVoter(1, "localhost", 9093)]
+    assert c.controller_quorum_bootstrap_servers == ["localhost:9093"]
+    assert c.log_dirs == ["./odradek-data"]
+    assert c.metadata_log_dir == "./odradek-data"
+    assert c.num_partitions == 1
+    assert c.default_replication_factor == 1
+    assert c.auto_create_topics_enable is True
+    assert c.delete_topic_enable is True
+    assert c.socket_request_max_bytes == 104857600
+    assert c.message_max_bytes == 1048588
+    assert c.log_retention_check_interval_ms == 300000
+    assert c.log_flush_scheduler_interval_ms == 2**63 - 1
+    assert c.log_flush_offset_checkpoint_interval_ms == 60000
+    assert c.replica_high_watermark_checkpoint_interval_ms == 5000
+    assert c.offsets_topic_num_partitions == 50
+    assert c.offsets_topic_replication_factor == 3
+    assert c.group_initial_rebalance_delay_ms == 3000
+    assert c.group_min_session_timeout_ms == 6000
+    assert c.group_max_session_timeout_ms == 1800000
+    assert c.offsets_retention_minutes == 10080
+    assert c.offset_metadata_max_bytes == 4096
+    assert c.broker_rack is None
+    assert c.log_retention_ms == 168 * 3600 * 1000
+    assert c.log_roll_ms == 168 * 3600 * 1000
+    assert c.get("log.cleanup.policy") == ["delete"]
+    assert c.get("log.preallocate") is False
+    assert c.get("log.cleaner.min.cleanable.ratio") == 0.5
+    assert c.unknown_keys == []
+
+
+def test_typed_get_and_raw() -> None:
+    c = KafkaConfig({"num.partitions": " 3 ", "log.dirs": "/a, /b", "broker.rack": "r1"})
+    assert c.get("num.partitions") == 3
+    assert c.raw("num.partitions") == " 3 "
+    assert c.raw("message.max.bytes") == "1048588"
+    assert c.log_dirs == ["/a", "/b"]
+    assert c.metadata_log_dir == "/a"
+    assert c.broker_rack == "r1"
+    assert c.originals == {"num.partitions": " 3 ", "log.dirs": "/a, /b", "broker.rack": "r1"}
+    assert c.is_set("log.dirs") and not c.is_set("log.dir")
+
+
+def test_log_dir_fallback() -> None:
+    assert KafkaConfig({"log.dir": "/x"}).log_dirs == ["/x"]
+    assert KafkaConfig({"log.dir": "/x", "log.dirs": "/y"}).log_dirs == ["/y"]
+
+
+def test_retention_precedence() -> None:
+    assert KafkaConfig({"log.retention.hours": "1"}).log_retention_ms == 3_600_000
+    c = KafkaConfig({"log.retention.hours": "1", "log.retention.minutes": "2"})
+    assert c.log_retention_ms == 120_000
+    c = KafkaConfig(
+        {"log.retention.hours": "1", "log.retention.minutes": "2", "log.retention.ms": "5"}
+    )
+    assert c.log_retention_ms == 5
+    assert KafkaConfig({"log.retention.hours": "-1"}).log_retention_ms == -1
+
+
+def test_unknown_key_warning_and_informational_keys() -> None:
+    c = KafkaConfig({"no.such.key": "1", "ssl.keystore.location": "/x", "num.io.threads": "4"})
+    assert c.unknown_keys == ["no.such.key"]
+    assert c.get("no.such.key") == "1"
+
+
+@pytest.mark.parametrize("text", [KAFKA4_SERVER_PROPERTIES, KAFKA3_SERVER_PROPERTIES])
+def test_real_kafka_server_properties_load_without_warnings(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(text)
+    c = KafkaConfig.from_file(str(path))
+    assert c.unknown_keys == []
+    assert c.log_dirs == ["/tmp/kraft-combined-logs"]
+    assert [lst.port for lst in c.listeners] == [9092, 9093]
+    assert c.listeners[0].host == ""
+    assert c.advertised_listeners == [Listener("PLAINTEXT", "localhost", 9092)]
+    assert c.offsets_topic_replication_factor == 1
+
+
+def test_from_file_overrides_win(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=3\nlog.dirs=/from/file\n")
+    c = KafkaConfig.from_file(str(path), {"num.partitions": "7"})
+    assert c.num_partitions == 7
+    assert c.log_dirs == ["/from/file"]
+
+
+def test_from_file_missing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read configuration file"):
+        KafkaConfig.from_file(str(tmp_path / "nope.properties"))
+
+
+def test_parse_properties_syntax() -> None:
+    text = (
+        "# comment\n"
+        "! another comment\n"
+        "   \n"
+        "a=1\n"
+        "b: 2\n"
+        "c 3\n"
+        "  d  =  spaced value  \n"
+        "e=first,\\\n"
+        "    second,\\\n"
+        "    third\n"
+        "f=tab\\there\\nnewline\n"
+        "g\\=key=with equals\n"
+        "h=\\u0041BC\n"
+        "i=ends with backslash\\\\\n"
+        "j=\n"
+        "a=override\n"
+    )
+    props = parse_properties(text)
+    assert props == {
+        "a": "override",
+        "b": "2",
+        "c": "3",
+        "d": "spaced value  ",
+        "e": "first,second,third",
+        "f": "tab\there\nnewline",
+        "g=key": "with equals",
+        "h": "ABC",
+        "i": "ends with backslash\\",
+        "j": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("props", "needle"),
+    [
+        ({"node.id": "-1"}, "Invalid value -1 for configuration node.id: Value must be at least 0"),
+        ({"node.id": "one"}, "Invalid value one for configuration node.id"),
+        ({"num.partitions": "0"}, "configuration num.partitions: Value must be at least 1"),
+        ({"message.max.bytes": "99999999999"}, "configuration message.max.bytes"),
+        ({"auto.create.topics.enable": "yes"}, "either true or false"),
+        ({"log.cleaner.min.cleanable.ratio": "1.5"}, "Value must be in [0, 1]"),
+        ({"log.cleanup.policy": "delete,shred"}, "configuration log.cleanup.policy"),
+        ({"log.message.timestamp.type": "Now"}, "configuration log.message.timestamp.type"),
+        ({"compression.type": "brotli"}, "configuration compression.type"),
+        ({"process.roles": "broker,gardener"}, "configuration process.roles"),
+        ({"process.roles": "broker,broker"}, "configuration process.roles"),
+        ({"listeners": "PLAINTEXT:/localhost:9092"}, "configuration listeners"),
+        ({"listeners": "PLAINTEXT://localhost:99999,CONTROLLER://localhost:9093"}, "port"),
+        (
+            {"listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9092"},
+            "different port",
+        ),
+        (
+            {"listeners": "PLAINTEXT://localhost:9092,PLAINTEXT://localhost:9093"},
+            "different name",
+        ),
+        ({"listeners": "PLAINTEXT://localhost:9092"}, "controller.listener.names"),
+        (
+            {"listeners": "FOO://localhost:9092,CONTROLLER://localhost:9093"},
+            "listener.security.protocol.map",
+        ),
+        (
+            {"process.roles": "broker", "listeners": "PLAINTEXT://localhost:9092"},
+            "controller.quorum.bootstrap.servers",
+        ),
+        ({"controller.quorum.voters": "2@localhost:9093"}, "node.id=1 must be one of the voters"),
+        ({"controller.quorum.voters": "localhost:9093"}, "id@host:port"),
+        ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "nonroutable"),
+        ({"inter.broker.listener.name": "INTERNAL"}, "inter.broker.listener.name=INTERNAL"),
+        ({"node.id": "1", "broker.id": "2"}, "broker.id=2 and node.id=1 differ"),
+        ({"process.roles": ""}, "zookeeper.connect"),
+        (
+            {"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"},
+            "group.min.session.timeout.ms=10",
+        ),
+        ({"log.segment.bytes": "10"}, "configuration log.segment.bytes: Value must be at least 14"),
+    ],
+)
+def test_invalid_values_refused(props: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig(props)
+    assert needle in str(info.value)
+
+
+def test_zookeeper_mode_and_broker_only() -> None:
+    c = KafkaConfig({"process.roles": "", "zookeeper.connect": "localhost:2181",
+                     "listeners": "PLAINTEXT://localhost:9092"})
+    assert not c.is_kraft and c.zookeeper_connect == "localhost:2181"
+    c = KafkaConfig({"process.roles": "broker", "node.id": "2",
+                     "listeners": "PLAINTEXT://localhost:9094",
+                     "controller.quorum.bootstrap.servers": "localhost:9093"})
+    assert c.controller_quorum_bootstrap_servers == ["localhost:9093"]
+    assert c.controller_quorum_voters == []
+
+
+def test_ipv6_and_wildcard_listeners() -> None:
+    c = KafkaConfig({"listeners": "PLAINTEXT://[::1]:0,CONTROLLER://:0"})
+    assert c.listeners[0] == Listener("PLAINTEXT", "::1", 0)
+    assert str(c.listeners[0]) == "PLAINTEXT://[::1]:0"
+    assert c.controller_quorum_voters == [QuorumVoter(1, "localhost", 0)]
+
+
+def test_topic_config_validation() -> None:
+    assert validate_topic_config("retention.ms", "1000") is None
+    assert validate_topic_config("retention.ms", "-1") is None
+    assert validate_topic_config("cleanup.policy", "compact,delete") is None
+    assert validate_topic_config("segment.bytes", "1024") is None
+    err = validate_topic_config("no.such", "1")
+    assert err is not None and "no.such" in err
+    err = validate_topic_config("retention.ms", "-5")
+    assert err is not None and "retention.ms" in err and "-5" in err
+    err = validate_topic_config("min.cleanable.dirty.ratio", "2")
+    assert err is not None and "min.cleanable.dirty.ratio" in err
+    err = validate_topic_config("cleanup.policy", "forever")
+    assert err is not None and "cleanup.policy" in err
+    err = validate_topic_config("segment.bytes", "13")
+    assert err is not None
+    err = validate_topic_config("message.timestamp.type", "Whenever")
+    assert err is not None
+    err = validate_topic_config("preallocate", "maybe")
+    assert err is not None
+    for key, defn in TOPIC_CONFIGS.items():
+        if defn.default is not None:
+            assert validate_topic_config(key, defn.default) is None, key
+        if defn.broker_key is not None:
+            assert defn.broker_key in BROKER_CONFIGS, key
+
+
+def test_build_log_config_defaults() -> None:
+    lc = build_log_config(KafkaConfig({}), {})
+    assert lc.segment_bytes == 1073741824
+    assert lc.retention_ms == 604800000
+    assert lc.segment_ms == 604800000
+    assert lc.cleanup_policy == ("delete",)
+    assert lc.max_message_bytes == 1048588
+    assert lc.flush_ms == 2**63 - 1
+    assert lc.raw["retention.ms"] == "604800000"
+    assert lc.raw["cleanup.policy"] == "delete"
+    assert set(lc.raw) == set(TOPIC_CONFIGS)
+
+
+def test_build_log_config_broker_and_topic_precedence() -> None:
+    broker = KafkaConfig(
+        {
+            "log.retention.hours": "1",
+            "log.segment.bytes": "2048",
+            "message.max.bytes": "5000",
+            "log.cleanup.policy": "compact",
+            "log.roll.hours": "2",
+            "log.flush.interval.ms": "1000",
+            "log.message.timestamp.type": "LogAppendTime",
+            "log.preallocate": "true",
+        }
+    )
+    lc = build_log_config(broker, {})
+    assert lc.retention_ms == 3_600_000
+    assert lc.segment_bytes == 2048
+    assert lc.max_message_bytes == 5000
+    assert lc.cleanup_policy == ("compact",)
+    assert lc.compact and not lc.delete
+    assert lc.segment_ms == 7_200_000
+    assert lc.flush_ms == 1000
+    assert lc.log_append_time
+    assert lc.preallocate is True
+    lc = build_log_config(
+        broker, {"retention.ms": "1000", "cleanup.policy": "compact,delete", "segment.bytes": "1024"}
+    )
+    assert lc.retention_ms == 1000
+    assert lc.cleanup_policy == ("compact", "delete")
+    assert lc.segment_bytes == 1024
+    assert lc.raw["retention.ms"] == "1000"
+
+
+def test_describe_topic_config_sources_and_synonyms() -> None:
+    broker = KafkaConfig({"log.retention.hours": "1"})
+    entries = {e.name: e for e in describe_topic_config(broker, {"segment.bytes": "1024"})}
+    seg = entries["segment.bytes"]
+    assert seg.value == "1024"
+    assert seg.source == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert [(s.name, s.source) for s in seg.synonyms] == [
+        ("segment.bytes", 1),
+        ("log.segment.bytes", 5),
+    ]
+    ret = entries["retention.ms"]
+    assert ret.value == "3600000"
+    assert ret.source == ConfigSource.STATIC_BROKER_CONFIG
+    assert [(s.name, s.value, s.source) for s in ret.synonyms] == [
+        ("log.retention.hours", "1", 4),
+        ("log.retention.hours", "168", 5),
+    ]
+    mmb = entries["max.message.bytes"]
+    assert (mmb.value, mmb.source, mmb.read_only, mmb.is_sensitive) == ("1048588", 5, False, False)
+    name, value, read_only, source, sensitive, synonyms = mmb
+    assert name == "max.message.bytes"
+
+
+def test_describe_broker_config() -> None:
+    entries = {e.name: e for e in describe_broker_config(KafkaConfig({"num.partitions": "4"}))}
+    assert entries["num.partitions"].value == "4"
+    assert entries["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG
+    assert entries["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG
+    assert entries["message.max.bytes"].value == "1048588"
+
+
+def test_meta_properties_round_trip(tmp_path: Path) -> None:
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    cluster_id = ensure_formatted(dirs, 1)
+    assert len(cluster_id) == 22
+    props = [read_meta_properties(os.path.join(d, "meta.properties")) for d in dirs]
+    for p in props:
+        assert p["cluster.id"] == cluster_id
+        assert p["node.id"] == "1"
+        assert p["version"] == "1"
+        assert len(p["directory.id"]) == 22
+    assert props[0]["directory.id"] != props[1]["directory.id"]
+    text = (tmp_path / "a" / "meta.properties").read_text()
+    assert text.startswith("#")
+    assert ensure_formatted(dirs, 1) == cluster_id
+    # A new, empty directory joins the same cluster.
+    dirs.append(str(tmp_path / "c"))
+    assert ensure_formatted(dirs, 1) == cluster_id
+    assert read_meta_properties(os.path.join(dirs[2], "meta.properties"))["cluster.id"] == cluster_id
+    assert not any(name.endswith(".tmp") for name in os.listdir(dirs[0]))
+
+
+def test_meta_properties_node_id_mismatch(tmp_path: Path) -> None:
+    ensure_formatted([str(tmp_path)], 1)
+    with pytest.raises(ConfigError, match="node.id"):
+        ensure_formatted([str(tmp_path)], 2)
+
+
+def test_meta_properties_cluster_id_mismatch(tmp_path: Path) -> None:
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    ensure_formatted([a], 1)
+    ensure_formatted([b], 1)
+    with pytest.raises(ConfigError, match="different clusters"):
+        ensure_formatted([a, b], 1)
