@@ -556,9 +556,13 @@ class Log:
         del self._bases[:n]
         deadline = now_ms + self.config.file_delete_delay_ms
         for seg in doomed:
-            # Unlink now; close the descriptor later so in-flight reads/sendfile stay valid.
-            seg.unlink_files()
-            self._pending_close.append((deadline, seg))
+            self._retire(seg, deadline)
+
+    def _retire(self, seg: LogSegment, close_deadline_ms: int) -> None:
+        # Unlink now; close the descriptor later (at a retention pass after the deadline) so
+        # in-flight reads and sendfile calls on its fd stay valid and the fd is not reused.
+        seg.unlink_files()
+        self._pending_close.append((close_deadline_ms, seg))
 
     def _close_pending(self, now_ms: int | None) -> None:
         keep = []
@@ -584,7 +588,7 @@ class Log:
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 seg = self._segments.pop()
                 self._bases.pop()
-                seg.delete()
+                self._retire(seg, 0)
             self._segments[-1].truncate_to(offset)
             leo = self.log_end_offset
             self.leader_epoch_cache.truncate_from_end(leo)
@@ -596,8 +600,8 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all segments and restart the log empty at ``offset``."""
         with self._lock:
-            for seg in self._segments:
-                seg.delete()
+            for old in self._segments:
+                self._retire(old, 0)
             seg = self._open_segment(
                 self.dir, offset, self.config, self._segments[-1].last_modified_ms
             )
