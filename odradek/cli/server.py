@@ -1,0 +1,172 @@
+"""``odradek server``: run a broker (and, by default, its controller) in this process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol
+
+from odradek.server.kafka_config import ConfigError, KafkaConfig
+
+log = logging.getLogger("odradek.cli.server")
+
+LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+
+
+class ServerLike(Protocol):
+    bound_ports: dict[str, int]
+    cluster_id: str | None
+
+    async def startup(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+ServerFactory = Callable[[KafkaConfig], ServerLike]
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "server",
+        help="run a broker",
+        description="Run an Odradek node. Without arguments: a single-node cluster "
+        "(process.roles=broker,controller) on PLAINTEXT://localhost:9092 with the controller "
+        "on localhost:9093 and data in ./odradek-data.",
+    )
+    p.add_argument("--config", "-c", metavar="FILE", help="a Kafka server.properties file")
+    p.add_argument(
+        "--override",
+        "-o",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set a configuration key (repeatable; wins over --config)",
+    )
+    p.set_defaults(func=run)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    root = logging.getLogger()
+    if not any(getattr(h, "_odradek", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler._odradek = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def load_config(path: str | None, overrides: Mapping[str, str]) -> KafkaConfig:
+    config = KafkaConfig.from_file(path, overrides)
+    for key in config.unknown_keys:
+        log.warning("unknown configuration key %s=%s (ignored)", key, config.originals[key])
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging()
+    try:
+        config = load_config(args.config, parse_overrides(args.override))
+    except ConfigError as e:
+        print(f"odradek: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    return run_server(config)
+
+
+def _default_factory(config: KafkaConfig) -> ServerLike:
+    from odradek.server.broker_server import BrokerServer
+
+    server: ServerLike = BrokerServer(config)
+    return server
+
+
+def run_with_best_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on uvloop when available, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+def run_server(config: KafkaConfig, server_factory: ServerFactory | None = None) -> int:
+    """Start the server, run until SIGTERM/SIGINT, shut down. Returns the process exit code."""
+    return run_with_best_loop(serve(config, server_factory or _default_factory))
+
+
+async def serve(config: KafkaConfig, server_factory: ServerFactory) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        name = signal.Signals(signum).name
+        if len(received) == 1:
+            log.info("received %s, shutting down (send it again to force exit)", name)
+            stop.set()
+        else:
+            log.warning("received %s again, forcing exit", name)
+            logging.shutdown()
+            os._exit(1)
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, on_signal, int(sig))
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or no signals on this platform
+    try:
+        try:
+            server = server_factory(config)
+        except ConfigError as e:
+            print(f"odradek: invalid configuration: {e}", file=sys.stderr)
+            return 2
+        except Exception:
+            log.exception("cannot create the broker")
+            return 1
+        try:
+            await server.startup()
+        except ConfigError as e:
+            print(f"odradek: invalid configuration: {e}", file=sys.stderr)
+            await _quiet_shutdown(server)
+            return 2
+        except Exception:
+            log.exception("startup failed")
+            await _quiet_shutdown(server)
+            return 1
+        ports = ", ".join(f"{name}={port}" for name, port in server.bound_ports.items())
+        log.info(
+            "Odradek node %d started (cluster id %s; listeners %s)",
+            config.node_id, server.cluster_id, ports,
+        )
+        await stop.wait()
+        await server.shutdown()
+        log.info("Odradek node %d shut down", config.node_id)
+        return 0
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _quiet_shutdown(server: ServerLike) -> None:
+    try:
+        await server.shutdown()
+    except Exception:
+        log.debug("shutdown after failed startup raised", exc_info=True)

@@ -1,0 +1,165 @@
+"""The odradek command, the embedded broker and the server lifecycle, against a fake BrokerServer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from odradek.cli.main import main
+from odradek.cli.server import parse_overrides, run_server
+from odradek.embedded import EmbeddedBroker
+from odradek.server.kafka_config import ConfigError, KafkaConfig
+from odradek.server.meta_properties import ensure_formatted
+
+
+class FakeBrokerServer:
+    """Binds the configured listeners (port 0 → free port) and formats the log dirs."""
+
+    instances: list[FakeBrokerServer] = []
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self.bound_ports: dict[str, int] = {}
+        self.cluster_id: str | None = None
+        self.servers: list[asyncio.Server] = []
+        self.started = False
+        self.stopped = False
+        FakeBrokerServer.instances.append(self)
+
+    async def startup(self) -> None:
+        self.cluster_id = ensure_formatted(self.config.log_dirs, self.config.node_id)
+        for lst in self.config.listeners:
+            server = await asyncio.start_server(lambda r, w: w.close(), lst.host, lst.port)
+            self.servers.append(server)
+            self.bound_ports[lst.name] = server.sockets[0].getsockname()[1]
+        self.started = True
+
+    async def shutdown(self) -> None:
+        for server in self.servers:
+            server.close()
+            await server.wait_closed()
+        self.stopped = True
+
+
+class FailingServer(FakeBrokerServer):
+    async def startup(self) -> None:
+        raise ConfigError("stored node.id 2 doesn't match configured node.id=1")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version"]) == 0
+    assert capsys.readouterr().out.startswith("odradek ")
+
+
+def test_no_command_prints_help() -> None:
+    assert main([]) == 2
+
+
+def test_parse_overrides() -> None:
+    assert parse_overrides(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ConfigError):
+        parse_overrides(["novalue"])
+
+
+def test_invalid_config_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["server", "--override", "node.id=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "odradek: invalid configuration: Invalid value -1 for configuration node.id" in err
+
+
+def test_invalid_config_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=zero\n")
+    assert main(["server", "--config", str(path)]) == 2
+    assert "num.partitions" in capsys.readouterr().err
+
+
+def test_invalid_config_subprocess() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", "server", "-o", "listeners=garbage"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "odradek: invalid configuration:" in proc.stderr
+    assert "listeners" in proc.stderr
+
+
+def test_run_server_until_sigterm(tmp_path: Path) -> None:
+    config = KafkaConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "log.dirs": str(tmp_path),
+        }
+    )
+    servers: list[FakeBrokerServer] = []
+
+    class SelfStopping(FakeBrokerServer):
+        async def startup(self) -> None:
+            await super().startup()
+            servers.append(self)
+            asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+
+    assert run_server(config, SelfStopping) == 0
+    assert servers[0].started and servers[0].stopped
+    assert (tmp_path / "meta.properties").exists()
+
+
+def test_run_server_startup_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = KafkaConfig({"log.dirs": str(tmp_path)})
+    assert run_server(config, FailingServer) == 2
+    assert "odradek: invalid configuration: stored node.id 2" in capsys.readouterr().err
+
+
+def _connect(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+
+
+def test_embedded_broker_lifecycle() -> None:
+    broker = EmbeddedBroker({"num.partitions": "3"}, server_factory=FakeBrokerServer)
+    with broker:
+        assert broker.running
+        assert broker.port > 0 and broker.controller_port not in (None, 0, broker.port)
+        assert broker.bootstrap_servers == f"127.0.0.1:{broker.port}"
+        assert broker.config is not None and broker.config.num_partitions == 3
+        assert broker.config.offsets_topic_replication_factor == 1
+        _connect(broker.port)
+        log_dir = broker.log_dir
+        cluster_id = broker.cluster_id
+        assert cluster_id is not None and os.path.exists(os.path.join(log_dir, "meta.properties"))
+        port = broker.port
+        broker.restart()
+        assert broker.port == port
+        assert broker.cluster_id == cluster_id
+        _connect(broker.port)
+    assert not broker.running
+    assert not os.path.exists(log_dir)
+
+
+def test_embedded_broker_given_log_dir_kept(tmp_path: Path) -> None:
+    with EmbeddedBroker(log_dir=str(tmp_path / "data"), server_factory=FakeBrokerServer) as b:
+        assert b.log_dir == str(tmp_path / "data")
+    assert (tmp_path / "data" / "meta.properties").exists()
+
+
+def test_embedded_broker_startup_error_raised() -> None:
+    broker = EmbeddedBroker(server_factory=FailingServer)
+    with pytest.raises(ConfigError, match="stored node.id"):
+        broker.start()
+    assert not broker.running
+
+
+def test_embedded_broker_invalid_override() -> None:
+    with pytest.raises(ConfigError, match="node.id"):
+        EmbeddedBroker({"node.id": "x"}, server_factory=FakeBrokerServer).start()
