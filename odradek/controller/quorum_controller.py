@@ -1,0 +1,239 @@
+"""QuorumController: the active controller of a KRaft quorum (here, a quorum of one).
+
+Every write runs through one queue, in order: a manager (sans-I/O) validates the operation against
+the controller's image and produces records; the controller appends them to ``__cluster_metadata``,
+waits for the commit (fsync off the event loop), replays them into its own image and tells the
+broker side that the committed offset moved. Nobody acts on a change before it is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from odradek.controller.configuration_control import ConfigurationControlManager
+from odradek.controller.replication_control import (
+    MetadataRecord,
+    ReplicationControlManager,
+    TopicResult,
+)
+from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.protocol.errors import Errors
+from odradek.raft.metadata_log import MetadataLog
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
+
+
+class QuorumController:
+    def __init__(
+        self,
+        node_id: int,
+        metadata_log: MetadataLog,
+        *,
+        default_partitions: int,
+        default_replication_factor: int,
+        delete_topic_enable: bool,
+        validate_config: Callable[[str, str], str | None],
+        on_commit: Callable[[int], None],
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.node_id = node_id
+        self.metadata_log = metadata_log
+        self.image = MetadataImage()
+        self.epoch = 1
+        self.delete_topic_enable = delete_topic_enable
+        self.replication = ReplicationControlManager(
+            self.image,
+            default_partitions=default_partitions,
+            default_replication_factor=default_replication_factor,
+            validate_config=validate_config,
+        )
+        self.configuration = ConfigurationControlManager(self.image, validate_config)
+        self._on_commit = on_commit
+        self._clock_ms = clock_ms
+        self._queue: asyncio.Lock | None = None
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def replay_log(self) -> None:
+        """Rebuild the controller's image from the committed metadata log."""
+        delta = MetadataDelta()
+        n = 0
+        for offset, name, _version, rec in self.metadata_log.read(0):
+            self.image.apply(name, rec, delta, offset)
+            n += 1
+        log.info("Controller replayed %d metadata records up to offset %d", n, self.image.offset)
+
+    # -- the write path -------------------------------------------------------------------------
+
+    async def _write(self, op: Callable[[], tuple[T, list[MetadataRecord]]]) -> T:
+        if self._queue is None:
+            self._queue = asyncio.Lock()
+        async with self._queue:
+            result, records = op()
+            if records:
+                await self._commit(records)
+            return result
+
+    async def _commit(self, records: list[MetadataRecord]) -> None:
+        first, last = self.metadata_log.append(records, self.epoch, self._clock_ms())
+        await asyncio.get_running_loop().run_in_executor(None, self.metadata_log.commit, last + 1)
+        delta = MetadataDelta()
+        for i, (name, rec) in enumerate(records):
+            self.image.apply(name, rec, delta, first + i)
+        self._on_commit(last + 1)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def bootstrap_and_register(
+        self, incarnation_id: uuid.UUID, endpoints: list[tuple[str, str, int]], rack: str | None
+    ) -> int:
+        """Write the bootstrap records on a new log, then register and unfence this broker.
+
+        Returns the broker epoch (the offset of the registration record, as Kafka does).
+        """
+
+        def op() -> tuple[int, list[MetadataRecord]]:
+            records: list[MetadataRecord] = []
+            if "metadata.version" not in self.image.features:
+                records.append(
+                    ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})
+                )
+            epoch = self.metadata_log.end_offset + len(records)
+            records.append(
+                (
+                    "RegisterBrokerRecord",
+                    {
+                        "broker_id": self.node_id,
+                        "incarnation_id": incarnation_id,
+                        "broker_epoch": epoch,
+                        "end_points": [
+                            {"name": n, "host": h, "port": p, "security_protocol": 0}
+                            for n, h, p in endpoints
+                        ],
+                        "features": [
+                            {
+                                "name": "metadata.version",
+                                "min_supported_version": 7,
+                                "max_supported_version": METADATA_VERSION,
+                            }
+                        ],
+                        "rack": rack,
+                        "fenced": True,
+                    },
+                )
+            )
+            records.append(("UnfenceBrokerRecord", {"id": self.node_id, "epoch": epoch}))
+            return epoch, records
+
+        return await self._write(op)
+
+    async def create_topics(
+        self, topics: list[dict[str, Any]], validate_only: bool
+    ) -> list[TopicResult]:
+        def op() -> tuple[list[TopicResult], list[MetadataRecord]]:
+            results: list[TopicResult] = []
+            records: list[MetadataRecord] = []
+            pending: set[str] = set()
+            for t in topics:
+                res, recs = self.replication.create_topic(
+                    t["name"],
+                    t.get("num_partitions", -1),
+                    t.get("replication_factor", -1),
+                    t.get("assignments") or [],
+                    t.get("configs") or [],
+                    pending_names=pending,
+                )
+                results.append(res)
+                if res.error == Errors.NONE:
+                    pending.add(t["name"])
+                    records.extend(recs)
+            if validate_only:
+                return results, []
+            for res in results:
+                if res.error == Errors.NONE:
+                    log.info(
+                        "Created topic %s with topic ID %s, %d partition(s), replication factor %d",
+                        res.name, res.topic_id, res.num_partitions, res.replication_factor,
+                    )
+            return results, records
+
+        return await self._write(op)
+
+    async def delete_topics(
+        self, names: list[str | None], ids: list[uuid.UUID | None]
+    ) -> list[tuple[str | None, uuid.UUID, Errors, str | None]]:
+        """Delete by name or id (one of each pair is set)."""
+
+        def op() -> tuple[list[tuple[str | None, uuid.UUID, Errors, str | None]], list[MetadataRecord]]:
+            out: list[tuple[str | None, uuid.UUID, Errors, str | None]] = []
+            records: list[MetadataRecord] = []
+            done: set[uuid.UUID] = set()
+            zero = uuid.UUID(int=0)
+            for name, tid in zip(names, ids, strict=True):
+                t = None
+                if name is not None:
+                    t = self.image.topics_by_name.get(name)
+                    if t is None:
+                        out.append((name, zero, Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))
+                        continue
+                elif tid is not None:
+                    t = self.image.topics_by_id.get(tid)
+                    if t is None:
+                        out.append((None, tid, Errors.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."))
+                        continue
+                assert t is not None
+                if not self.delete_topic_enable:
+                    out.append((t.name, t.topic_id, Errors.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."))
+                    continue
+                out.append((t.name, t.topic_id, Errors.NONE, None))
+                if t.topic_id not in done:
+                    done.add(t.topic_id)
+                    records.extend(self.replication.delete_topic(t.topic_id))
+                    log.info("Deleting topic %s with topic ID %s", t.name, t.topic_id)
+            return out, records
+
+        return await self._write(op)
+
+    async def create_partitions(
+        self, requests: list[dict[str, Any]], validate_only: bool
+    ) -> list[tuple[str, Errors, str | None]]:
+        def op() -> tuple[list[tuple[str, Errors, str | None]], list[MetadataRecord]]:
+            out: list[tuple[str, Errors, str | None]] = []
+            records: list[MetadataRecord] = []
+            for r in requests:
+                code, msg, recs = self.replication.create_partitions(r["name"], r["count"], r.get("assignments"))
+                out.append((r["name"], code, msg))
+                if code == Errors.NONE and not validate_only:
+                    records.extend(recs)
+            return out, records
+
+        return await self._write(op)
+
+    async def alter_configs(
+        self, resources: list[dict[str, Any]], validate_only: bool, incremental: bool
+    ) -> list[tuple[Errors, str | None]]:
+        def op() -> tuple[list[tuple[Errors, str | None]], list[MetadataRecord]]:
+            out: list[tuple[Errors, str | None]] = []
+            records: list[MetadataRecord] = []
+            for r in resources:
+                fn = (
+                    self.configuration.incremental_alter_configs
+                    if incremental
+                    else self.configuration.alter_configs
+                )
+                code, msg, recs = fn(r["resource_type"], r["resource_name"], r["configs"])
+                out.append((code, msg))
+                if code == Errors.NONE and not validate_only:
+                    records.extend(recs)
+            return out, records
+
+        return await self._write(op)

@@ -1,0 +1,283 @@
+"""ReplicationControlManager: topics and partitions, decided as metadata records (sans-I/O).
+
+Given the controller's metadata image and a request, it validates the request and returns the
+response entries plus the records that carry the change out. It never writes anything itself:
+the QuorumController commits the records and only then does anyone apply them.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.metadata.image import TOPIC_RESOURCE, MetadataImage
+from odradek.protocol.errors import Errors
+
+MetadataRecord = tuple[str, dict[str, Any]]
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+RESERVED_TOPICS = frozenset({"__cluster_metadata"})
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Why a topic name is illegal (Kafka's rules), or None when it is fine."""
+    if name is None or name == "":
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_NAME_LENGTH:
+        return (
+            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, "
+            f"topic name: {name[:40]}..."
+        )
+    if not _LEGAL.match(name):
+        return (
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+def collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+@dataclass
+class TopicResult:
+    name: str
+    error: Errors = Errors.NONE
+    message: str | None = None
+    topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+def new_topic_id() -> uuid.UUID:
+    # Kafka avoids ids whose base64 form starts with '-' (it confuses command lines) and the
+    # reserved all-zero and metadata-topic ids.
+    while True:
+        u = uuid.uuid4()
+        if u.bytes[0] & 0xFC != 0xF8 and u.int > 1:
+            return u
+
+
+class ReplicationControlManager:
+    def __init__(
+        self,
+        image: MetadataImage,
+        *,
+        default_partitions: int,
+        default_replication_factor: int,
+        validate_config: Callable[[str, str], str | None],
+    ) -> None:
+        self.image = image
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+        self.validate_config = validate_config
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _usable_brokers(self) -> list[int]:
+        return sorted(b.broker_id for b in self.image.live_brokers())
+
+    def _assign(self, num_partitions: int, rf: int, first_partition: int = 0) -> list[list[int]]:
+        brokers = self._usable_brokers()
+        n = len(brokers)
+        out: list[list[int]] = []
+        for p in range(first_partition, first_partition + num_partitions):
+            out.append([brokers[(p + i) % n] for i in range(rf)])
+        return out
+
+    def _partition_records(
+        self, topic_id: uuid.UUID, assignment: list[list[int]], first_partition: int
+    ) -> list[MetadataRecord]:
+        live = set(self._usable_brokers())
+        records: list[MetadataRecord] = []
+        for i, replicas in enumerate(assignment):
+            isr = [r for r in replicas if r in live]
+            leader = isr[0] if isr else -1
+            records.append(
+                (
+                    "PartitionRecord",
+                    {
+                        "partition_id": first_partition + i,
+                        "topic_id": topic_id,
+                        "replicas": list(replicas),
+                        "isr": isr,
+                        "removing_replicas": [],
+                        "adding_replicas": [],
+                        "leader": leader,
+                        "leader_epoch": 0,
+                        "partition_epoch": 0,
+                        "directories": [uuid.UUID(int=0)] * len(replicas),
+                    },
+                )
+            )
+        return records
+
+    def _check_assignment(self, assignment: list[list[int]]) -> str | None:
+        registered = set(self.image.brokers)
+        if not assignment:
+            return "Replica assignment is empty"
+        rf = len(assignment[0])
+        for p, replicas in enumerate(assignment):
+            if not replicas:
+                return f"The manual partition assignment for partition {p} is empty"
+            if len(replicas) != rf:
+                return "All partitions should have the same number of replicas"
+            if len(set(replicas)) != len(replicas):
+                return f"The manual partition assignment for partition {p} contains duplicates"
+            for r in replicas:
+                if r not in registered:
+                    return f"The manual partition assignment includes broker {r}, which is not registered"
+        return None
+
+    # -- CreateTopics ---------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: list[dict[str, Any]],
+        configs: list[dict[str, Any]],
+        *,
+        pending_names: set[str],
+    ) -> tuple[TopicResult, list[MetadataRecord]]:
+        res = TopicResult(name)
+        err = topic_name_error(name)
+        if err is None and name in RESERVED_TOPICS:
+            err = f"Topic name {name} is reserved for internal use"
+        if err is not None:
+            res.error, res.message = Errors.INVALID_TOPIC_EXCEPTION, err
+            return res, []
+        if name in self.image.topics_by_name or name in pending_names:
+            res.error, res.message = Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+            return res, []
+        key = collision_key(name)
+        for other in list(self.image.topics_by_name) + list(pending_names):
+            if collision_key(other) == key:
+                res.error = Errors.INVALID_TOPIC_EXCEPTION
+                res.message = (
+                    f"Topic '{name}' collides with existing topic: {other} "
+                    "(topics that differ only in '.' and '_' collide)"
+                )
+                return res, []
+        # Configs
+        overrides: dict[str, str] = {}
+        for c in configs:
+            cname, cval = c["name"], c["value"]
+            if cval is None:
+                res.error, res.message = Errors.INVALID_CONFIG, f"Null value not supported for topic configs: {cname}"
+                return res, []
+            msg = self.validate_config(cname, cval)
+            if msg is not None:
+                res.error, res.message = Errors.INVALID_CONFIG, msg
+                return res, []
+            overrides[cname] = cval
+        # Partitions and replicas
+        live = self._usable_brokers()
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                res.error = Errors.INVALID_REQUEST
+                res.message = (
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time."
+                )
+                return res, []
+            by_index = {a["partition_index"]: list(a["broker_ids"]) for a in assignments}
+            if sorted(by_index) != list(range(len(by_index))):
+                res.error = Errors.INVALID_REPLICA_ASSIGNMENT
+                res.message = "Partitions should be a consecutive 0-based integer sequence"
+                return res, []
+            assignment = [by_index[i] for i in range(len(by_index))]
+            msg = self._check_assignment(assignment)
+            if msg is not None:
+                res.error, res.message = Errors.INVALID_REPLICA_ASSIGNMENT, msg
+                return res, []
+        else:
+            parts = self.default_partitions if num_partitions == -1 else num_partitions
+            rf = self.default_replication_factor if replication_factor == -1 else replication_factor
+            if parts <= 0:
+                res.error, res.message = Errors.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+                return res, []
+            if rf <= 0:
+                res.error = Errors.INVALID_REPLICATION_FACTOR
+                res.message = "Replication factor must be larger than 0."
+                return res, []
+            if rf > len(live):
+                res.error = Errors.INVALID_REPLICATION_FACTOR
+                res.message = (
+                    f"Unable to replicate the partition {rf} time(s): The target replication "
+                    f"factor of {rf} cannot be reached because only {len(live)} broker(s) are registered."
+                )
+                return res, []
+            assignment = self._assign(parts, rf)
+        topic_id = new_topic_id()
+        records: list[MetadataRecord] = [("TopicRecord", {"name": name, "topic_id": topic_id})]
+        for k, v in sorted(overrides.items()):
+            records.append(
+                (
+                    "ConfigRecord",
+                    {"resource_type": TOPIC_RESOURCE, "resource_name": name, "name": k, "value": v},
+                )
+            )
+        records.extend(self._partition_records(topic_id, assignment, 0))
+        res.topic_id = topic_id
+        res.num_partitions = len(assignment)
+        res.replication_factor = len(assignment[0])
+        res.configs = overrides
+        return res, records
+
+    # -- DeleteTopics ---------------------------------------------------------------------------
+
+    def delete_topic(self, topic_id: uuid.UUID) -> list[MetadataRecord]:
+        return [("RemoveTopicRecord", {"topic_id": topic_id})]
+
+    # -- CreatePartitions -----------------------------------------------------------------------
+
+    def create_partitions(
+        self, name: str, count: int, assignments: list[dict[str, Any]] | None
+    ) -> tuple[Errors, str | None, list[MetadataRecord]]:
+        t = self.image.topics_by_name.get(name)
+        if t is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.", []
+        current = len(t.partitions)
+        if count < current:
+            return (
+                Errors.INVALID_PARTITIONS,
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
+                [],
+            )
+        if count == current:
+            return Errors.INVALID_PARTITIONS, f"Topic already has {current} partition(s).", []
+        rf = len(t.partitions[0].replicas) if t.partitions else 1
+        new = count - current
+        if assignments:
+            assignment = [list(a["broker_ids"]) for a in assignments]
+            if len(assignment) != new:
+                return (
+                    Errors.INVALID_REPLICA_ASSIGNMENT,
+                    f"Attempted to add {new} additional partition(s), but only {len(assignment)} assignment(s) were specified.",
+                    [],
+                )
+            msg = self._check_assignment(assignment)
+            if msg is None and len(assignment[0]) != rf:
+                msg = f"The manual partition assignment includes a partition with {len(assignment[0])} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s)."
+            if msg is not None:
+                return Errors.INVALID_REPLICA_ASSIGNMENT, msg, []
+        else:
+            if rf > len(self._usable_brokers()):
+                return (
+                    Errors.INVALID_REPLICATION_FACTOR,
+                    f"Unable to replicate the partition {rf} time(s): only {len(self._usable_brokers())} broker(s) are registered.",
+                    [],
+                )
+            assignment = self._assign(new, rf, current)
+        return Errors.NONE, None, self._partition_records(t.topic_id, assignment, current)

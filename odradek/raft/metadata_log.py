@@ -1,0 +1,79 @@
+"""The ``__cluster_metadata`` log for a quorum of one.
+
+Records are appended as RecordBatches (each metadata record a Kafka record whose value is the
+framed metadata record), committed when they are fsynced, and read back by anyone who replays
+the log: the controller at start-up, the broker's metadata loader always. The high watermark is
+the commit point. A multi-voter KafkaRaftClient will replace the commit rule (majority instead of
+local fsync) behind this same interface.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from odradek.log.log import Log
+from odradek.metadata.records import decode_metadata_record, encode_metadata_record
+from odradek.records.batch import iter_batches
+from odradek.records.builder import build_batch
+from odradek.records.records import decode_batch
+
+MetadataRecord = tuple[str, dict[str, Any]]
+
+TOPIC = "__cluster_metadata"
+
+
+class MetadataLog:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self._lock = threading.Lock()
+        # Whatever survived on disk was fsynced before it was acknowledged.
+        self.log.high_watermark = self.log.log_end_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def committed_offset(self) -> int:
+        """Offset after the last committed record."""
+        return self.log.high_watermark
+
+    def append(self, records: list[MetadataRecord], epoch: int, now_ms: int) -> tuple[int, int]:
+        """Append one batch holding ``records`` (atomically: one batch). Not yet committed."""
+        values: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
+            (None, encode_metadata_record(name, rec), [], now_ms) for name, rec in records
+        ]
+        batch = bytearray(build_batch(values, partition_leader_epoch=epoch))
+        with self._lock:
+            info = self.log.append_as_leader(batch, epoch, now_ms)
+        return info.first_offset, info.last_offset
+
+    def commit(self, up_to: int) -> None:
+        """Make everything below ``up_to`` durable and committed. Blocking: run off the loop."""
+        self.log.flush()
+        with self._lock:
+            if up_to > self.log.high_watermark:
+                self.log.high_watermark = up_to
+
+    def read(self, from_offset: int) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
+        """Committed records at or after ``from_offset``: (offset, name, version, fields)."""
+        offset = max(from_offset, self.log.log_start_offset)
+        end = self.committed_offset
+        while offset < end:
+            data = self.log.read(offset, 1 << 20, end, True).to_bytes()
+            if not data:
+                return
+            progressed = False
+            for header in iter_batches(data):
+                raw = memoryview(data)[header.position : header.position + header.size]
+                for rec in decode_batch(raw):
+                    if rec.offset < offset or rec.offset >= end or rec.value is None:
+                        continue
+                    name, version, fields = decode_metadata_record(rec.value)
+                    yield rec.offset, name, version, fields
+                offset = max(offset, header.base_offset + header.last_offset_delta + 1)
+                progressed = True
+            if not progressed:
+                return

@@ -1,0 +1,792 @@
+"""KafkaApis: decode a request, dispatch it by API key, encode the response.
+
+``handle`` is called by the socket server in arrival order for each frame of a connection. It
+returns the response buffers at once, None (acks=0 produce), or an awaitable when the request
+waits (delayed produce/fetch, a controller write). Handlers take and return plain dicts shaped by
+the declarative definitions in :mod:`odradek.protocol.messages`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.controller.quorum_controller import QuorumController
+from odradek.controller.replication_control import INTERNAL_TOPICS, topic_name_error
+from odradek.log.log_manager import LogManager
+from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.header import (
+    RequestHeader,
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from odradek.protocol.schema import Api, SchemaError
+from odradek.server import config_defs
+from odradek.server.kafka_config import KafkaConfig
+from odradek.server.replica_manager import (
+    DelayedFetch,
+    DelayedProduce,
+    FetchPartitionRequest,
+    FetchPartitionResult,
+    ProducePartitionStatus,
+    ReplicaManager,
+)
+
+log = logging.getLogger(__name__)
+
+AUTHORIZED_OPS_OMITTED = -(2**31)
+_SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+_ZERO_UUID = uuid.UUID(int=0)
+
+Handler = Callable[["RequestContext", dict[str, Any]], Any]
+
+
+@dataclass
+class RequestContext:
+    header: RequestHeader
+    conn: ConnectionInfo
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        config: KafkaConfig,
+        image: MetadataImage,
+        replica_manager: ReplicaManager,
+        controller: QuorumController,
+        log_manager: LogManager,
+        enabled_apis: list[Api] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.config = config
+        self.image = image
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.log_manager = log_manager
+        apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
+        self.apis: dict[int, Api] = {a.api_key: a for a in apis}
+        self.handlers: dict[int, Handler] = {
+            m.API_VERSIONS.api_key: self.handle_api_versions,
+            m.METADATA.api_key: self.handle_metadata,
+            m.PRODUCE.api_key: self.handle_produce,
+            m.FETCH.api_key: self.handle_fetch,
+            m.LIST_OFFSETS.api_key: self.handle_list_offsets,
+            m.OFFSET_FOR_LEADER_EPOCH.api_key: self.handle_offset_for_leader_epoch,
+            m.CREATE_TOPICS.api_key: self.handle_create_topics,
+            m.DELETE_TOPICS.api_key: self.handle_delete_topics,
+            m.CREATE_PARTITIONS.api_key: self.handle_create_partitions,
+            m.DELETE_RECORDS.api_key: self.handle_delete_records,
+            m.DESCRIBE_CONFIGS.api_key: self.handle_describe_configs,
+            m.ALTER_CONFIGS.api_key: self.handle_alter_configs,
+            m.INCREMENTAL_ALTER_CONFIGS.api_key: self.handle_incremental_alter_configs,
+            m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
+            m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
+        }
+        missing = set(self.apis) - set(self.handlers)
+        if missing:  # ApiVersions must never advertise an API without a handler
+            raise RuntimeError(f"APIs declared without a handler: {sorted(missing)}")
+
+    # -- entry point ----------------------------------------------------------------------------
+
+    def handle(
+        self, conn: ConnectionInfo, frame: bytearray
+    ) -> ResponseBuffers | Awaitable[ResponseBuffers | None] | None:
+        try:
+            api_key, version, correlation_id = peek_request_header(frame)
+        except SchemaError as e:
+            raise CloseConnection(f"malformed request header from {conn.peer}: {e}") from e
+        api = self.apis.get(api_key)
+        if api is None:
+            raise CloseConnection(
+                f"unknown or unsupported API key {api_key} (version {version}, correlation id "
+                f"{correlation_id}) from {conn.peer}"
+            )
+        if not api.supports(version):
+            if api_key == m.API_VERSIONS.api_key:
+                # Kafka answers an ApiVersions request it does not understand with a v0
+                # response carrying UNSUPPORTED_VERSION and the versions it does support, so
+                # the client can retry with one of them.
+                log.info(
+                    "ApiVersions v%d from %s is not supported; answering with v0", version, conn.peer
+                )
+                body = self._api_versions_body(Errors.UNSUPPORTED_VERSION)
+                return self._encode(api, 0, correlation_id, body)
+            raise CloseConnection(
+                f"{api.name} v{version} from {conn.peer} is not supported (this broker supports "
+                f"v{api.min_version}-v{api.max_version}; UNSUPPORTED_VERSION)"
+            )
+        try:
+            header, pos = decode_request_header(frame, api.request_header_version(version))
+            request, _ = api.decode_request(version, frame, pos)
+        except SchemaError as e:
+            raise CloseConnection(
+                f"malformed {api.name} v{version} request from {conn.peer}: {e}"
+            ) from e
+        ctx = RequestContext(header, conn)
+        result = self.handlers[api_key](ctx, request)
+        if result is None:
+            return None
+        if isinstance(result, dict):
+            return self._encode(api, version, correlation_id, result)
+        return self._await_and_encode(api, version, correlation_id, result)
+
+    async def _await_and_encode(
+        self, api: Api, version: int, correlation_id: int, pending: Awaitable[dict[str, Any] | None]
+    ) -> ResponseBuffers | None:
+        body = await pending
+        if body is None:
+            return None
+        return self._encode(api, version, correlation_id, body)
+
+    def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:
+        header = encode_response_header(correlation_id, api.response_header_version(version))
+        parts = api.encode_response(version, body)
+        return [header, *parts]
+
+    # -- ApiVersions ----------------------------------------------------------------------------
+
+    def _api_versions_body(self, error: Errors) -> dict[str, Any]:
+        return {
+            "error_code": error,
+            "api_keys": [
+                {"api_key": a.api_key, "min_version": a.min_version, "max_version": a.max_version}
+                for a in sorted(self.apis.values(), key=lambda a: a.api_key)
+            ],
+            "throttle_time_ms": 0,
+            "finalized_features_epoch": -1,
+        }
+
+    def handle_api_versions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        if ctx.version >= 3:
+            name, ver = req["client_software_name"], req["client_software_version"]
+            if not _SOFTWARE_RE.match(name or "") or not _SOFTWARE_RE.match(ver or ""):
+                log.warning(
+                    "ApiVersions from %s has an invalid client software name/version %r/%r",
+                    ctx.conn.peer, name, ver,
+                )
+                return self._api_versions_body(Errors.INVALID_REQUEST)
+        return self._api_versions_body(Errors.NONE)
+
+    # -- Metadata -------------------------------------------------------------------------------
+
+    def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
+        out = []
+        for b in sorted(self.image.live_brokers(), key=lambda b: b.broker_id):
+            ep = b.endpoints.get(listener)
+            if ep is None:
+                continue
+            out.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
+        return out
+
+    def _topic_metadata(self, name: str, error: Errors = Errors.NONE) -> dict[str, Any]:
+        t = self.image.topics_by_name.get(name)
+        if t is None:
+            return {
+                "error_code": error or Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                "name": name,
+                "topic_id": _ZERO_UUID,
+                "is_internal": name in INTERNAL_TOPICS,
+                "partitions": [],
+                "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
+            }
+        live = {b.broker_id for b in self.image.live_brokers()}
+        partitions = []
+        for pid in sorted(t.partitions):
+            p = t.partitions[pid]
+            offline = [r for r in p.replicas if r not in live]
+            perr = Errors.NONE
+            if p.leader < 0 or p.leader not in live:
+                perr = Errors.LEADER_NOT_AVAILABLE
+            partitions.append(
+                {
+                    "error_code": perr,
+                    "partition_index": pid,
+                    "leader_id": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": p.replicas,
+                    "isr_nodes": p.isr,
+                    "offline_replicas": offline,
+                }
+            )
+        return {
+            "error_code": Errors.NONE,
+            "name": t.name,
+            "topic_id": t.topic_id,
+            "is_internal": t.name in INTERNAL_TOPICS,
+            "partitions": partitions,
+            "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
+        }
+
+    def handle_metadata(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        version = ctx.version
+        topics = req["topics"]
+        allow_auto = req["allow_auto_topic_creation"] if version >= 4 else True
+        names: list[str]
+        unknown_ids: list[uuid.UUID] = []
+        if topics is None or (version == 0 and not topics):
+            names = sorted(self.image.topics_by_name)
+            allow_auto = False
+        else:
+            names = []
+            for t in topics:
+                if t.get("name") is None:
+                    tid = t.get("topic_id") or _ZERO_UUID
+                    topic = self.image.topics_by_id.get(tid)
+                    if topic is None:
+                        unknown_ids.append(tid)
+                    else:
+                        names.append(topic.name)
+                else:
+                    names.append(t["name"])
+
+        def body(errors: dict[str, Errors]) -> dict[str, Any]:
+            out_topics = [self._topic_metadata(n, errors.get(n, Errors.NONE)) for n in names if n is not None]
+            for tid in unknown_ids:
+                out_topics.append(
+                    {
+                        "error_code": Errors.UNKNOWN_TOPIC_ID,
+                        "name": None,
+                        "topic_id": tid,
+                        "is_internal": False,
+                        "partitions": [],
+                        "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
+                    }
+                )
+            return {
+                "throttle_time_ms": 0,
+                "brokers": self._brokers_for(ctx.conn.listener_name),
+                "cluster_id": self.cluster_id,
+                "controller_id": self.node_id,
+                "topics": out_topics,
+                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+            }
+
+        errors: dict[str, Errors] = {}
+        to_create: list[str] = []
+        for n in names:
+            if n is None or n in self.image.topics_by_name:
+                continue
+            if topic_name_error(n) is not None:
+                errors[n] = Errors.INVALID_TOPIC_EXCEPTION
+            elif allow_auto and self.config.auto_create_topics_enable and n not in INTERNAL_TOPICS:
+                to_create.append(n)
+            else:
+                errors[n] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if not to_create:
+            return body(errors)
+
+        async def create_then_answer() -> dict[str, Any]:
+            results = await self.controller.create_topics(
+                [{"name": n, "num_partitions": -1, "replication_factor": -1} for n in to_create],
+                validate_only=False,
+            )
+            for r in results:
+                if r.error == Errors.TOPIC_ALREADY_EXISTS:
+                    continue
+                if r.error != Errors.NONE:
+                    log.warning("Auto-creation of topic %s failed: %s", r.name, r.message)
+                    errors[r.name] = (
+                        Errors.INVALID_TOPIC_EXCEPTION
+                        if r.error == Errors.INVALID_TOPIC_EXCEPTION
+                        else Errors.LEADER_NOT_AVAILABLE
+                    )
+                else:
+                    log.info("Auto-created topic %s for %s", r.name, ctx.conn.peer)
+            return body(errors)
+
+        return create_then_answer()
+
+    # -- Produce --------------------------------------------------------------------------------
+
+    def handle_produce(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        acks = req["acks"]
+        if req["transactional_id"] is not None:
+            error: Errors | None = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            message = "Transactions are not supported by this broker yet"
+        elif acks not in (-1, 0, 1):
+            error, message = Errors.INVALID_REQUIRED_ACKS, f"Invalid required acks {acks}"
+        else:
+            error, message = None, None
+        entries: dict[tuple[str, int], Any] = {}
+        statuses: dict[tuple[str, int], ProducePartitionStatus] = {}
+        order: list[tuple[str, int]] = []
+        for t in req["topic_data"]:
+            name = t["name"]
+            for p in t["partition_data"]:
+                tp = (name, p["index"])
+                order.append(tp)
+                if error is not None:
+                    statuses[tp] = ProducePartitionStatus(error=error, message=message)
+                elif tp in entries or tp in statuses:
+                    statuses[tp] = ProducePartitionStatus(
+                        error=Errors.INVALID_REQUEST, message="Duplicate partition in produce request"
+                    )
+                    entries.pop(tp, None)
+                elif topic_name_error(name) is not None:
+                    statuses[tp] = ProducePartitionStatus(error=Errors.INVALID_TOPIC_EXCEPTION)
+                else:
+                    entries[tp] = p["records"]
+        result = self.replica_manager.append_records(req["timeout_ms"], acks, entries) if entries else {}
+
+        def body(appended: dict[tuple[str, int], ProducePartitionStatus]) -> dict[str, Any] | None:
+            all_status = {**appended, **statuses}
+            if acks == 0:
+                bad = [(tp, s) for tp, s in all_status.items() if s.error != Errors.NONE]
+                if bad:
+                    # With acks=0 there is no response to carry the error; Kafka closes the
+                    # connection so the producer notices and refreshes its metadata.
+                    tp, s = bad[0]
+                    raise CloseConnection(
+                        f"acks=0 produce to {tp[0]}-{tp[1]} from {ctx.conn.peer} failed with "
+                        f"{s.error.name}: {s.message or ''}"
+                    )
+                return None
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for tp in order:
+                s = all_status[tp]
+                by_topic.setdefault(tp[0], []).append(
+                    {
+                        "index": tp[1],
+                        "error_code": s.error,
+                        "base_offset": s.base_offset,
+                        "log_append_time_ms": s.log_append_time,
+                        "log_start_offset": s.log_start_offset,
+                        "record_errors": [],
+                        "error_message": s.message if s.error != Errors.NONE else None,
+                    }
+                )
+            return {
+                "responses": [{"name": n, "partition_responses": ps} for n, ps in by_topic.items()],
+                "throttle_time_ms": 0,
+            }
+
+        if isinstance(result, DelayedProduce):
+            op = result
+
+            async def wait() -> dict[str, Any] | None:
+                return body(await op.future)
+
+            return wait()
+        return body(result)
+
+    # -- Fetch ----------------------------------------------------------------------------------
+
+    def handle_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        version = ctx.version
+        session_id, session_epoch = req["session_id"], req["session_epoch"]
+        if session_id != 0 and session_epoch not in (0, -1):
+            # We never hand out fetch sessions (we answer session id 0: "no session"), so an
+            # incremental fetch names a session we do not know.
+            return {
+                "throttle_time_ms": 0,
+                "error_code": Errors.FETCH_SESSION_ID_NOT_FOUND,
+                "session_id": 0,
+                "responses": [],
+            }
+        requests: list[FetchPartitionRequest] = []
+        errors: list[tuple[dict[str, Any], dict[str, Any], Errors]] = []
+        use_ids = version >= 13
+        for t in req["topics"]:
+            if use_ids:
+                topic = self.image.topics_by_id.get(t["topic_id"])
+                name = topic.name if topic is not None else None
+            else:
+                name = t["topic"]
+            for p in t["partitions"]:
+                if name is None:
+                    errors.append((t, p, Errors.UNKNOWN_TOPIC_ID))
+                    continue
+                if p["partition_max_bytes"] < 0 or p["fetch_offset"] < 0:
+                    errors.append((t, p, Errors.OFFSET_OUT_OF_RANGE if p["fetch_offset"] < 0 else Errors.INVALID_REQUEST))
+                    continue
+                requests.append(
+                    FetchPartitionRequest(
+                        name,
+                        p["partition"],
+                        p["fetch_offset"],
+                        p["partition_max_bytes"],
+                        p.get("current_leader_epoch", -1),
+                    )
+                )
+        max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
+        isolation = req["isolation_level"] if version >= 4 else 0
+        result = self.replica_manager.fetch_messages(
+            req["max_wait_ms"], req["min_bytes"], max_bytes, isolation, requests
+        )
+
+        def body(results: list[FetchPartitionResult]) -> dict[str, Any]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for r in results:
+                res = r.result
+                by_topic.setdefault(r.request.topic, []).append(
+                    {
+                        "partition_index": r.request.partition,
+                        "error_code": res.error,
+                        "high_watermark": res.high_watermark,
+                        "last_stable_offset": res.last_stable_offset,
+                        "log_start_offset": res.log_start_offset,
+                        "aborted_transactions": None if res.error == Errors.NONE else None,
+                        "preferred_read_replica": -1,
+                        "records": res.records if res.records is not None else b"",
+                    }
+                )
+            responses: list[dict[str, Any]] = []
+            for name, parts in by_topic.items():
+                timg = self.image.topics_by_name.get(name)
+                responses.append(
+                    {"topic": name, "topic_id": timg.topic_id if timg else _ZERO_UUID, "partitions": parts}
+                )
+            for treq, p, err in errors:
+                responses.append(
+                    {
+                        "topic": treq.get("topic", ""),
+                        "topic_id": treq.get("topic_id", _ZERO_UUID),
+                        "partitions": [
+                            {
+                                "partition_index": p["partition"],
+                                "error_code": err,
+                                "high_watermark": -1,
+                                "last_stable_offset": -1,
+                                "log_start_offset": -1,
+                                "preferred_read_replica": -1,
+                                "records": b"",
+                            }
+                        ],
+                    }
+                )
+            return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0, "responses": responses}
+
+        if isinstance(result, DelayedFetch):
+            op = result
+
+            async def wait() -> dict[str, Any]:
+                return body(await op.future)
+
+            return wait()
+        return body(result)
+
+    # -- ListOffsets ----------------------------------------------------------------------------
+
+    def handle_list_offsets(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        isolation = req.get("isolation_level", 0)
+        topics_out = []
+        for t in req["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                entry = {
+                    "partition_index": p["partition_index"],
+                    "error_code": Errors.NONE,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                try:
+                    part = self.replica_manager.get_partition_or_error((t["name"], p["partition_index"]))
+                    ts, off, epoch = part.fetch_offset_for_timestamp(
+                        p["timestamp"], isolation, p.get("current_leader_epoch", -1)
+                    )
+                    entry.update(timestamp=ts, offset=off, leader_epoch=epoch)
+                except KafkaError as e:
+                    entry["error_code"] = e.code
+                parts.append(entry)
+            topics_out.append({"name": t["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics_out}
+
+    # -- OffsetForLeaderEpoch -------------------------------------------------------------------
+
+    def handle_offset_for_leader_epoch(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        topics_out = []
+        for t in req["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                entry = {
+                    "error_code": Errors.NONE,
+                    "partition": p["partition"],
+                    "leader_epoch": -1,
+                    "end_offset": -1,
+                }
+                try:
+                    part = self.replica_manager.get_partition_or_error((t["topic"], p["partition"]))
+                    epoch, end = part.last_offset_for_leader_epoch(
+                        p["current_leader_epoch"], p["leader_epoch"]
+                    )
+                    entry.update(leader_epoch=epoch, end_offset=end)
+                except KafkaError as e:
+                    entry["error_code"] = e.code
+                parts.append(entry)
+            topics_out.append({"topic": t["topic"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics_out}
+
+    # -- CreateTopics ---------------------------------------------------------------------------
+
+    def handle_create_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        seen: dict[str, int] = {}
+        for t in req["topics"]:
+            seen[t["name"]] = seen.get(t["name"], 0) + 1
+        dup = {n for n, c in seen.items() if c > 1}
+        valid = [t for t in req["topics"] if t["name"] not in dup]
+
+        async def run() -> dict[str, Any]:
+            results = await self.controller.create_topics(valid, req["validate_only"]) if valid else []
+            out = []
+            for r in results:
+                entry: dict[str, Any] = {
+                    "name": r.name,
+                    "topic_id": r.topic_id,
+                    "error_code": r.error,
+                    "error_message": r.message,
+                    "num_partitions": r.num_partitions,
+                    "replication_factor": r.replication_factor,
+                    "configs": None,
+                }
+                if r.error == Errors.NONE and ctx.version >= 5:
+                    entry["configs"] = [
+                        {
+                            "name": c.name,
+                            "value": c.value,
+                            "read_only": c.read_only,
+                            "config_source": c.source,
+                            "is_sensitive": c.is_sensitive,
+                        }
+                        for c in config_defs.describe_topic_config(self.config, r.configs)
+                    ]
+                out.append(entry)
+            for n in sorted(dup):
+                out.append(
+                    {
+                        "name": n,
+                        "error_code": Errors.INVALID_REQUEST,
+                        "error_message": f"Create topics request from client `{ctx.header.client_id}` contains multiple entries for the following topics: {n}",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                    }
+                )
+            return {"throttle_time_ms": 0, "topics": out}
+
+        return run()
+
+    # -- DeleteTopics ---------------------------------------------------------------------------
+
+    def handle_delete_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        names: list[str | None] = []
+        ids: list[uuid.UUID | None] = []
+        if ctx.version >= 6:
+            for t in req["topics"]:
+                if t.get("name") is not None:
+                    names.append(t["name"])
+                    ids.append(None)
+                else:
+                    names.append(None)
+                    ids.append(t.get("topic_id") or _ZERO_UUID)
+        else:
+            for n in req["topic_names"]:
+                names.append(n)
+                ids.append(None)
+
+        async def run() -> dict[str, Any]:
+            results = await self.controller.delete_topics(names, ids)
+            return {
+                "throttle_time_ms": 0,
+                "responses": [
+                    {"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
+                    for n, tid, code, msg in results
+                ],
+            }
+
+        return run()
+
+    # -- CreatePartitions -----------------------------------------------------------------------
+
+    def handle_create_partitions(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        async def run() -> dict[str, Any]:
+            results = await self.controller.create_partitions(req["topics"], req["validate_only"])
+            return {
+                "throttle_time_ms": 0,
+                "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
+            }
+
+        return run()
+
+    # -- DeleteRecords --------------------------------------------------------------------------
+
+    def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        topics_out = []
+        for t in req["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": Errors.NONE}
+                try:
+                    part = self.replica_manager.get_partition_or_error((t["name"], p["partition_index"]))
+                    entry["low_watermark"] = part.delete_records_on_leader(p["offset"])
+                    log.info(
+                        "DeleteRecords: %s-%d log start offset is now %d",
+                        t["name"], p["partition_index"], entry["low_watermark"],
+                    )
+                except KafkaError as e:
+                    entry["error_code"] = e.code
+                parts.append(entry)
+            topics_out.append({"name": t["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics_out}
+
+    # -- Configs --------------------------------------------------------------------------------
+
+    def handle_describe_configs(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        include_synonyms = req.get("include_synonyms", False)
+        include_docs = req.get("include_documentation", False)
+        results = []
+        for r in req["resources"]:
+            rtype, rname, keys = r["resource_type"], r["resource_name"], r["configuration_keys"]
+            res: dict[str, Any] = {
+                "error_code": Errors.NONE,
+                "error_message": None,
+                "resource_type": rtype,
+                "resource_name": rname,
+                "configs": [],
+            }
+            entries: list[config_defs.ConfigEntry] = []
+            is_topic = rtype == TOPIC_RESOURCE
+            if is_topic:
+                if rname not in self.image.topics_by_name:
+                    res["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    res["error_message"] = f"Topic '{rname}' does not exist."
+                else:
+                    entries = config_defs.describe_topic_config(
+                        self.config, self.image.topic_config(rname), keys
+                    )
+            elif rtype == BROKER_RESOURCE:
+                if rname not in ("", str(self.node_id)):
+                    res["error_code"] = Errors.INVALID_REQUEST
+                    res["error_message"] = f"Unexpected broker id, expected {self.node_id} or empty string, but received {rname}"
+                else:
+                    entries = config_defs.describe_broker_config(self.config, keys)
+            else:
+                res["error_code"] = Errors.INVALID_REQUEST
+                res["error_message"] = f"Unsupported resource type {rtype}"
+            for e in entries:
+                res["configs"].append(
+                    {
+                        "name": e.name,
+                        "value": e.value,
+                        "read_only": e.read_only,
+                        "config_source": e.source,
+                        "is_sensitive": e.is_sensitive,
+                        "synonyms": [
+                            {"name": s.name, "value": s.value, "source": s.source} for s in e.synonyms
+                        ]
+                        if include_synonyms
+                        else [],
+                        "config_type": config_defs.config_type_code(e.name, topic=is_topic),
+                        "documentation": config_defs.config_doc(e.name, topic=is_topic) if include_docs else None,
+                    }
+                )
+            results.append(res)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _alter_configs(self, ctx: RequestContext, req: dict[str, Any], incremental: bool) -> Any:
+        async def run() -> dict[str, Any]:
+            outcomes = await self.controller.alter_configs(req["resources"], req["validate_only"], incremental)
+            responses = []
+            for r, (code, msg) in zip(req["resources"], outcomes, strict=True):
+                if code != Errors.NONE:
+                    log.info(
+                        "%sAlterConfigs on %s %r refused: %s",
+                        "Incremental" if incremental else "", r["resource_type"], r["resource_name"], msg,
+                    )
+                responses.append(
+                    {
+                        "error_code": code,
+                        "error_message": msg,
+                        "resource_type": r["resource_type"],
+                        "resource_name": r["resource_name"],
+                    }
+                )
+            return {"throttle_time_ms": 0, "responses": responses}
+
+        return run()
+
+    def handle_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        return self._alter_configs(ctx, req, incremental=False)
+
+    def handle_incremental_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        return self._alter_configs(ctx, req, incremental=True)
+
+    # -- DescribeCluster ------------------------------------------------------------------------
+
+    def handle_describe_cluster(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        endpoint_type = req.get("endpoint_type", 1)
+        body: dict[str, Any] = {
+            "throttle_time_ms": 0,
+            "error_code": Errors.NONE,
+            "error_message": None,
+            "endpoint_type": 1,
+            "cluster_id": self.cluster_id,
+            "controller_id": self.node_id,
+            "brokers": [],
+            "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+        }
+        if endpoint_type != 1:
+            body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE
+            body["error_message"] = "The request was sent to a broker endpoint, but asked for controllers"
+            return body
+        for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
+            if b.fenced and not req.get("include_fenced_brokers", False):
+                continue
+            ep = b.endpoints.get(ctx.conn.listener_name)
+            if ep is None:
+                continue
+            body["brokers"].append(
+                {"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack, "is_fenced": b.fenced}
+            )
+        return body
+
+    # -- DescribeLogDirs ------------------------------------------------------------------------
+
+    def handle_describe_log_dirs(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        wanted: set[tuple[str, int]] | None = None
+        if req["topics"] is not None:
+            wanted = {(t["topic"], p) for t in req["topics"] for p in t["partitions"]}
+        logs = self.log_manager.all_logs()
+        results = []
+        for d in self.log_manager.log_dirs:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for (topic, part), lg in sorted(logs.items()):
+                if wanted is not None and (topic, part) not in wanted:
+                    continue
+                if os.path.dirname(os.path.abspath(lg.dir)) != d:
+                    continue
+                by_topic.setdefault(topic, []).append(
+                    {"partition_index": part, "partition_size": lg.size, "offset_lag": 0, "is_future_key": False}
+                )
+            try:
+                usage = shutil.disk_usage(d)
+                total, usable = usage.total, usage.free
+            except OSError:
+                total, usable = -1, -1
+            results.append(
+                {
+                    "error_code": Errors.NONE,
+                    "log_dir": d,
+                    "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+                    "total_bytes": total,
+                    "usable_bytes": usable,
+                }
+            )
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
