@@ -19,8 +19,11 @@ LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 class ServerLike(Protocol):
-    bound_ports: dict[str, int]
-    cluster_id: str | None
+    @property
+    def bound_ports(self) -> Mapping[str, int]: ...
+
+    @property
+    def cluster_id(self) -> str | None: ...
 
     async def startup(self) -> None: ...
 
