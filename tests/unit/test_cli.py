@@ -163,3 +163,12 @@ def test_embedded_broker_startup_error_raised() -> None:
 def test_embedded_broker_invalid_override() -> None:
     with pytest.raises(ConfigError, match="node.id"):
         EmbeddedBroker({"node.id": "x"}, server_factory=FakeBrokerServer).start()
+
+
+@pytest.mark.odradek_config({"num.partitions": "2"}, message_max_bytes="2000000")
+def test_pytest_fixture_real_broker(odradek_broker: EmbeddedBroker) -> None:
+    assert odradek_broker.config is not None
+    assert odradek_broker.config.num_partitions == 2
+    assert odradek_broker.config.message_max_bytes == 2000000
+    _connect(odradek_broker.port)
+    assert odradek_broker.cluster_id
