@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+PRODUCER_ID_BLOCK_SIZE = 1000
 METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
 
 
@@ -133,6 +134,20 @@ class QuorumController:
             )
             records.append(("UnfenceBrokerRecord", {"id": self.node_id, "epoch": epoch}))
             return epoch, records
+
+        return await self._write(op)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
+        """Hand a broker a block of producer ids (Kafka's AllocateProducerIds): (first, count)."""
+
+        def op() -> tuple[tuple[int, int], list[MetadataRecord]]:
+            first = self.image.next_producer_id
+            record = {
+                "broker_id": broker_id,
+                "broker_epoch": broker_epoch,
+                "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE,
+            }
+            return (first, PRODUCER_ID_BLOCK_SIZE), [("ProducerIdsRecord", record)]
 
         return await self._write(op)
 

@@ -29,3 +29,15 @@ class CorruptIndexError(LogError):
     """An index file is inconsistent with its segment; the segment must be recovered."""
 
     error_code = -1
+
+
+class OutOfOrderSequenceError(LogError):
+    """An idempotent producer's batch does not follow its last sequence number."""
+
+    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(LogError):
+    """A batch from an older epoch of a producer id than the one already seen."""
+
+    error_code = 47  # INVALID_PRODUCER_EPOCH

@@ -28,13 +28,20 @@ from odradek.log.leader_epoch import (
     LeaderEpochFileCache,
 )
 from odradek.log.log_config import LogConfig
+from odradek.log.producer_state import ProducerStateManager, last_sequence
 from odradek.log.segment import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     LogSegment,
 )
-from odradek.records.batch import AppendInfo, validate, validate_and_assign
+from odradek.records.batch import (
+    RECORD_BATCH_OVERHEAD,
+    AppendInfo,
+    parse_header,
+    validate,
+    validate_and_assign,
+)
 from odradek.records.errors import RecordBatchTooLargeError
 
 PARTITION_METADATA_FILENAME = "partition.metadata"
@@ -126,6 +133,9 @@ class Log:
         self._last_flush_ms = now_ms
         self._pending_close: list[tuple[int, LogSegment]] = []
         self._closed = False
+        # Idempotent-producer state, rebuilt from batch headers the first time it is needed.
+        self.producer_state = ProducerStateManager()
+        self._producer_state_loaded = False
 
     # =========================================================================== loading
     @classmethod
@@ -297,10 +307,36 @@ class Log:
         self._topic_id = topic_id
 
     # ============================================================================= append
+    def _ensure_producer_state(self) -> None:
+        if not self._producer_state_loaded:
+            self.producer_state.rebuild(
+                h for seg in self._segments for h in seg.iter_batch_headers()
+            )
+            self._producer_state_loaded = True
+
     def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate a produce buffer, assign offsets in place and append it."""
+        """Validate a produce buffer, assign offsets in place and append it.
+
+        A batch an idempotent producer already wrote (a retry) is not appended again: the
+        returned info carries the original offsets and ``num_batches == 0``.
+        """
         with self._lock:
             config = self.config
+            first = parse_header(buf, 0) if len(buf) >= RECORD_BATCH_OVERHEAD else None
+            if first is not None and first.producer_id >= 0 and first.base_sequence >= 0:
+                self._ensure_producer_state()
+                dup = self.producer_state.check(
+                    first.producer_id,
+                    first.producer_epoch,
+                    first.base_sequence,
+                    last_sequence(first.base_sequence, first.last_offset_delta),
+                )
+                if dup is not None:
+                    return AppendInfo(
+                        first_offset=dup.first_offset,
+                        last_offset=dup.last_offset,
+                        max_timestamp=dup.max_timestamp,
+                    )
             info = validate_and_assign(
                 buf,
                 self.log_end_offset,
@@ -317,6 +353,9 @@ class Log:
             if leader_epoch > self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
             self._append(buf, info, now_ms)
+            if self._producer_state_loaded:
+                for b in info.batches:
+                    self.producer_state.update_from_header(parse_header(buf, b.position))
             need_flush = self._unflushed_messages >= config.flush_messages
         if need_flush:
             self.flush(now_ms=now_ms)
@@ -344,6 +383,7 @@ class Log:
                 if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
                     self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
             self._append(buf, info, now_ms)
+            self._producer_state_loaded = False
             need_flush = self._unflushed_messages >= config.flush_messages
         if need_flush:
             self.flush(now_ms=now_ms)
@@ -595,6 +635,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self._unflushed_messages = 0
+            self._producer_state_loaded = False
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -612,6 +653,7 @@ class Log:
             self._recovery_point = offset
             self._high_watermark = offset
             self._unflushed_messages = 0
+            self._producer_state_loaded = False
 
     # ============================================================================ flush
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> None:

@@ -82,6 +82,7 @@ class MetadataImage:
         self.configs: dict[tuple[int, str], dict[str, str]] = {}
         self.brokers: dict[int, BrokerRegistration] = {}
         self.features: dict[str, int] = {}
+        self.next_producer_id = 0
         self.offset = -1  # offset of the last record applied
 
     # -- queries --------------------------------------------------------------------------------
@@ -194,6 +195,9 @@ class MetadataImage:
         if b is not None and b.epoch == r["epoch"]:
             b.fenced = True
             delta.changed_brokers.add(b.broker_id)
+
+    def _apply_ProducerIdsRecord(self, r: dict[str, Any], delta: MetadataDelta) -> None:  # noqa: N802
+        self.next_producer_id = max(self.next_producer_id, r["next_producer_id"])
 
     def _apply_FeatureLevelRecord(self, r: dict[str, Any], delta: MetadataDelta) -> None:  # noqa: N802
         self.features[r["name"]] = r["feature_level"]

@@ -32,6 +32,7 @@ from odradek.server import config_defs
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
+from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,14 @@ class BrokerServer:
         self.loader.publishers.append(self.replica_manager.apply_delta)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
+        controller = self.controller
+
+        async def allocate_block() -> tuple[int, int]:
+            return await controller.allocate_producer_ids(self.node_id, self.broker_epoch)
+
+        self.broker_epoch = -1
         broker_apis = KafkaApis(
+            producer_id_manager=ProducerIdManager(allocate_block),
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
@@ -152,6 +160,7 @@ class BrokerServer:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
         broker_epoch = await self.controller.bootstrap_and_register(uuid.uuid4(), endpoints, cfg.broker_rack)
+        self.broker_epoch = broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(_now_ms()))

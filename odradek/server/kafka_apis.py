@@ -33,6 +33,7 @@ from odradek.protocol.header import (
 from odradek.protocol.schema import Api, SchemaError
 from odradek.server import config_defs
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import (
     DelayedFetch,
     DelayedProduce,
@@ -72,8 +73,10 @@ class KafkaApis:
         replica_manager: ReplicaManager,
         controller: QuorumController,
         log_manager: LogManager,
+        producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
     ) -> None:
+        self.producer_id_manager = producer_id_manager
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
@@ -99,6 +102,7 @@ class KafkaApis:
             m.INCREMENTAL_ALTER_CONFIGS.api_key: self.handle_incremental_alter_configs,
             m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
+            m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,
         }
         missing = set(self.apis) - set(self.handlers)
         if missing:  # ApiVersions must never advertise an API without a handler
@@ -756,6 +760,29 @@ class KafkaApis:
                 {"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack, "is_fenced": b.fenced}
             )
         return body
+
+    # -- InitProducerId -------------------------------------------------------------------------
+
+    def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        if req["transactional_id"] is not None:
+            # Transactions need the transaction coordinator, which this broker does not have
+            # yet (FindCoordinator for transactions is not advertised either).
+            log.info(
+                "InitProducerId for transactional id %r from %s refused: transactions are not supported",
+                req["transactional_id"], ctx.conn.peer,
+            )
+            return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+        manager = self.producer_id_manager
+        if manager is None:
+            return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+
+        async def run() -> dict[str, Any]:
+            # An idempotent producer gets a fresh id with epoch 0, also when it asks to bump
+            # the epoch of its old one (KIP-360), as Kafka does without a transactional id.
+            pid = await manager.generate_producer_id()
+            return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid, "producer_epoch": 0}
+
+        return run()
 
     # -- DescribeLogDirs ------------------------------------------------------------------------
 

@@ -10,11 +10,13 @@ in the delayed-produce / delayed-fetch purgatories and are woken by appends and 
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.log.errors import LogError
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
@@ -26,6 +28,8 @@ from odradek.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+_BATCH_LENGTH = struct.Struct(">i")
 
 
 @dataclass
@@ -246,14 +250,21 @@ class ReplicaManager:
                 )
                 continue
             if buf is None or len(buf) == 0:
-                st.error, st.message = Errors.CORRUPT_MESSAGE, "Produce request with no records"
+                st.error, st.message = Errors.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
                 continue
+            if len(buf) >= 12:
+                (batch_length,) = _BATCH_LENGTH.unpack_from(buf, 8)
+                if 0 <= batch_length and 12 + batch_length < len(buf):
+                    st.error = Errors.INVALID_RECORD
+                    st.message = "Produce requests are only allowed to contain exactly one record batch per partition"
+                    log.warning("Rejected produce to %s: %s", p, st.message)
+                    continue
             try:
                 info = p.append_records_to_leader(buf, required_acks, now)
             except KafkaError as e:
                 st.error, st.message = e.code, e.message
                 continue
-            except RecordError as e:
+            except (RecordError, LogError) as e:
                 st.error, st.message = Errors(e.error_code), str(e)
                 log.warning("Rejected produce to %s: %s", p, e)
                 continue

@@ -17,6 +17,7 @@ from odradek.protocol.messages.describe_configs import DESCRIBE_CONFIGS
 from odradek.protocol.messages.describe_log_dirs import DESCRIBE_LOG_DIRS
 from odradek.protocol.messages.fetch import FETCH
 from odradek.protocol.messages.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
+from odradek.protocol.messages.init_producer_id import INIT_PRODUCER_ID
 from odradek.protocol.messages.list_offsets import LIST_OFFSETS
 from odradek.protocol.messages.metadata import METADATA
 from odradek.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
@@ -39,6 +40,7 @@ ALL_APIS: list[Api] = [
     DESCRIBE_LOG_DIRS,
     INCREMENTAL_ALTER_CONFIGS,
     DESCRIBE_CLUSTER,
+    INIT_PRODUCER_ID,
 ]
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
@@ -57,6 +59,7 @@ __all__ = [
     "DESCRIBE_LOG_DIRS",
     "FETCH",
     "INCREMENTAL_ALTER_CONFIGS",
+    "INIT_PRODUCER_ID",
     "LIST_OFFSETS",
     "METADATA",
     "OFFSET_FOR_LEADER_EPOCH",
