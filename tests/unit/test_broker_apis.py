@@ -1,0 +1,357 @@
+"""The broker in-process: requests encoded with our codec, sent over a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.network.client import ConnectionClosed, NetworkClient
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.records.batch import iter_batches
+from odradek.records.builder import build_batch
+from odradek.records.records import decode_batch
+from odradek.server.broker_server import BrokerServer
+from odradek.server.kafka_config import KafkaConfig
+
+
+def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro_fn())  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def broker(data: Path, **overrides: str) -> AsyncIterator[tuple[BrokerServer, NetworkClient]]:
+    props = {
+        "log.dirs": str(data),
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        **overrides,
+    }
+    server = BrokerServer(KafkaConfig(props))
+    await server.startup()
+    client = NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"])
+    await client.connect()
+    try:
+        yield server, client
+    finally:
+        await client.close()
+        await server.shutdown()
+
+
+async def create(c: NetworkClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None, rf: int = 1) -> dict[str, Any]:
+    resp = await c.send(
+        m.CREATE_TOPICS,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": rf,
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+                }
+            ],
+            "timeout_ms": 5000,
+        },
+    )
+    return resp["topics"][0]  # type: ignore[no-any-return]
+
+
+def batch(values: list[bytes], ts: int = 1_000, **kw: Any) -> bytes:
+    return build_batch([(b"k", v, [("h", b"1")], ts + i) for i, v in enumerate(values)], **kw)
+
+
+async def produce(c: NetworkClient, topic: str, partition: int, data: bytes, acks: int = -1, version: int = 9) -> dict[str, Any]:
+    resp = await c.send(
+        m.PRODUCE,
+        version,
+        {
+            "acks": acks,
+            "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
+        },
+    )
+    return resp["responses"][0]["partition_responses"][0]  # type: ignore[no-any-return]
+
+
+async def fetch(c: NetworkClient, topic: str, partition: int, offset: int, max_wait: int = 0, min_bytes: int = 1) -> dict[str, Any]:
+    resp = await c.send(
+        m.FETCH,
+        11,
+        {
+            "replica_id": -1,
+            "max_wait_ms": max_wait,
+            "min_bytes": min_bytes,
+            "max_bytes": 50 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1}
+                    ],
+                }
+            ],
+        },
+    )
+    return resp["responses"][0]["partitions"][0]  # type: ignore[no-any-return]
+
+
+def records_of(data: bytes | memoryview) -> list[Any]:
+    raw = bytes(data)
+    out = []
+    for h in iter_batches(raw):
+        out.extend(decode_batch(raw[h.position : h.position + h.size]))
+    return out
+
+
+async def list_offset(c: NetworkClient, topic: str, ts: int) -> dict[str, Any]:
+    resp = await c.send(
+        m.LIST_OFFSETS,
+        7,
+        {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]},
+    )
+    return resp["topics"][0]["partitions"][0]  # type: ignore[no-any-return]
+
+
+def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (server, c):
+            resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+            assert resp["error_code"] == 0
+            advertised = {(a["api_key"], a["min_version"], a["max_version"]) for a in resp["api_keys"]}
+            assert advertised == {(a.api_key, a.min_version, a.max_version) for a in m.ALL_APIS}
+            # An ApiVersions version we do not know: answered in v0 with UNSUPPORTED_VERSION.
+            frame = bytearray(struct.pack(">hhih", 18, 99, 7, 1) + b"x")
+            raw = await c.send_raw(struct.pack(">i", len(frame)) + frame)
+            assert raw is not None
+            cid, code = struct.unpack_from(">ih", raw, 0)
+            assert (cid, code) == (7, Errors.UNSUPPORTED_VERSION)
+
+    run(go)
+
+
+def test_unknown_api_key_and_unsupported_produce_version_close_the_connection(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (server, c):
+            frame = struct.pack(">hhih", 9999, 0, 1, -1)
+            with pytest.raises(ConnectionClosed):
+                await c.send_raw(struct.pack(">i", len(frame)) + frame)
+            async with NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]) as c2:
+                with pytest.raises(ConnectionClosed):
+                    await c2.send(m.PRODUCE, 2, {"acks": 1, "timeout_ms": 10, "topic_data": []})
+            async with NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]) as c3:
+                resp = await c3.send(m.METADATA, 12, {"topics": None})
+                assert resp["brokers"][0]["node_id"] == 1
+
+    run(go)
+
+
+def test_create_topics_validation(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            ok = await create(c, "orders", 3, {"retention.ms": "1000"})
+            assert ok["error_code"] == 0 and ok["num_partitions"] == 3
+            assert ok["topic_id"] != uuid.UUID(int=0)
+            assert {x["name"]: x["value"] for x in ok["configs"]}["retention.ms"] == "1000"
+            assert (await create(c, "orders"))["error_code"] == Errors.TOPIC_ALREADY_EXISTS
+            assert (await create(c, "bad name!"))["error_code"] == Errors.INVALID_TOPIC_EXCEPTION
+            assert (await create(c, "a" * 250))["error_code"] == Errors.INVALID_TOPIC_EXCEPTION
+            assert (await create(c, ".."))["error_code"] == Errors.INVALID_TOPIC_EXCEPTION
+            assert (await create(c, "orders_"))["error_code"] == 0
+            assert (await create(c, "orders."))["error_code"] == Errors.INVALID_TOPIC_EXCEPTION  # collides
+            assert (await create(c, "x", 0))["error_code"] == Errors.INVALID_PARTITIONS
+            assert (await create(c, "x", 1, rf=3))["error_code"] == Errors.INVALID_REPLICATION_FACTOR
+            bad = await create(c, "x", 1, {"retention.ms": "soon"})
+            assert bad["error_code"] == Errors.INVALID_CONFIG and "retention.ms" in bad["error_message"]
+            assert (await create(c, "x", 1, {"no.such.config": "1"}))["error_code"] == Errors.INVALID_CONFIG
+            md = await c.send(m.METADATA, 12, {"topics": [{"name": "orders"}], "allow_auto_topic_creation": False})
+            t = md["topics"][0]
+            assert t["topic_id"] == ok["topic_id"] and len(t["partitions"]) == 3
+            assert all(p["leader_id"] == 1 and p["isr_nodes"] == [1] for p in t["partitions"])
+            md = await c.send(m.METADATA, 12, {"topics": [{"name": "missing"}], "allow_auto_topic_creation": False})
+            assert md["topics"][0]["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+    run(go)
+
+
+def test_produce_fetch_round_trip_and_errors(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "t", 2)
+            r = await produce(c, "t", 0, batch([b"a", b"b", b"c"]))
+            assert r["error_code"] == 0 and r["base_offset"] == 0
+            r = await produce(c, "t", 0, batch([b"d"]), acks=1)
+            assert r["base_offset"] == 3
+            f = await fetch(c, "t", 0, 0)
+            assert f["high_watermark"] == 4
+            recs = records_of(f["records"])
+            assert [x.value for x in recs] == [b"a", b"b", b"c", b"d"]
+            assert [x.offset for x in recs] == [0, 1, 2, 3]
+            assert recs[0].headers == [("h", b"1")] and recs[1].timestamp == 1001
+            # Corrupt CRC
+            bad = bytearray(batch([b"x"]))
+            bad[-1] ^= 0xFF
+            assert (await produce(c, "t", 0, bytes(bad)))["error_code"] == Errors.CORRUPT_MESSAGE
+            assert (await produce(c, "t", 7, batch([b"x"])))["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            assert (await produce(c, "t", -1, batch([b"x"])))["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            assert (await produce(c, "nope", 0, batch([b"x"])))["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            assert (await produce(c, "bad name", 0, batch([b"x"])))["error_code"] == Errors.INVALID_TOPIC_EXCEPTION
+            two = batch([b"x"]) + batch([b"y"])
+            assert (await produce(c, "t", 0, two))["error_code"] == Errors.INVALID_RECORD
+            big = batch([b"z" * 2_000_000])
+            assert (await produce(c, "t", 0, big))["error_code"] == Errors.MESSAGE_TOO_LARGE
+            assert (await produce(c, "t", 0, batch([b"e"]), acks=2))["error_code"] == Errors.INVALID_REQUIRED_ACKS
+            # Nothing acknowledged was lost along the way.
+            f = await fetch(c, "t", 0, 0)
+            assert [x.value for x in records_of(f["records"])] == [b"a", b"b", b"c", b"d"]
+            assert (await fetch(c, "t", 0, 99))["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+            assert (await fetch(c, "nope", 0, 0))["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+    run(go)
+
+
+def test_long_poll_fetch_wakes_on_append(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (server, c):
+            await create(c, "lp", 1)
+            start = time.monotonic()
+            pending = asyncio.ensure_future(fetch(c, "lp", 0, 0, max_wait=10_000))
+            await asyncio.sleep(0.3)
+            assert not pending.done()  # it is waiting in the purgatory
+            async with NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]) as p:
+                await produce(p, "lp", 0, batch([b"wake"]))
+            f = await asyncio.wait_for(pending, 8)
+            assert [x.value for x in records_of(f["records"])] == [b"wake"]
+            assert time.monotonic() - start < 8  # woken by the append, not by max_wait
+            # With nothing arriving, max_wait expires and an empty answer comes back.
+            f = await fetch(c, "lp", 0, 1, max_wait=200)
+            assert f["error_code"] == 0 and len(f["records"]) == 0
+
+    run(go)
+
+
+def test_list_offsets_and_delete_records(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "lo", 1)
+            await produce(c, "lo", 0, batch([b"a", b"b"], ts=1000))
+            await produce(c, "lo", 0, batch([b"c", b"d"], ts=5000))
+            await produce(c, "lo", 0, batch([b"e"], ts=3000))
+            assert (await list_offset(c, "lo", -2))["offset"] == 0
+            assert (await list_offset(c, "lo", -1))["offset"] == 5
+            mx = await list_offset(c, "lo", -3)
+            assert mx["timestamp"] == 5001 and mx["offset"] in (3, 2)
+            assert (await list_offset(c, "lo", 4000))["offset"] == 2
+            assert (await list_offset(c, "lo", 1001))["offset"] == 1  # record-level, as Kafka
+            assert (await list_offset(c, "lo", 99_999))["offset"] == -1
+            resp = await c.send(
+                m.DELETE_RECORDS, 2,
+                {"topics": [{"name": "lo", "partitions": [{"partition_index": 0, "offset": 2}]}], "timeout_ms": 1000},
+            )
+            assert resp["topics"][0]["partitions"][0] == {"partition_index": 0, "low_watermark": 2, "error_code": 0}
+            assert (await list_offset(c, "lo", -2))["offset"] == 2
+            assert (await fetch(c, "lo", 0, 0))["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+            resp = await c.send(
+                m.DELETE_RECORDS, 2,
+                {"topics": [{"name": "lo", "partitions": [{"partition_index": 0, "offset": 50}]}], "timeout_ms": 1000},
+            )
+            assert resp["topics"][0]["partitions"][0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+
+    run(go)
+
+
+def test_idempotent_producer_dedups_retries(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "idem", 1)
+            ip = await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000})
+            assert ip["error_code"] == 0 and ip["producer_id"] >= 0
+            ip2 = await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000})
+            assert ip2["producer_id"] != ip["producer_id"]
+            pid = ip["producer_id"]
+            b0 = batch([b"a", b"b"], producer_id=pid, producer_epoch=0, base_sequence=0)
+            assert (await produce(c, "idem", 0, b0))["base_offset"] == 0
+            assert (await produce(c, "idem", 0, b0))["base_offset"] == 0  # retry: same offset
+            b1 = batch([b"c"], producer_id=pid, producer_epoch=0, base_sequence=2)
+            assert (await produce(c, "idem", 0, b1))["base_offset"] == 2
+            b_gap = batch([b"x"], producer_id=pid, producer_epoch=0, base_sequence=9)
+            assert (await produce(c, "idem", 0, b_gap))["error_code"] == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+            f = await fetch(c, "idem", 0, 0)
+            assert [x.value for x in records_of(f["records"])] == [b"a", b"b", b"c"]
+
+    run(go)
+
+
+def test_configs_partitions_and_delete(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "cfg", 1)
+            r = await c.send(
+                m.INCREMENTAL_ALTER_CONFIGS, 1,
+                {"resources": [{"resource_type": 2, "resource_name": "cfg", "configs": [
+                    {"name": "retention.ms", "config_operation": 0, "value": "12345"},
+                    {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
+                ]}], "validate_only": False},
+            )
+            assert r["responses"][0]["error_code"] == 0
+            d = await c.send(
+                m.DESCRIBE_CONFIGS, 4,
+                {"resources": [{"resource_type": 2, "resource_name": "cfg", "configuration_keys": None}], "include_synonyms": True},
+            )
+            cfg = {x["name"]: x for x in d["results"][0]["configs"]}
+            assert cfg["retention.ms"]["value"] == "12345" and cfg["retention.ms"]["config_source"] == 1
+            assert cfg["cleanup.policy"]["value"] == "delete,compact"
+            assert cfg["segment.bytes"]["config_source"] == 5
+            r = await c.send(
+                m.ALTER_CONFIGS, 2,
+                {"resources": [{"resource_type": 2, "resource_name": "cfg", "configs": [{"name": "retention.ms", "value": "-5"}]}], "validate_only": False},
+            )
+            assert r["responses"][0]["error_code"] == Errors.INVALID_CONFIG
+            r = await c.send(
+                m.ALTER_CONFIGS, 2,
+                {"resources": [{"resource_type": 2, "resource_name": "nope", "configs": []}], "validate_only": False},
+            )
+            assert r["responses"][0]["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            r = await c.send(m.CREATE_PARTITIONS, 3, {"topics": [{"name": "cfg", "count": 4, "assignments": None}], "timeout_ms": 1000, "validate_only": False})
+            assert r["results"][0]["error_code"] == 0
+            r = await c.send(m.CREATE_PARTITIONS, 3, {"topics": [{"name": "cfg", "count": 2, "assignments": None}], "timeout_ms": 1000, "validate_only": False})
+            assert r["results"][0]["error_code"] == Errors.INVALID_PARTITIONS
+            assert (await produce(c, "cfg", 3, batch([b"p3"])))["error_code"] == 0
+            r = await c.send(m.DELETE_TOPICS, 6, {"topics": [{"name": "cfg"}], "timeout_ms": 1000})
+            assert r["responses"][0]["error_code"] == 0
+            r = await c.send(m.DELETE_TOPICS, 6, {"topics": [{"name": "cfg"}], "timeout_ms": 1000})
+            assert r["responses"][0]["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+            await create(c, "cfg", 1)
+            f = await fetch(c, "cfg", 0, 0)
+            assert f["high_watermark"] == 0  # a recreated topic starts empty
+
+    run(go)
+
+
+def test_restart_keeps_topics_data_and_producer_ids(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "keep", 2, {"retention.ms": "86400000"})
+            await produce(c, "keep", 1, batch([b"1", b"2"]))
+            pid1 = (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None}))["producer_id"]
+        async with broker(tmp_path) as (server, c):
+            md = await c.send(m.METADATA, 12, {"topics": None})
+            assert [t["name"] for t in md["topics"]] == ["keep"]
+            f = await fetch(c, "keep", 1, 0)
+            assert [x.value for x in records_of(f["records"])] == [b"1", b"2"]
+            assert (await produce(c, "keep", 1, batch([b"3"])))["base_offset"] == 2
+            pid2 = (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None}))["producer_id"]
+            assert pid2 > pid1  # ids are never handed out twice
+            assert server.image.topic_config("keep") == {"retention.ms": "86400000"}
+
+    run(go)
