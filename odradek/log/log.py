@@ -307,6 +307,11 @@ class Log:
         self._topic_id = topic_id
 
     # ============================================================================= append
+    @property
+    def needs_flush(self) -> bool:
+        """flush.messages reached: the caller must flush (off its event loop) before acking."""
+        return self._unflushed_messages >= self.config.flush_messages
+
     def _ensure_producer_state(self) -> None:
         if not self._producer_state_loaded:
             self.producer_state.rebuild(
@@ -356,9 +361,6 @@ class Log:
             if self._producer_state_loaded:
                 for b in info.batches:
                     self.producer_state.update_from_header(parse_header(buf, b.position))
-            need_flush = self._unflushed_messages >= config.flush_messages
-        if need_flush:
-            self.flush(now_ms=now_ms)
         return info
 
     def append_as_follower(
@@ -384,9 +386,6 @@ class Log:
                     self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
             self._append(buf, info, now_ms)
             self._producer_state_loaded = False
-            need_flush = self._unflushed_messages >= config.flush_messages
-        if need_flush:
-            self.flush(now_ms=now_ms)
         return info
 
     def _append(

@@ -36,7 +36,6 @@ from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import (
     DelayedFetch,
-    DelayedProduce,
     FetchPartitionRequest,
     FetchPartitionResult,
     ProducePartitionStatus,
@@ -382,14 +381,14 @@ class KafkaApis:
                 "throttle_time_ms": 0,
             }
 
-        if isinstance(result, DelayedProduce):
-            op = result
+        if isinstance(result, dict):
+            return body(result)
+        pending = result
 
-            async def wait() -> dict[str, Any] | None:
-                return body(await op.future)
+        async def wait() -> dict[str, Any] | None:
+            return body(await pending)
 
-            return wait()
-        return body(result)
+        return wait()
 
     # -- Fetch ----------------------------------------------------------------------------------
 

@@ -9,14 +9,16 @@ in the delayed-produce / delayed-fetch purgatories and are woken by appends and 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.log.errors import LogError
+from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
@@ -235,8 +237,11 @@ class ReplicaManager:
         timeout_ms: int,
         required_acks: int,
         entries: dict[TopicPartition, bytearray | None],
-    ) -> dict[TopicPartition, ProducePartitionStatus] | DelayedProduce:
+    ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
+        """Append to the leaders. Returns the statuses, or an awaitable of them when the answer
+        must wait: for fsync (``flush.messages`` reached) and/or for the HW (acks=-1)."""
         now = self.clock_ms()
+        to_flush: list[Log] = []
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, buf in entries.items():
             st = ProducePartitionStatus()
@@ -273,12 +278,29 @@ class ReplicaManager:
             assert p.log is not None
             st.log_start_offset = p.log.log_start_offset
             st.required_offset = info.last_offset + 1
+            if p.log.needs_flush:
+                to_flush.append(p.log)
             self._complete_delayed(tp)
+        if not to_flush and required_acks != -1:
+            return statuses
+        return self._complete_produce(timeout_ms, required_acks, statuses, to_flush)
+
+    async def _complete_produce(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        statuses: dict[TopicPartition, ProducePartitionStatus],
+        to_flush: list[Log],
+    ) -> dict[TopicPartition, ProducePartitionStatus]:
+        if to_flush:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(None, lg.flush) for lg in to_flush))
         if required_acks != -1:
             return statuses
         op = DelayedProduce(timeout_ms, statuses, self)
         self.produce_purgatory.try_complete_else_watch(op, list(statuses))
-        return op
+        result: dict[TopicPartition, ProducePartitionStatus] = await op.future
+        return result
 
     # -- fetch ----------------------------------------------------------------------------------
 

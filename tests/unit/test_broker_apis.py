@@ -355,3 +355,20 @@ def test_restart_keeps_topics_data_and_producer_ids(tmp_path: Path) -> None:
             assert server.image.topic_config("keep") == {"retention.ms": "86400000"}
 
     run(go)
+
+
+def test_flush_messages_fsyncs_before_the_ack(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with broker(tmp_path) as (server, c):
+            await create(c, "durable", 1, {"flush.messages": "1"})
+            await create(c, "lazy", 1)
+            assert (await produce(c, "durable", 0, batch([b"a", b"b"]), acks=1))["error_code"] == 0
+            assert (await produce(c, "lazy", 0, batch([b"a", b"b"]), acks=1))["error_code"] == 0
+            assert server.log_manager is not None
+            durable = server.log_manager.get_log("durable", 0)
+            lazy = server.log_manager.get_log("lazy", 0)
+            assert durable is not None and lazy is not None
+            assert durable.recovery_point == 2  # flushed before the response was sent
+            assert lazy.recovery_point == 0  # default: rely on the page cache, as Kafka does
+
+    run(go)
