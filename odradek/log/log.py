@@ -19,6 +19,7 @@ from typing import NamedTuple
 from odradek.log.checkpoint import atomic_write
 from odradek.log.errors import (
     CorruptIndexError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
@@ -64,6 +65,12 @@ class FileRegion(NamedTuple):
 
 @dataclass
 class FetchDataInfo:
+    """What a fetch read: whole batches as regions of segment files, not yet copied.
+
+    The network layer sends ``file_regions`` with ``os.sendfile`` where it can; anyone who needs
+    the bytes calls :meth:`to_bytes` (one copy, straight from the files).
+    """
+
     fetch_offset: int
     regions: list[FileRegion] = field(default_factory=list)
 
@@ -71,18 +78,27 @@ class FetchDataInfo:
     def size(self) -> int:
         return sum(r.size for r in self.regions)
 
-    def to_bytes(self) -> bytes:
-        out = bytearray()
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def file_regions(self) -> list[FileRegion]:
+        return self.regions
+
+    def to_bytes(self) -> bytearray:
+        out = bytearray(self.size)
+        view = memoryview(out)
+        at = 0
         for r in self.regions:
             pos, remaining = r.position, r.size
             while remaining > 0:
-                chunk = os.pread(r.fd, remaining, pos)
-                if not chunk:
-                    break
-                out += chunk
-                pos += len(chunk)
-                remaining -= len(chunk)
-        return bytes(out)
+                n = os.preadv(r.fd, [view[at : at + remaining]], pos)
+                if n <= 0:
+                    raise KafkaStorageError(f"segment file shorter than expected at position {pos}")
+                at += n
+                pos += n
+                remaining -= n
+        return out
 
 
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:

@@ -49,9 +49,30 @@ class CloseConnection(Exception):
     """
 
 
+class FileRegionLike(Protocol):
+    fd: int
+    position: int
+    size: int
+
+
+class SendfileBuffer(Protocol):
+    """A response part whose bytes are still in files (fetched log segments).
+
+    The socket server sends its regions with ``os.sendfile`` when the transport allows and
+    falls back to :meth:`to_bytes` otherwise.
+    """
+
+    @property
+    def file_regions(self) -> Sequence[FileRegionLike]: ...
+
+    def __len__(self) -> int: ...
+
+    def to_bytes(self) -> bytes | bytearray: ...
+
+
 def buffers_size(buffers: ResponseBuffers) -> int:
     """Total byte length of a response's buffers."""
     total = 0
     for b in buffers:
-        total += b.nbytes if isinstance(b, memoryview) else len(b)
+        total += b.nbytes if isinstance(b, memoryview) else len(b)  # incl. SendfileBuffer
     return total

@@ -20,6 +20,7 @@ import collections
 import inspect
 import itertools
 import logging
+import os
 import socket
 from collections.abc import Awaitable
 from typing import Any, cast
@@ -41,6 +42,16 @@ RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
 MIN_REQUEST_BYTES = 8
 
 _CLOSE = object()  # FIFO marker: close the connection once everything before it is written
+
+
+def _pread_exact(fd: int, position: int, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.pread(fd, size - len(out), position + len(out))
+        if not chunk:
+            raise OSError(f"file region ends early at position {position + len(out)}")
+        out += chunk
+    return bytes(out)
 
 
 def _format_address(addr: Any) -> str:
@@ -76,6 +87,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     # ---- connection lifecycle -------------------------------------------------------------
+
+    _sendfile_ok = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport; they implement its interface.
@@ -322,7 +335,61 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         size = buffers_size(buffers)
-        transport.writelines([size.to_bytes(4, "big"), *buffers])
+        parts: list[Any] = [size.to_bytes(4, "big"), *buffers]
+        if any(hasattr(p, "file_regions") for p in buffers):
+            self._write_with_sendfile(transport, parts)
+        else:
+            transport.writelines(parts)
+
+    def _write_with_sendfile(self, transport: asyncio.Transport, parts: list[Any]) -> None:
+        """Write a response holding file regions: zero-copy with ``os.sendfile`` while the
+        transport has nothing buffered (so bytes cannot overtake each other), then, once the
+        socket would block, the rest through the transport as ordinary bytes."""
+        fd = self._raw_fd(transport)
+        for part in parts:
+            if fd is not None and transport.get_write_buffer_size() == 0:
+                if hasattr(part, "file_regions"):
+                    for region in part.file_regions:
+                        pos, remaining = region.position, region.size
+                        while remaining > 0 and fd is not None:
+                            try:
+                                n = os.sendfile(fd, region.fd, pos, remaining)
+                            except BlockingIOError:
+                                n = 0
+                            except OSError as e:  # e.g. EINVAL: this socket cannot sendfile
+                                log.debug("sendfile unavailable on %s: %s", self._conn_id, e)
+                                self._sendfile_ok = False
+                                n = 0
+                            if n <= 0:
+                                fd = None
+                                break
+                            pos += n
+                            remaining -= n
+                        if remaining > 0:
+                            transport.write(_pread_exact(region.fd, pos, remaining))
+                    continue
+                view = memoryview(part)
+                try:
+                    n = os.write(fd, view)
+                except BlockingIOError:
+                    n = 0
+                if n < len(view):
+                    fd = None
+                    transport.write(view[n:])
+                continue
+            if hasattr(part, "file_regions"):
+                transport.write(part.to_bytes())
+            else:
+                transport.write(part)
+
+    def _raw_fd(self, transport: asyncio.Transport) -> int | None:
+        if not self._sendfile_ok or transport.get_extra_info("sslcontext") is not None:
+            return None
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            self._sendfile_ok = False
+            return None
+        return int(sock.fileno())
 
     # ---- flow control -------------------------------------------------------------------
 

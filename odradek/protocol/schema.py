@@ -352,14 +352,18 @@ class Writer:
         self.buf = bytearray()
         self.parts: list[Buffer] = []
 
-    def raw(self, data: Buffer) -> None:
+    def raw(self, data: Any) -> None:
+        """Append a bytes-like value, or an object with ``file_regions`` and ``to_bytes()``
+        (data still in files, sent with sendfile by the server); large ones stay their own part."""
         if len(data) >= self.ZERO_COPY_THRESHOLD:
             if self.buf:
                 self.parts.append(self.buf)
                 self.buf = bytearray()
             self.parts.append(data)
-        else:
+        elif isinstance(data, bytes | bytearray | memoryview):
             self.buf += data
+        else:
+            self.buf += data.to_bytes()
 
     def finish(self) -> list[Buffer]:
         if self.buf:

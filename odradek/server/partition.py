@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from odradek.log.errors import OffsetOutOfRangeError
 from odradek.log.log import Log
@@ -33,7 +34,8 @@ READ_COMMITTED = 1
 @dataclass
 class LogReadResult:
     error: Errors
-    records: bytes | memoryview | None
+    # Bytes, or a FetchDataInfo (file regions) that the socket server sends with sendfile.
+    records: Any
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -159,7 +161,7 @@ class Partition:
         max_offset = hw
         try:
             data = log_.read(fetch_offset, max_bytes, max_offset, min_one_message)
-            records: bytes | memoryview | None = data.to_bytes()
+            records: Any = data if data.regions else b""
             error = Errors.NONE
         except OffsetOutOfRangeError:
             records, error = None, Errors.OFFSET_OUT_OF_RANGE

@@ -372,3 +372,43 @@ def test_flush_messages_fsyncs_before_the_ack(tmp_path: Path) -> None:
             assert lazy.recovery_point == 0  # default: rely on the page cache, as Kafka does
 
     run(go)
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("socket_full_after", [None, 1000])
+def test_fetch_is_sent_with_sendfile_and_falls_back_when_the_socket_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop_kind: str, socket_full_after: int | None
+) -> None:
+    import os
+
+    from odradek.network import socket_server
+
+    real_sendfile = os.sendfile
+
+    calls: list[int] = []
+
+    def fake_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        calls.append(count)
+        if socket_full_after is not None:
+            if len(calls) > 1:
+                raise BlockingIOError  # the socket buffer is full: the rest goes via the transport
+            count = min(count, socket_full_after)
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(socket_server.os, "sendfile", fake_sendfile)
+    values = [bytes([i % 251]) * 3000 for i in range(60)]
+
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "zc", 1)
+            for i in range(0, 60, 10):
+                await produce(c, "zc", 0, batch(values[i : i + 10]))
+            f = await fetch(c, "zc", 0, 0)
+            assert [r.value for r in records_of(f["records"])] == values
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(go())
+    else:
+        asyncio.run(go())
+    assert calls, "the fetch response did not use sendfile"
