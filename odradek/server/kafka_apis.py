@@ -13,9 +13,9 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.controller.quorum_controller import QuorumController
 from odradek.controller.replication_control import INTERNAL_TOPICS, topic_name_error
@@ -51,6 +51,16 @@ _ZERO_UUID = uuid.UUID(int=0)
 Handler = Callable[["RequestContext", dict[str, Any]], Any]
 
 
+class ApiExtension(Protocol):
+    """A set of APIs served by another component (e.g. the group coordinator's GroupApis).
+
+    Each handler takes the request context and the decoded request dict and returns the
+    response dict, an awaitable of it, or None for no response.
+    """
+
+    def handlers(self) -> dict[Api, Handler]: ...
+
+
 @dataclass
 class RequestContext:
     header: RequestHeader
@@ -74,6 +84,7 @@ class KafkaApis:
         log_manager: LogManager,
         producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
+        extensions: Sequence[ApiExtension] = (),
     ) -> None:
         self.producer_id_manager = producer_id_manager
         self.node_id = node_id
@@ -103,6 +114,10 @@ class KafkaApis:
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
             m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,
         }
+        for ext in extensions:
+            for api, handler in ext.handlers().items():
+                self.apis[api.api_key] = api
+                self.handlers[api.api_key] = handler
         missing = set(self.apis) - set(self.handlers)
         if missing:  # ApiVersions must never advertise an API without a handler
             raise RuntimeError(f"APIs declared without a handler: {sorted(missing)}")

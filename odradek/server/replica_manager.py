@@ -137,6 +137,10 @@ class ReplicaManager:
         self.log_config_for = log_config_for
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Called as (topic, partition, is_leader, leader_epoch) when this node starts or stops
+        # leading a partition: the group coordinator loads and unloads __consumer_offsets
+        # partitions through this hook (Kafka's onLeadershipChange).
+        self.leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
         self._produce_purgatory: DelayedOperationPurgatory | None = None
         self._fetch_purgatory: DelayedOperationPurgatory | None = None
 
@@ -199,7 +203,8 @@ class ReplicaManager:
             reg = image.partition(*tp)
             assert reg is not None
             p = self._get_or_create_partition(tp, image)
-            p.make_leader(reg, self._log_for(tp, image))
+            if p.make_leader(reg, self._log_for(tp, image)):
+                self._notify_leadership(tp, True, reg.leader_epoch)
             self._complete_delayed(tp)
 
     def make_followers(self, tps: list[TopicPartition], image: MetadataImage) -> None:
@@ -208,7 +213,10 @@ class ReplicaManager:
             assert reg is not None
             p = self._get_or_create_partition(tp, image)
             log_ = self._log_for(tp, image)
+            was_leader = p.is_leader
             if p.make_follower(reg, log_):
+                if was_leader:
+                    self._notify_leadership(tp, False, reg.leader_epoch)
                 # Without a replica fetcher yet, a follower keeps its log up to the HW (Kafka
                 # truncates to the HW before fetching from the new leader).
                 log_.truncate_to(log_.high_watermark)
@@ -221,8 +229,18 @@ class ReplicaManager:
             if delete:
                 self.log_manager.delete_log(tp[0], tp[1])
             if p is not None:
+                was_leader = p.is_leader
                 p.leader_id = -1
+                if was_leader:
+                    self._notify_leadership(tp, False, p.leader_epoch)
                 self._complete_delayed(tp)
+
+    def _notify_leadership(self, tp: TopicPartition, is_leader: bool, epoch: int) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(tp[0], tp[1], is_leader, epoch)
+            except Exception:
+                log.exception("Leadership listener failed for %s-%d", *tp)
 
     def _complete_delayed(self, tp: TopicPartition) -> None:
         if self._produce_purgatory is not None:
