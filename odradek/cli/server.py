@@ -155,7 +155,8 @@ async def serve(config: KafkaConfig, server_factory: ServerFactory) -> int:
             await _quiet_shutdown(server)
             return 1
         ports = ", ".join(f"{name}={port}" for name, port in server.bound_ports.items())
-        log.info(
+        # The broker logs the one "ready" line; this one is for debugging port 0 listeners.
+        log.debug(
             "Odradek node %d started (cluster id %s; listeners %s)",
             config.node_id, server.cluster_id, ports,
         )
