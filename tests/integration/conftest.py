@@ -1,0 +1,48 @@
+"""Fixtures for the integration tests (helpers live in :mod:`support`).
+
+Every test here talks to a real Odradek node through a real client. Most tests share one embedded
+broker for the session (``broker``); tests that restart or kill a node get their own, either an
+``EmbeddedBroker`` or an ``odradek server`` subprocess (``server_process``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from odradek.embedded import EmbeddedBroker
+
+from .support import ServerProcess, unique_name
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """One embedded broker shared by every test that neither restarts nor reconfigures it."""
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name unique to this test (and to this run)."""
+    return unique_name(request.node.name)
+
+
+@pytest.fixture
+def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A fresh ``odradek server`` subprocess with its own data directory."""
+    server = ServerProcess(tmp_path / "data")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
