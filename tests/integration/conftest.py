@@ -17,6 +17,12 @@ from odradek.embedded import EmbeddedBroker
 from .support import ServerProcess, unique_name
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3 loads its protocol schemas with importlib.resources' legacy functions
+    for message in ("read_text is deprecated", "open_text is deprecated"):
+        config.addinivalue_line("filterwarnings", f"ignore:{message}:DeprecationWarning")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:

@@ -50,8 +50,8 @@ def unique_name(hint: str = "t") -> str:
     return f"{clean}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
 
 
-_READY_RE = re.compile(r"Odradek broker ready: .*?listening on (\S+), data in")
-_PORTS_RE = re.compile(r"started \(cluster id \S+; listeners (.*)\)")
+# "Odradek broker ready: node id 1, cluster id ..., listening on PLAINTEXT://127.0.0.1:40123, data in ..."
+_READY_RE = re.compile(r"Odradek broker ready: .*?listening on (.*?), data in")
 
 
 class ServerProcess:
@@ -65,8 +65,7 @@ class ServerProcess:
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
-        self.ports: dict[str, int] = {}
-        self.port = 0
+        self.port = 0  # the client (PLAINTEXT) port, known after the first start
         self.starts = 0
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 
@@ -75,10 +74,8 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def _command(self) -> list[str]:
-        if self.ports:
-            listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in self.ports.items())
-        else:
-            listeners = "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"
+        # The client port is kept across restarts; the controller's may change.
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:0"
         props = {
             "log.dirs": str(self.data_dir),
             "listeners": listeners,
@@ -104,13 +101,11 @@ class ServerProcess:
         while time.monotonic() < deadline:
             text = self._log_since(offset)
             ready = _READY_RE.search(text)
-            ports = _PORTS_RE.search(text)
-            if ready and ports:
-                self.ports = {
-                    name: int(port)
-                    for name, port in (item.split("=") for item in ports.group(1).split(", "))
-                }
-                self.port = self.ports["PLAINTEXT"]
+            if ready:
+                endpoints = dict(e.split("://", 1) for e in ready.group(1).split(", "))
+                port = int(endpoints["PLAINTEXT"].rsplit(":", 1)[1])
+                assert self.port in (0, port), f"restarted on port {port}, not {self.port}"
+                self.port = port
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(
