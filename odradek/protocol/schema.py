@@ -106,7 +106,7 @@ def A(elem: str | list[Field]) -> Array:  # noqa: N802
     return Array(elem)
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: ApiExtension.handlers() keys dicts by Api
 class Api:
     api_key: int
     name: str

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
+from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
@@ -29,6 +30,7 @@ from odradek.protocol import messages as m
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog
 from odradek.server import config_defs
+from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
@@ -54,6 +56,7 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: QuorumController | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.image = MetadataImage()
         self._started = False
 
@@ -109,6 +112,17 @@ class BrokerServer:
         self.replica_manager.apply_delta(initial, self.image)
         self.loader.publishers.append(self.replica_manager.apply_delta)
 
+        # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
+        # and on every later leadership change) and serves the group APIs.
+        self.group_coordinator = GroupCoordinator(
+            node_id=self.node_id,
+            config=cfg,
+            replica_manager=self.replica_manager,
+            image=self.image,
+            controller=self.controller,
+        )
+        self.group_coordinator.startup()
+
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         controller = self.controller
 
@@ -125,6 +139,7 @@ class BrokerServer:
             replica_manager=self.replica_manager,
             controller=self.controller,
             log_manager=lm,
+            extensions=[GroupApis(self.group_coordinator)],
         )
         controller_apis = KafkaApis(
             node_id=self.node_id,
@@ -215,6 +230,8 @@ class BrokerServer:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
+        if self.group_coordinator is not None:
+            await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

@@ -10,18 +10,29 @@ from odradek.protocol.messages.alter_configs import ALTER_CONFIGS
 from odradek.protocol.messages.api_versions import API_VERSIONS
 from odradek.protocol.messages.create_partitions import CREATE_PARTITIONS
 from odradek.protocol.messages.create_topics import CREATE_TOPICS
+from odradek.protocol.messages.delete_groups import DELETE_GROUPS
 from odradek.protocol.messages.delete_records import DELETE_RECORDS
 from odradek.protocol.messages.delete_topics import DELETE_TOPICS
 from odradek.protocol.messages.describe_cluster import DESCRIBE_CLUSTER
 from odradek.protocol.messages.describe_configs import DESCRIBE_CONFIGS
+from odradek.protocol.messages.describe_groups import DESCRIBE_GROUPS
 from odradek.protocol.messages.describe_log_dirs import DESCRIBE_LOG_DIRS
 from odradek.protocol.messages.fetch import FETCH
+from odradek.protocol.messages.find_coordinator import FIND_COORDINATOR
+from odradek.protocol.messages.heartbeat import HEARTBEAT
 from odradek.protocol.messages.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
 from odradek.protocol.messages.init_producer_id import INIT_PRODUCER_ID
+from odradek.protocol.messages.join_group import JOIN_GROUP
+from odradek.protocol.messages.leave_group import LEAVE_GROUP
+from odradek.protocol.messages.list_groups import LIST_GROUPS
 from odradek.protocol.messages.list_offsets import LIST_OFFSETS
 from odradek.protocol.messages.metadata import METADATA
+from odradek.protocol.messages.offset_commit import OFFSET_COMMIT
+from odradek.protocol.messages.offset_delete import OFFSET_DELETE
+from odradek.protocol.messages.offset_fetch import OFFSET_FETCH
 from odradek.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
 from odradek.protocol.messages.produce import PRODUCE
+from odradek.protocol.messages.sync_group import SYNC_GROUP
 from odradek.protocol.schema import Api
 
 ALL_APIS: list[Api] = [
@@ -41,11 +52,34 @@ ALL_APIS: list[Api] = [
     INCREMENTAL_ALTER_CONFIGS,
     DESCRIBE_CLUSTER,
     INIT_PRODUCER_ID,
+    # Group coordinator (served by odradek.server.group_apis.GroupApis)
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    FIND_COORDINATOR,
+    JOIN_GROUP,
+    HEARTBEAT,
+    LEAVE_GROUP,
+    SYNC_GROUP,
+    DESCRIBE_GROUPS,
+    LIST_GROUPS,
+    DELETE_GROUPS,
+    OFFSET_DELETE,
 ]
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
 
 __all__ = [
+    "DELETE_GROUPS",
+    "DESCRIBE_GROUPS",
+    "FIND_COORDINATOR",
+    "HEARTBEAT",
+    "JOIN_GROUP",
+    "LEAVE_GROUP",
+    "LIST_GROUPS",
+    "OFFSET_COMMIT",
+    "OFFSET_DELETE",
+    "OFFSET_FETCH",
+    "SYNC_GROUP",
     "ALL_APIS",
     "APIS",
     "ALTER_CONFIGS",

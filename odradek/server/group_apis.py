@@ -1,0 +1,334 @@
+"""GroupApis: the group coordinator's APIs, served through KafkaApis as an ApiExtension.
+
+FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, for every version declared in
+:mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
+:class:`~odradek.coordinator.group_coordinator.GroupCoordinator`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from odradek.coordinator.group_coordinator import CommitRequest, GroupCoordinator
+from odradek.coordinator.group_metadata import GroupMetadata, GroupState
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.protocol.schema import Api
+from odradek.server.kafka_apis import Handler, RequestContext
+
+log = logging.getLogger(__name__)
+
+AUTHORIZED_OPS_OMITTED = -(2**31)
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+class GroupApis:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def handlers(self) -> dict[Api, Handler]:
+        return {
+            m.FIND_COORDINATOR: self.handle_find_coordinator,
+            m.JOIN_GROUP: self.handle_join_group,
+            m.SYNC_GROUP: self.handle_sync_group,
+            m.HEARTBEAT: self.handle_heartbeat,
+            m.LEAVE_GROUP: self.handle_leave_group,
+            m.OFFSET_COMMIT: self.handle_offset_commit,
+            m.OFFSET_FETCH: self.handle_offset_fetch,
+            m.DESCRIBE_GROUPS: self.handle_describe_groups,
+            m.LIST_GROUPS: self.handle_list_groups,
+            m.DELETE_GROUPS: self.handle_delete_groups,
+            m.OFFSET_DELETE: self.handle_offset_delete,
+        }
+
+    # ------------------------------------------------------------------------ FindCoordinator
+
+    def _find_one(self, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+        if key_type == TRANSACTION_KEY_TYPE:
+            err, msg = Errors.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator"
+        elif key_type != GROUP_KEY_TYPE:
+            err, msg = Errors.INVALID_REQUEST, f"Unsupported coordinator key type {key_type}"
+        elif not key:
+            err, msg = Errors.INVALID_GROUP_ID, "The group id must not be empty"
+        else:
+            err, node, host, port = self.coordinator.coordinator_for(key, ctx.conn.listener_name)
+            msg = None
+            if err == Errors.NONE:
+                out.update(node_id=node, host=host, port=port)
+        out["error_code"] = err
+        if err != Errors.NONE:
+            out["error_message"] = msg or err.name
+        return out
+
+    def handle_find_coordinator(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        key_type = req.get("key_type", 0)
+        if ctx.version >= 4:
+            return {
+                "throttle_time_ms": 0,
+                "coordinators": [self._find_one(ctx, k, key_type) for k in req["coordinator_keys"]],
+            }
+        one = self._find_one(ctx, req["key"], key_type)
+        return {"throttle_time_ms": 0, **one}
+
+    # ------------------------------------------------------------------------ JoinGroup
+
+    async def handle_join_group(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        version = ctx.version
+        protocols = [(p["name"], bytes(p["metadata"])) for p in req["protocols"]]
+        r = await self.coordinator.join_group(
+            req["group_id"],
+            member_id=req["member_id"],
+            group_instance_id=req.get("group_instance_id"),
+            require_known_member_id=version >= 4,
+            client_id=ctx.header.client_id or "",
+            client_host="/" + _host(ctx),
+            rebalance_timeout_ms=req["rebalance_timeout_ms"] if version >= 1 else req["session_timeout_ms"],
+            session_timeout_ms=req["session_timeout_ms"],
+            protocol_type=req["protocol_type"],
+            protocols=protocols,
+        )
+        skip = r.skip_assignment
+        members = r.members
+        if skip and version < 9:
+            # Older leaders cannot skip: they run the assignment again (the result is ignored
+            # in a Stable group, which answers SyncGroup with the current assignment).
+            skip = False
+        protocol_name = r.protocol_name
+        if protocol_name is None and version < 7:
+            protocol_name = ""
+        return {
+            "throttle_time_ms": 0,
+            "error_code": r.error,
+            "generation_id": r.generation_id,
+            "protocol_type": r.protocol_type,
+            "protocol_name": protocol_name,
+            "leader": r.leader,
+            "skip_assignment": skip,
+            "member_id": r.member_id,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "metadata": meta}
+                for mid, iid, meta in members
+            ],
+        }
+
+    # ------------------------------------------------------------------------ SyncGroup
+
+    async def handle_sync_group(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        assignments = {a["member_id"]: bytes(a["assignment"]) for a in req["assignments"]}
+        r = await self.coordinator.sync_group(
+            req["group_id"],
+            member_id=req["member_id"],
+            generation_id=req["generation_id"],
+            group_instance_id=req.get("group_instance_id"),
+            protocol_type=req.get("protocol_type"),
+            protocol_name=req.get("protocol_name"),
+            assignments=assignments,
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": r.error,
+            "protocol_type": r.protocol_type,
+            "protocol_name": r.protocol_name,
+            "assignment": r.assignment,
+        }
+
+    # ------------------------------------------------------------------------ Heartbeat/LeaveGroup
+
+    def handle_heartbeat(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        err = self.coordinator.heartbeat(
+            req["group_id"], req["member_id"], req.get("group_instance_id"), req["generation_id"]
+        )
+        return {"throttle_time_ms": 0, "error_code": err}
+
+    def handle_leave_group(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        if ctx.version >= 3:
+            members = [(x["member_id"], x.get("group_instance_id")) for x in req["members"]]
+        else:
+            members = [(req["member_id"], None)]
+        for (mid, iid), x in zip(members, req.get("members") or [{}] * len(members), strict=False):
+            log.info(
+                "Member %s (instance %s) of group %s leaves: %s",
+                mid, iid, req["group_id"], x.get("reason") or "no reason given",
+            )
+        top, errors = self.coordinator.leave_group(req["group_id"], members)
+        if ctx.version < 3:
+            if top == Errors.NONE and errors:
+                top = errors[0]
+            return {"throttle_time_ms": 0, "error_code": top, "members": []}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": top,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "error_code": e}
+                for (mid, iid), e in zip(members, errors, strict=False)
+            ]
+            if top == Errors.NONE
+            else [],
+        }
+
+    # ------------------------------------------------------------------------ OffsetCommit
+
+    async def handle_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        offsets: dict[tuple[str, int], CommitRequest] = {}
+        order: list[tuple[str, int]] = []
+        for t in req["topics"]:
+            for p in t["partitions"]:
+                tp = (t["name"], p["partition_index"])
+                order.append(tp)
+                offsets[tp] = CommitRequest(
+                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+                )
+        results = await self.coordinator.commit_offsets(
+            req["group_id"],
+            req["member_id"],
+            req["generation_id_or_member_epoch"],
+            req.get("group_instance_id"),
+            offsets,
+        )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in order:
+            by_topic.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+            )
+        return {
+            "throttle_time_ms": 0,
+            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+        }
+
+    # ------------------------------------------------------------------------ OffsetFetch
+
+    def _fetch_group(
+        self,
+        group_id: str,
+        topics: list[dict[str, Any]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> tuple[Errors, list[dict[str, Any]]]:
+        tps = None
+        if topics is not None:
+            tps = [(t["name"], p) for t in topics for p in t["partition_indexes"]]
+        err, rows = self.coordinator.fetch_offsets(group_id, tps, require_stable, member_id, member_epoch)
+        if err != Errors.NONE and tps is not None:
+            # Per-partition errors as well, for clients that only look there.
+            rows = [(tp, None, err) for tp in tps]
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, o, perr in rows:
+            by_topic.setdefault(tp[0], []).append(
+                {
+                    "partition_index": tp[1],
+                    "committed_offset": o.offset if o is not None else -1,
+                    "committed_leader_epoch": o.leader_epoch if o is not None else -1,
+                    "metadata": o.metadata if o is not None else "",
+                    "error_code": perr,
+                }
+            )
+        return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+
+    def handle_offset_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        require_stable = bool(req.get("require_stable", False))
+        if ctx.version >= 8:
+            groups = []
+            for g in req["groups"]:
+                err, topics = self._fetch_group(
+                    g["group_id"], g["topics"], require_stable, g.get("member_id"), g.get("member_epoch", -1)
+                )
+                groups.append({"group_id": g["group_id"], "topics": topics, "error_code": err})
+            return {"throttle_time_ms": 0, "groups": groups}
+        topics_req = req["topics"]
+        if ctx.version < 2 and not topics_req:
+            topics_req = []
+        err, topics = self._fetch_group(req["group_id"], topics_req, require_stable)
+        return {"throttle_time_ms": 0, "topics": topics, "error_code": err}
+
+    # ------------------------------------------------------------------------ Describe/List
+
+    def handle_describe_groups(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        out = []
+        for gid in req["groups"]:
+            entry: dict[str, Any] = {
+                "error_code": Errors.NONE,
+                "group_id": gid,
+                "group_state": GroupState.DEAD.value,
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": AUTHORIZED_OPS_OMITTED,
+            }
+            err, g = self.coordinator.describe_group(gid)
+            if err != Errors.NONE:
+                entry["error_code"] = err
+            elif g is not None and isinstance(g, GroupMetadata):
+                stable = g.state == GroupState.STABLE
+                entry.update(
+                    group_state=g.state_name,
+                    protocol_type=g.protocol_type or "",
+                    protocol_data=(g.protocol_name or "") if stable else "",
+                    members=[
+                        {
+                            "member_id": mm.member_id,
+                            "group_instance_id": mm.group_instance_id,
+                            "client_id": mm.client_id,
+                            "client_host": mm.client_host,
+                            "member_metadata": mm.metadata(g.protocol_name) if stable else b"",
+                            "member_assignment": mm.assignment if stable else b"",
+                        }
+                        for mm in g.members.values()
+                    ],
+                )
+            elif g is not None:
+                entry.update(group_state=g.state_name, protocol_type=g.protocol_type or "consumer")
+            out.append(entry)
+        return {"throttle_time_ms": 0, "groups": out}
+
+    def handle_list_groups(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        err, groups = self.coordinator.list_groups(req.get("states_filter"), req.get("types_filter"))
+        return {
+            "throttle_time_ms": 0,
+            "error_code": err,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type or "",
+                    "group_state": g.state_name,
+                    "group_type": g.group_type,
+                }
+                for g in groups
+            ],
+        }
+
+    # ------------------------------------------------------------------------ Delete
+
+    async def handle_delete_groups(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        results = await self.coordinator.delete_groups(list(req["groups_names"]))
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": gid, "error_code": e} for gid, e in results.items()],
+        }
+
+    async def handle_offset_delete(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        tps = [(t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"]]
+        err, results = await self.coordinator.delete_offsets(req["group_id"], tps)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        if err == Errors.NONE:
+            for tp in tps:
+                by_topic.setdefault(tp[0], []).append(
+                    {"partition_index": tp[1], "error_code": results.get(tp, Errors.NONE)}
+                )
+        return {
+            "error_code": err,
+            "throttle_time_ms": 0,
+            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+        }
+
+
+def _host(ctx: RequestContext) -> str:
+    peer = getattr(ctx.conn, "peer", "")
+    if isinstance(peer, tuple):
+        return str(peer[0])
+    text = str(peer)
+    return text.rsplit(":", 1)[0] if ":" in text else text
