@@ -25,12 +25,14 @@ import html
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -84,10 +86,10 @@ def free_ports(count: int) -> list[int]:
 # CPU accounting from /proc
 
 
-def cpu_seconds(pid: int | None, tid: int | None = None) -> float:
-    """utime + stime in seconds of a whole process (all threads), or of one thread ``tid``.
+def cpu_times(pid: int | None, tid: int | None = None) -> tuple[float, float]:
+    """(utime, stime) in seconds of a whole process (all threads), or of one thread ``tid``.
 
-    ``pid=None`` means this process.
+    ``pid=None`` means this process. A process that is gone counts as (0, 0).
     """
     base = "/proc/self" if pid is None else f"/proc/{pid}"
     path = f"{base}/stat" if tid is None else f"{base}/task/{tid}/stat"
@@ -95,22 +97,88 @@ def cpu_seconds(pid: int | None, tid: int | None = None) -> float:
         with open(path) as f:
             data = f.read()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     # The command name may contain spaces/parentheses: split after the last ')'.
     fields = data[data.rindex(")") + 2 :].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int | None, tid: int | None = None) -> float:
+    """utime + stime in seconds of a process or of one of its threads (see ``cpu_times``)."""
+    user, system = cpu_times(pid, tid)
+    return user + system
+
+
+def run_seconds(pid: int | None, tid: int | None = None) -> float | None:
+    """CPU time of a thread, or the sum over a process's current threads, in nanosecond
+    resolution from ``/proc/.../schedstat`` (field 1); None when schedstat is unavailable.
+
+    ``/proc/<pid>/stat`` counts in clock ticks (10 ms), too coarse for a phase in which the
+    broker uses 50 ms; the user/system split still comes from there.
+    """
+    base = "/proc/self" if pid is None else f"/proc/{pid}"
+    try:
+        tids = [str(tid)] if tid is not None else os.listdir(f"{base}/task")
+        total = 0
+        for t in tids:
+            with open(f"{base}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def runq_wait_seconds(pid: int | None, tid: int | None) -> float:
+    """Time a thread spent runnable but waiting for a CPU (``/proc/.../schedstat``, field 2).
+
+    Only threads (``tid`` set) are measured; 0 when unavailable.
+    """
+    if tid is None:
+        return 0.0
+    base = "/proc/self" if pid is None else f"/proc/{pid}"
+    try:
+        with open(f"{base}/task/{tid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by every process on the machine (all CPUs, from ``/proc/stat``)."""
+    try:
+        with open("/proc/stat") as f:
+            first = f.readline().split()
+    except OSError:
+        return 0.0
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice; guest is in user.
+    ticks = [int(v) for v in first[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
 
 
 @dataclass
 class CpuUsage:
     wall_s: float = 0.0
     cpu_s: dict[str, float] = field(default_factory=dict)
+    user_s: dict[str, float] = field(default_factory=dict)
+    sys_s: dict[str, float] = field(default_factory=dict)
+    runq_wait_s: dict[str, float] = field(default_factory=dict)
+    machine_s: float = 0.0
+
+    def add(self, name: str, user: float, system: float) -> None:
+        """Account CPU measured elsewhere (e.g. the rusage of a reaped child process)."""
+        self.user_s[name] = round(self.user_s.get(name, 0.0) + user, 3)
+        self.sys_s[name] = round(self.sys_s.get(name, 0.0) + system, 3)
+        self.cpu_s[name] = round(self.user_s[name] + self.sys_s[name], 3)
 
     def percent(self) -> dict[str, float]:
+        """CPU per label as a percentage of the wall time (100 = one core), then ``machine``:
+        everything that ran on the box in the meantime, including other people's processes."""
         if self.wall_s <= 0:
             return {k: 0.0 for k in self.cpu_s}
-        return {k: round(100.0 * v / self.wall_s, 1) for k, v in self.cpu_s.items()}
+        out = {k: round(100.0 * v / self.wall_s, 1) for k, v in self.cpu_s.items()}
+        out["machine"] = round(100.0 * self.machine_s / self.wall_s, 1)
+        return out
 
 
 class CpuMeter:
@@ -120,16 +188,61 @@ class CpuMeter:
         """``pids`` maps a label to (pid, tid); tid None = the whole process."""
         self.pids = pids
         self._t0 = 0.0
-        self._c0: dict[str, float] = {}
+        self._c0: dict[str, tuple[float, float]] = {}
+        self._ns0: dict[str, float | None] = {}
+        self._r0: dict[str, float] = {}
+        self._m0 = 0.0
 
     def start(self) -> None:
-        self._c0 = {name: cpu_seconds(*ids) for name, ids in self.pids.items()}
+        self._c0 = {name: cpu_times(*ids) for name, ids in self.pids.items()}
+        self._ns0 = {name: run_seconds(*ids) for name, ids in self.pids.items()}
+        self._r0 = {name: runq_wait_seconds(*ids) for name, ids in self.pids.items()}
+        self._m0 = machine_busy_seconds()
         self._t0 = time.perf_counter()
 
     def stop(self) -> CpuUsage:
         wall = time.perf_counter() - self._t0
-        used = {name: cpu_seconds(*ids) - self._c0[name] for name, ids in self.pids.items()}
-        return CpuUsage(wall, {k: round(v, 3) for k, v in used.items()})
+        usage = CpuUsage(wall, machine_s=round(machine_busy_seconds() - self._m0, 3))
+        for name, ids in self.pids.items():
+            user, system = cpu_times(*ids)
+            usage.add(name, user - self._c0[name][0], system - self._c0[name][1])
+            ns0, ns1 = self._ns0[name], run_seconds(*ids)
+            if ns0 is not None and ns1 is not None:
+                usage.cpu_s[name] = round(ns1 - ns0, 4)
+            if ids[1] is not None:
+                usage.runq_wait_s[name] = round(runq_wait_seconds(*ids) - self._r0[name], 3)
+        return usage
+
+
+@dataclass
+class BrokerCost:
+    """What one phase cost the broker, independent of how fast the client was."""
+
+    cpu_s: float  # utime + stime of the whole broker process during the phase
+    user_s: float
+    sys_s: float
+    cpu_s_per_million: float  # broker CPU seconds per 1,000,000 records
+    loop_cpu_s_per_million: float  # the same for the event-loop thread alone
+    records_per_s_per_core: float  # 1e6 / cpu_s_per_million: the broker's ceiling on one core
+    loop_runq_wait_percent: float  # share of the phase the loop thread waited for a CPU
+    machine_busy_percent: float  # all processes on the box, 100 = one core
+
+
+def measure_broker_cost(usage: CpuUsage, records: int) -> BrokerCost:
+    cpu = usage.cpu_s.get("broker", 0.0)
+    loop = usage.cpu_s.get("broker-loop", 0.0)
+    per_m = cpu * 1e6 / records if records else 0.0
+    wall = max(usage.wall_s, 1e-9)
+    return BrokerCost(
+        cpu_s=round(cpu, 3),
+        user_s=usage.user_s.get("broker", 0.0),
+        sys_s=usage.sys_s.get("broker", 0.0),
+        cpu_s_per_million=round(per_m, 3),
+        loop_cpu_s_per_million=round(loop * 1e6 / records if records else 0.0, 3),
+        records_per_s_per_core=round(1e6 / per_m) if per_m > 0 else 0,
+        loop_runq_wait_percent=round(100.0 * usage.runq_wait_s.get("broker-loop", 0.0) / wall, 1),
+        machine_busy_percent=round(100.0 * usage.machine_s / wall, 1),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,6 +569,9 @@ class ProduceResult:
     delivery_errors: int
     buffer_full_waits: int
     cpu_percent: dict[str, float]
+    broker_cost: BrokerCost
+    client_cpu_s_per_million: float  # this process (Python + librdkafka threads)
+    records_per_batch: float | None = None  # in the broker's log, see log_batch_stats()
 
 
 def produce_phase(
@@ -532,6 +648,8 @@ def produce_phase(
         delivery_errors=len(errors),
         buffer_full_waits=waits,
         cpu_percent=cpu.percent(),
+        broker_cost=measure_broker_cost(cpu, n),
+        client_cpu_s_per_million=round(cpu.cpu_s["client"] * 1e6 / n, 3),
     )
 
 
@@ -544,6 +662,8 @@ class ConsumeResult:
     first_record_after_ms: float
     steady_records_per_s: float
     cpu_percent: dict[str, float]
+    broker_cost: BrokerCost
+    client_cpu_s_per_million: float
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
@@ -617,7 +737,280 @@ def consume_phase(
         first_record_after_ms=round((first_at - t0) * 1000, 1),
         steady_records_per_s=round(count / steady) if steady > 0 else 0,
         cpu_percent=cpu.percent(),
+        broker_cost=measure_broker_cost(cpu, count),
+        client_cpu_s_per_million=round(cpu.cpu_s["client"] * 1e6 / max(count, 1), 3),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The broker's own log: batch sizes
+
+
+def log_batch_stats(data_dir: Path, topics: list[str]) -> tuple[int, int] | None:
+    """(batches, records) in the broker's log files of ``topics``.
+
+    Walks the Kafka record-batch headers of ``<log.dirs>/<topic>-<partition>/*.log`` (base offset
+    int64, batch length int32, ..., record count int32 at byte 57), reading 61 bytes per batch.
+    Records per batch is what the client sent per partition per request, which is what the
+    broker's per-record cost depends on most. None if the files cannot be read.
+    """
+    batches = records = 0
+    try:
+        for topic in topics:
+            for part_dir in data_dir.glob(f"{topic}-*"):
+                if not part_dir.name[len(topic) + 1 :].isdigit():
+                    continue
+                for seg in sorted(part_dir.glob("*.log")):
+                    fd = os.open(seg, os.O_RDONLY)
+                    try:
+                        size = os.fstat(fd).st_size
+                        pos = 0
+                        while pos + 61 <= size:
+                            head = os.pread(fd, 61, pos)
+                            length = int.from_bytes(head[8:12], "big", signed=True)
+                            if length <= 0:
+                                break
+                            batches += 1
+                            records += int.from_bytes(head[57:61], "big", signed=True)
+                            pos += 12 + length
+                    finally:
+                        os.close(fd)
+    except OSError:
+        return None
+    return batches, records
+
+
+def records_per_batch(data_dir: Path, topics: list[str]) -> float | None:
+    stats = log_batch_stats(data_dir, topics)
+    if stats is None or stats[0] == 0:
+        return None
+    return round(stats[1] / stats[0], 1)
+
+
+# --------------------------------------------------------------------------------------------
+# kcat (librdkafka's C client, no Python in the loop)
+
+
+def kcat_version(exe: str) -> str:
+    out = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=10)
+    text = out.stdout + out.stderr
+    kcat = re.search(r"Version (\S+)", text)
+    lib = re.search(r"librdkafka (\S+)", text)
+    return f"kcat {kcat.group(1) if kcat else '?'}, librdkafka {lib.group(1) if lib else '?'}"
+
+
+def write_records_file(path: Path, count: int, size: int) -> Path:
+    """``count`` lines of ``size`` bytes each (the newline is kcat's delimiter, not payload)."""
+    line = b"x" * size + b"\n"
+    chunk = line * 10_000
+    with open(path, "wb") as f:
+        for _ in range(count // 10_000):
+            f.write(chunk)
+        f.write(line * (count % 10_000))
+    return path
+
+
+@dataclass
+class ProcRun:
+    command: str
+    returncode: int
+    seconds: float  # from the start of the phase to this process's exit
+    user_s: float
+    sys_s: float
+    stderr: str
+
+
+def run_processes(
+    cmds: list[list[str]], workdir: Path, tag: str, meter: CpuMeter, timeout: float = 600
+) -> tuple[CpuUsage, list[ProcRun]]:
+    """Start ``cmds`` together and wait for all of them; the wall time runs from just before
+    the first start to the last exit. Each child's CPU comes from its rusage (``wait4``), so
+    every thread it ever had is counted; it is added to the usage as ``kcat``."""
+    err_files = [open(workdir / f"{tag}-{i}.stderr", "w+b") for i in range(len(cmds))]  # noqa: SIM115
+    procs: list[subprocess.Popen[bytes]] = []
+    done: dict[int, tuple[float, int, Any]] = {}
+    perf = time.perf_counter
+
+    def reap(i: int, proc: subprocess.Popen[bytes]) -> None:
+        _, status, rusage = os.wait4(proc.pid, 0)
+        done[i] = (perf(), os.waitstatus_to_exitcode(status), rusage)
+
+    try:
+        meter.start()
+        t0 = perf()
+        for i, cmd in enumerate(cmds):
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_files[i]
+                )
+            )
+        waiters = [
+            threading.Thread(target=reap, args=(i, p), daemon=True) for i, p in enumerate(procs)
+        ]
+        for w in waiters:
+            w.start()
+        deadline = time.monotonic() + timeout
+        for w in waiters:
+            w.join(max(0.0, deadline - time.monotonic()))
+        usage = meter.stop()
+        if len(done) < len(procs):
+            raise RuntimeError(f"{tag}: kcat did not finish within {timeout:.0f}s")
+        runs: list[ProcRun] = []
+        for i, proc in enumerate(procs):
+            end, rc, ru = done[i]
+            proc.returncode = rc  # reaped by wait4 above
+            usage.add("kcat", ru.ru_utime, ru.ru_stime)
+            err_files[i].seek(0)
+            runs.append(
+                ProcRun(
+                    command=" ".join(cmds[i]),
+                    returncode=rc,
+                    seconds=round(end - t0, 3),
+                    user_s=round(ru.ru_utime, 3),
+                    sys_s=round(ru.ru_stime, 3),
+                    stderr=err_files[i].read().decode(errors="replace"),
+                )
+            )
+        return usage, runs
+    finally:
+        for proc in procs:
+            if proc.returncode is None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for f in err_files:
+            f.close()
+
+
+@dataclass
+class KcatResult:
+    phase: str  # produce / consume
+    processes: int
+    records: int
+    seconds: float
+    records_per_s: float
+    mb_per_s: float
+    process_seconds: list[float]  # each process's own time to exit, from the common start
+    verified: bool  # log end offsets (produce) / offsets at EOF (consume) add up to ``records``
+    cpu_percent: dict[str, float]
+    broker_cost: BrokerCost
+    client_cpu_s_per_million: float  # all kcat processes together
+    commands: list[str]
+    records_per_batch: float | None = None
+
+
+REACHED_END = re.compile(r"Reached end of topic (\S+) \[(\d+)\] at offset (\d+)")
+
+
+def kcat_phase(
+    kind: str,
+    exe: str,
+    bootstrap: str,
+    topics: list[str],
+    counts: list[int],
+    size: int,
+    workdir: Path,
+    files: dict[int, Path],
+    meter: CpuMeter,
+    extra: dict[str, str],
+    partitions: int,
+    data_dir: Path,
+) -> KcatResult:
+    """One kcat process per topic, all at once: ``kind`` "produce" sends ``counts[i]`` records
+    to ``topics[i]`` from a prepared file; "consume" reads ``topics[i]`` from the beginning to
+    the end (``-e``) and discards the records (``-f ''``)."""
+    xs = [a for k, v in extra.items() for a in ("-X", f"{k}={v}")]
+    cmds: list[list[str]] = []
+    for topic, count in zip(topics, counts, strict=True):
+        if kind == "produce":
+            if count not in files:
+                files[count] = write_records_file(workdir / f"records-{count}.txt", count, size)
+            cmds.append(
+                [
+                    exe,
+                    "-P",
+                    "-b",
+                    bootstrap,
+                    "-t",
+                    topic,
+                    "-X",
+                    "acks=1",
+                    *xs,
+                    "-l",
+                    str(files[count]),
+                ]
+            )
+        else:
+            # -c: exit on the last record. With -e alone kcat exits only once every partition
+            # has reported EOF, which takes an empty fetch that the broker holds for
+            # fetch.wait.max.ms (500 ms) - a fixed tail that is no part of the throughput.
+            # -e stays as the safety net (kcat exits at the log end even if records are
+            # missing) and, without -q, kcat prints "Reached end of topic T [p] at offset O"
+            # lines on stderr, which are used to check the count when it stops there.
+            cmds.append(
+                [
+                    exe,
+                    "-C",
+                    "-e",
+                    "-c",
+                    str(count),
+                    "-o",
+                    "beginning",
+                    "-f",
+                    "",
+                    "-b",
+                    bootstrap,
+                    "-t",
+                    topic,
+                    *xs,
+                ]
+            )
+    total = sum(counts)
+    usage, runs = run_processes(cmds, workdir, f"kcat-{kind}-x{len(cmds)}", meter)
+    for run in runs:
+        if run.returncode != 0 or "ERROR" in run.stderr:
+            raise RuntimeError(
+                f"kcat failed ({run.returncode}): {run.command}\n{run.stderr[-2000:]}"
+            )
+    log_ends = {t: high_watermarks(bootstrap, t, partitions) for t in topics}
+    if kind == "produce":
+        verified = all(log_ends[t] == c for t, c in zip(topics, counts, strict=True))
+    else:
+        reached: dict[tuple[str, int], int] = {}
+        for run in runs:
+            for m in REACHED_END.finditer(run.stderr):
+                reached[(m.group(1), int(m.group(2)))] = int(m.group(3))
+        # Each process either stopped at -c (it got ``count`` records, and no partition can
+        # have been read twice) or at -e, where the EOF offsets must add up to the log end.
+        verified = sum(log_ends.values()) == total and all(
+            log_ends[topic] == count
+            and (
+                sum(1 for (t, _) in reached if t == topic) < partitions
+                or sum(o for (t, _), o in reached.items() if t == topic) == count
+            )
+            for topic, count in zip(topics, counts, strict=True)
+        )
+    if not verified:
+        log(f"WARNING: kcat {kind} x{len(cmds)}: record counts do not add up (log ends {log_ends})")
+    seconds = usage.wall_s
+    return KcatResult(
+        phase=kind,
+        processes=len(cmds),
+        records=total,
+        seconds=round(seconds, 3),
+        records_per_s=round(total / seconds),
+        mb_per_s=round(total * size / seconds / 1e6, 2),
+        process_seconds=[r.seconds for r in runs],
+        verified=verified,
+        cpu_percent=usage.percent(),
+        broker_cost=measure_broker_cost(usage, total),
+        client_cpu_s_per_million=round(usage.cpu_s["kcat"] * 1e6 / total, 3),
+        commands=[r.command for r in runs],
+        records_per_batch=records_per_batch(data_dir, topics) if kind == "produce" else None,
+    )
+
+
+def split_records(n: int, parts: int) -> list[int]:
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,6 +1025,9 @@ class RedisResult:
     p50_ms: float | None
     command: str
     cpu_percent: dict[str, float]
+    server_cpu_s_per_million: float  # redis-server CPU seconds per 1,000,000 XADD
+    server_requests_per_s_per_core: float  # 1e6 / server_cpu_s_per_million
+    benchmark_cpu_s_per_million: float  # the redis-benchmark client
 
 
 def redis_ping(port: int) -> bool:
@@ -700,9 +1096,13 @@ def redis_phase(n: int, size: int, workdir: Path, pipeline: int) -> RedisResult:
         shown = " ".join(bcmd[:-1]) + f" <{size}-byte value>"
         log(f"redis reference: {shown}")
         meter = CpuMeter({"redis-server": (proc.pid, None)})
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         meter.start()
         out = subprocess.run(bcmd, capture_output=True, text=True, timeout=600, check=True)
         cpu = meter.stop()
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.add("redis-benchmark", ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime)
+        server_per_m = cpu.cpu_s["redis-server"] * 1e6 / n
         text = out.stdout.replace("\r", "\n")
         rates = re.findall(r"([\d.]+) requests per second", text)
         if not rates:
@@ -716,6 +1116,9 @@ def redis_phase(n: int, size: int, workdir: Path, pipeline: int) -> RedisResult:
             p50_ms=float(p50s[-1]) if p50s else None,
             command=shown,
             cpu_percent=cpu.percent(),
+            server_cpu_s_per_million=round(server_per_m, 3),
+            server_requests_per_s_per_core=round(1e6 / server_per_m) if server_per_m else 0,
+            benchmark_cpu_s_per_million=round(cpu.cpu_s["redis-benchmark"] * 1e6 / n, 3),
         )
     finally:
         proc.terminate()
@@ -729,66 +1132,173 @@ def redis_phase(n: int, size: int, workdir: Path, pipeline: int) -> RedisResult:
 # --------------------------------------------------------------------------------------------
 # Reporting
 
+PRODUCE_TARGET = 1_000_000
+CONSUME_TARGET = 2_000_000
+
 
 def fmt_rate(v: float) -> str:
     return f"{v:,.0f}"
 
 
+def phase_rows(result: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, kind, phase result) for every Kafka phase that ran, in run order."""
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    if "produce" in result:
+        rows.append(("python produce", "produce", result["produce"]))
+    if "consume" in result:
+        rows.append(("python consume", "consume", result["consume"]))
+    for k in result.get("kcat", {}).values():
+        rows.append((f"kcat {k['phase']} x{k['processes']}", k["phase"], k))
+    return rows
+
+
+def target_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """Best client-observed rate and lowest broker cost per direction, against the targets."""
+    out: dict[str, Any] = {}
+    for kind, target in (("produce", PRODUCE_TARGET), ("consume", CONSUME_TARGET)):
+        rows = [(label, ph) for label, k, ph in phase_rows(result) if k == kind]
+        if not rows:
+            continue
+        best_label, best = max(rows, key=lambda r: r[1]["records_per_s"])
+        cheap_label, cheap = min(rows, key=lambda r: r[1]["broker_cost"]["cpu_s_per_million"])
+        out[kind] = {
+            "target_records_per_s": target,
+            "best_records_per_s": best["records_per_s"],
+            "best_phase": best_label,
+            "met": best["records_per_s"] >= target,
+            "lowest_broker_cpu_s_per_million": cheap["broker_cost"]["cpu_s_per_million"],
+            "lowest_cost_phase": cheap_label,
+            "broker_ceiling_records_per_s_per_core": cheap["broker_cost"]["records_per_s_per_core"],
+        }
+    r = result.get("redis")
+    if r is not None:
+        out["redis_xadd"] = {
+            "requests_per_s": r["requests_per_s"],
+            "server_cpu_s_per_million": r["server_cpu_s_per_million"],
+            "server_requests_per_s_per_core": r["server_requests_per_s_per_core"],
+        }
+    return out
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+
+    def fmt(row: tuple[str, ...]) -> str:
+        return "  ".join(
+            v.ljust(w) if i == 0 or i == len(row) - 1 else v.rjust(w)
+            for i, (v, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+
+    line = fmt(head)
+    print(line)
+    print("-" * max(len(line), len(fmt(rows[0])) if rows else 0))
+    for row in rows:
+        print(fmt(row))
+
+
 def print_table(result: dict[str, Any]) -> None:
-    p: dict[str, Any] = result["produce"]
-    c: dict[str, Any] = result["consume"]
+    cfg = result["config"]
+    print(
+        f"\n{cfg['records']:,} records x {cfg['record_size']} B, {cfg['partitions']} partitions "
+        f"per topic, {cfg['cpus']} CPUs, load average before the run {cfg['loadavg_before']}"
+        f"{', ' + cfg['kcat'] if cfg.get('kcat') else ''}"
+        f"{' (broker under py-spy)' if cfg['profile'] else ''}"
+    )
+    head = (
+        "phase",
+        "records/s",
+        "MB/s",
+        "broker CPU s/1M rec",
+        "broker ceiling rec/s/core",
+        "client CPU s/1M",
+        "loop runq-wait %",
+        "CPU % (100 = one core)",
+    )
+    rows: list[tuple[str, ...]] = []
+    for label, _, ph in phase_rows(result):
+        bc = ph["broker_cost"]
+        n = ph["records"]
+        scale = 1e6 / n if n else 0.0
+        rows.append(
+            (
+                label,
+                fmt_rate(ph["records_per_s"]),
+                f"{ph['mb_per_s']:.1f}",
+                f"{bc['cpu_s_per_million']:.3f} (usr {bc['user_s'] * scale:.2f} "
+                f"sys {bc['sys_s'] * scale:.2f})",
+                fmt_rate(bc["records_per_s_per_core"]),
+                f"{ph['client_cpu_s_per_million']:.3f}",
+                f"{bc['loop_runq_wait_percent']:.0f}",
+                _cpu_str(ph["cpu_percent"]),
+            )
+        )
     r: dict[str, Any] | None = result.get("redis")
-    rows: list[tuple[str, str, str, str, str]] = [
-        (
-            "odradek produce",
-            fmt_rate(p["records_per_s"]),
-            f"{p['mb_per_s']:.1f}",
-            f"p50 {p['latency_p50_ms']:.1f} / p99 {p['latency_p99_ms']:.1f}",
-            _cpu_str(p["cpu_percent"]),
-        ),
-        (
-            "odradek consume",
-            fmt_rate(c["records_per_s"]),
-            f"{c['mb_per_s']:.1f}",
-            f"first record after {c['first_record_after_ms']:.0f}",
-            _cpu_str(c["cpu_percent"]),
-        ),
-    ]
     if r is not None:
         rows.append(
             (
-                "redis XADD (-P 16)",
+                f"redis XADD (-P {cfg['redis_pipeline']})",
                 fmt_rate(r["requests_per_s"]),
                 f"{r['mb_per_s']:.1f}",
-                f"p50 {r['p50_ms']}" if r["p50_ms"] is not None else "",
+                f"{r['server_cpu_s_per_million']:.3f} (redis-server)",
+                fmt_rate(r["server_requests_per_s_per_core"]),
+                f"{r['benchmark_cpu_s_per_million']:.3f}",
+                "",
                 _cpu_str(r["cpu_percent"]),
             )
         )
-    head = ("", "records/s", "MB/s", "latency ms", "CPU% (100 = one core)")
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(5)]
-    cfg = result["config"]
-    print(
-        f"\n{cfg['records']:,} records x {cfg['record_size']} B, {cfg['partitions']} partitions, "
-        f"{cfg['cpus']} CPUs{' (broker under py-spy)' if cfg['profile'] else ''}"
-    )
-    line = "  ".join(
-        h.ljust(w) if i == 0 else h.rjust(w)
-        for i, (h, w) in enumerate(zip(head, widths, strict=True))
-    )
-    print(line)
-    print("-" * len(line))
-    for row in rows:
+    _table(head, rows)
+
+    p: dict[str, Any] | None = result.get("produce")
+    c: dict[str, Any] | None = result.get("consume")
+    if p is not None:
         print(
-            "  ".join(
-                v.ljust(w) if i == 0 else v.rjust(w)
-                for i, (v, w) in enumerate(zip(row, widths, strict=True))
-            )
+            f"python produce: {p['seconds']} s (last produce() returned after "
+            f"{p['enqueue_seconds']} s), latency p50 {p['latency_p50_ms']:.1f} / p99 "
+            f"{p['latency_p99_ms']:.1f} / max {p['latency_max_ms']} ms on "
+            f"{p['latency_samples']} sampled records, buffer-full waits "
+            f"{p['buffer_full_waits']}, {p['records_per_batch']} records per batch in the log"
         )
-    print(
-        f"produce: {p['seconds']} s (last produce() returned after {p['enqueue_seconds']} s), latency sampled on {p['latency_samples']} records "
-        f"(max {p['latency_max_ms']} ms), buffer-full waits {p['buffer_full_waits']}; "
-        f"consume: {c['seconds']} s, {fmt_rate(c['steady_records_per_s'])} rec/s after the first record"
-    )
+    if c is not None:
+        print(
+            f"python consume: {c['seconds']} s, first record after "
+            f"{c['first_record_after_ms']:.0f} ms, {fmt_rate(c['steady_records_per_s'])} rec/s "
+            f"after it"
+        )
+    for name, k in result.get("kcat", {}).items():
+        batch = (
+            f", {k['records_per_batch']} records per batch in the log"
+            if k["records_per_batch"] is not None
+            else ""
+        )
+        print(
+            f"kcat {name}: {k['seconds']} s, processes exited after "
+            f"{', '.join(f'{s} s' for s in k['process_seconds'])}{batch}"
+            f"{'' if k['verified'] else ', RECORD COUNT NOT VERIFIED'}"
+        )
+    if r is not None:
+        print(f"redis: {r['command']}, p50 {r['p50_ms']} ms")
+
+    print()
+    summary = result.get("targets", {})
+    for kind in ("produce", "consume"):
+        t = summary.get(kind)
+        if t is None:
+            continue
+        print(
+            f"target {kind} >= {fmt_rate(t['target_records_per_s'])} rec/s: best "
+            f"{fmt_rate(t['best_records_per_s'])} ({t['best_phase']}) "
+            f"{'MET' if t['met'] else 'NOT MET'}; broker ceiling "
+            f"{fmt_rate(t['broker_ceiling_records_per_s_per_core'])} rec/s per core "
+            f"({t['lowest_broker_cpu_s_per_million']} CPU s/1M, {t['lowest_cost_phase']})"
+        )
+    rx = summary.get("redis_xadd")
+    if rx is not None:
+        print(
+            f"reference redis XADD: {fmt_rate(rx['requests_per_s'])} req/s, redis-server "
+            f"{rx['server_cpu_s_per_million']} CPU s/1M = "
+            f"{fmt_rate(rx['server_requests_per_s_per_core'])} req/s per core"
+        )
+
     for prof in result.get("profiles", []):
         print(
             f"\nbroker profile, {prof['phase']}: {prof['samples']} samples in "
@@ -879,10 +1389,38 @@ def main(argv: list[str] | None = None) -> int:
         help="extra librdkafka consumer property (repeatable); default "
         + ", ".join(f"{k}={v}" for k, v in CONSUMER_DEFAULTS.items()),
     )
+    ap.add_argument("--no-kcat", action="store_true", help="skip the kcat phases")
+    ap.add_argument(
+        "--kcat-parallel",
+        type=int,
+        default=2,
+        metavar="N",
+        help="also run N kcat producers (then N consumers) at once, each on its own topic with "
+        "--partitions partitions and records/N records; 1 or less skips it (default 2)",
+    )
+    ap.add_argument(
+        "--kcat-producer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra -X property for the kcat producers (repeatable)",
+    )
+    ap.add_argument(
+        "--kcat-consumer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra -X property for the kcat consumers (repeatable)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     producer_extra = parse_kv(args.producer_config)
     consumer_extra = parse_kv(args.consumer_config)
+    kcat_producer_extra = parse_kv(args.kcat_producer_config)
+    kcat_consumer_extra = parse_kv(args.kcat_consumer_config)
+    kcat_exe = None if args.no_kcat else shutil.which("kcat")
+    if kcat_exe is None and not args.no_kcat:
+        log("WARNING: kcat not found (Debian package kcat); skipping the kcat phases")
     n: int = args.records
     size: int = args.record_size
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -899,6 +1437,11 @@ def main(argv: list[str] | None = None) -> int:
             "producer_config": producer_extra,
             "consumer_config": {**CONSUMER_DEFAULTS, **consumer_extra},
             "broker_overrides": args.override,
+            "kcat": kcat_version(kcat_exe) if kcat_exe else None,
+            "kcat_producer_config": {"acks": "1", **kcat_producer_extra},
+            "kcat_consumer_config": kcat_consumer_extra,
+            "redis_pipeline": args.redis_pipeline,
+            "loadavg_before": Path("/proc/loadavg").read_text().split()[0],
         },
     }
     profiles: list[ProfileResult] = []
@@ -928,6 +1471,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"producing {n:,} records of {size} B to {topic} ({args.partitions} partitions)")
         with prof("produce"):
             pr = produce_phase(broker.bootstrap, topic, n, size, CpuMeter(pids), producer_extra)
+        pr.records_per_batch = records_per_batch(broker.data_dir, [topic])
         log(f"produce: {pr.records_per_s:,.0f} rec/s, {pr.mb_per_s} MB/s, CPU {pr.cpu_percent}")
         result["produce"] = asdict(pr)
 
@@ -949,6 +1493,45 @@ def main(argv: list[str] | None = None) -> int:
             )
         log(f"consume: {cr.records_per_s:,.0f} rec/s, {cr.mb_per_s} MB/s, CPU {cr.cpu_percent}")
         result["consume"] = asdict(cr)
+
+        if kcat_exe is not None:
+            broker_pids: dict[str, tuple[int | None, int | None]] = {
+                "broker": (broker.pid, None),
+                "broker-loop": (broker.pid, broker.pid),
+            }
+            files: dict[int, Path] = {}
+            kcat_results: dict[str, Any] = {}
+            result["kcat"] = kcat_results
+            for procs in [1, args.kcat_parallel] if args.kcat_parallel > 1 else [1]:
+                topics = [f"{topic}-kcat{procs}-{i}" for i in range(procs)]
+                for t in topics:
+                    create_topic(broker.bootstrap, t, args.partitions)
+                counts = split_records(n, procs)
+                for kind, extra in (
+                    ("produce", kcat_producer_extra),
+                    ("consume", kcat_consumer_extra),
+                ):
+                    log(f"kcat {kind} x{procs}: {n:,} records, topics {', '.join(topics)}")
+                    with prof(f"kcat-{kind}-x{procs}"):
+                        kr = kcat_phase(
+                            kind,
+                            kcat_exe,
+                            broker.bootstrap,
+                            topics,
+                            counts,
+                            size,
+                            workdir,
+                            files,
+                            CpuMeter(broker_pids),
+                            extra,
+                            args.partitions,
+                            broker.data_dir,
+                        )
+                    log(
+                        f"kcat {kind} x{procs}: {kr.records_per_s:,.0f} rec/s, broker "
+                        f"{kr.broker_cost.cpu_s_per_million} CPU s/1M, CPU {kr.cpu_percent}"
+                    )
+                    kcat_results[f"{kind}_x{procs}"] = asdict(kr)
     except BaseException:
         log(f"broker log tail:\n{broker.tail()}")
         raise
@@ -966,6 +1549,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    result["targets"] = target_summary(result)
     result["profiles"] = [asdict(p) for p in profiles]
     if args.json:
         print(json.dumps(result, indent=2))
