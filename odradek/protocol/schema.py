@@ -179,7 +179,7 @@ class Api:
         return fn  # type: ignore[no-any-return]
 
 
-@dataclass
+@dataclass(eq=False)
 class Schema:
     """A versioned standalone structure (metadata records, coordinator records)."""
 
