@@ -287,6 +287,7 @@ class ConsumerGroup:
         self.config = config or ConsumerGroupConfig()
         self._new_member_id = member_id_factory
         self._regex_cache: dict[str, re.Pattern[str]] = {}
+        self._regex_matches_cache: dict[str, tuple[Mapping[str, Any], int, frozenset[str]]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -404,7 +405,9 @@ class ConsumerGroup:
     ) -> tuple[dict[str, Any], list[CoordinatorRecord]]:
         """Handle one ConsumerGroupHeartbeat request.
 
-        ``topics_metadata``: every topic of the cluster, name -> :class:`TopicMetadata`.
+        ``topics_metadata``: every topic of the cluster, name -> :class:`TopicMetadata`. Treat it
+        as immutable: pass a new mapping when the metadata changes (regex matches are cached for
+        as long as the same mapping comes back), e.g. the one of the current metadata image.
         Returns the response dict and the records to write (already applied to this group; if
         the write fails, the shell must rebuild the group from the log). An error response comes
         with no records and leaves the group untouched.
@@ -753,15 +756,25 @@ class ConsumerGroup:
         return pat
 
     def subscribed_topics(
-        self, member: ConsumerGroupMember, topic_names: Iterable[str]
+        self, member: ConsumerGroupMember, topics: Mapping[str, Any]
     ) -> frozenset[str]:
-        """The member's subscription among ``topic_names``: its names plus regex matches."""
-        names = set(topic_names)
-        out = set(member.subscribed_topic_names) & names
+        """The member's subscription among ``topics`` (keyed by name): its names that exist plus
+        the topics its regex fully matches (never internal topics)."""
+        out = {t for t in member.subscribed_topic_names if t in topics}
         if member.subscribed_topic_regex:
-            pat = self._compile(member.subscribed_topic_regex)
-            out.update(t for t in names if t not in INTERNAL_TOPICS and pat.fullmatch(t))
+            out |= self._regex_matches(member.subscribed_topic_regex, topics)
         return frozenset(out)
+
+    def _regex_matches(self, regex: str, topics: Mapping[str, Any]) -> frozenset[str]:
+        # Matching every topic of a large cluster on every heartbeat would be slow: results
+        # are kept per regex for as long as the same (unchanged) mapping is passed in.
+        cached = self._regex_matches_cache.get(regex)
+        if cached is not None and cached[0] is topics and cached[1] == len(topics):
+            return cached[2]
+        pat = self._compile(regex)
+        found = frozenset(t for t in topics if t not in INTERNAL_TOPICS and pat.fullmatch(t))
+        self._regex_matches_cache[regex] = (topics, len(topics), found)
+        return found
 
     def _compute_subscription_metadata(
         self, topics: Mapping[str, TopicMetadata]
@@ -776,10 +789,9 @@ class ConsumerGroup:
         self, records: list[CoordinatorRecord], previous: Mapping[str, Partitions]
     ) -> None:
         assignor = ASSIGNORS[self.preferred_assignor()]
-        topic_names = list(self.subscription_metadata)
         specs = {
             mid: MemberSubscription(
-                subscribed_topics=self.subscribed_topics(m, topic_names),
+                subscribed_topics=self.subscribed_topics(m, self.subscription_metadata),
                 assignment=previous.get(mid, self.target_assignment.get(mid, {})),
                 rack_id=m.rack_id,
                 instance_id=m.instance_id,

@@ -88,7 +88,7 @@ def count(a: Assignment) -> int:
     return sum(len(ps) for ps in a.values())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(group_st())
 def test_every_partition_assigned_exactly_once(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]],
@@ -98,7 +98,7 @@ def test_every_partition_assigned_exactly_once(
         check_complete(members, topics, assignor.assign(members, topics))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(group_st())
 def test_uniform_balanced_among_identical_subscriptions(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]],
@@ -113,7 +113,7 @@ def test_uniform_balanced_among_identical_subscriptions(
         assert max(counts) - min(counts) <= 1, by_subs
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(group_st(homogeneous=True), st.text("tuvw", min_size=4, max_size=4))
 def test_uniform_adding_a_member_moves_only_what_it_needs(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]], newcomer: str
@@ -145,7 +145,7 @@ def test_uniform_adding_a_member_moves_only_what_it_needs(
     assert assignor.assign(settled, topics) == first
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(group_st(homogeneous=True))
 def test_uniform_removing_a_member_moves_only_its_partitions(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]],
@@ -166,7 +166,7 @@ def test_uniform_removing_a_member_moves_only_its_partitions(
             assert set(ps) <= set(second[mid].get(tid, [])), "a remaining member lost a partition"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(group_st())
 def test_assignors_are_deterministic(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]],
@@ -177,7 +177,7 @@ def test_assignors_are_deterministic(
         assert assignor.assign(members, topics) == assignor.assign(reordered, topics)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(group_st())
 def test_range_is_co_partitioned(
     g: tuple[dict[str, MemberSubscription], dict[str, TopicMetadata]],
