@@ -71,17 +71,19 @@ def kafka_error(fut: Any, timeout: float = 30) -> KafkaError:
     return err
 
 
+def where(msg: Message) -> tuple[int, int]:
+    """(partition, offset) of a delivered or consumed message."""
+    partition, offset = msg.partition(), msg.offset()
+    assert partition is not None and offset is not None
+    return partition, offset
+
+
 def to_rec(msg: Message) -> Rec:
-    value = msg.value()
-    assert value is not None
-    return Rec(
-        msg.partition(),
-        msg.key(),
-        value,
-        tuple(msg.headers() or ()),
-        msg.timestamp()[1],
-        offset=msg.offset(),
-    )
+    value, key = msg.value(), msg.key()
+    assert isinstance(value, bytes) and (key is None or isinstance(key, bytes))
+    headers: list[tuple[str, bytes | None]] = list(msg.headers() or ())  # type: ignore[arg-type]
+    partition, offset = where(msg)
+    return Rec(partition, key, value, tuple(headers), msg.timestamp()[1], offset=offset)
 
 
 def produce_all(producer: Producer, topic: str, records: Sequence[Rec]) -> list[tuple[Rec, Message]]:
@@ -140,8 +142,9 @@ def consume_to_end(bootstrap: str, topic: str, partitions: int, **extra: Any) ->
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise AssertionError(f"consume error: {err}")
-                out.append(to_rec(msg))
-                position[msg.partition()] = msg.offset()
+                rec = to_rec(msg)
+                out.append(rec)
+                position[rec.partition] = rec.offset
         return out
     finally:
         c.close()
@@ -315,8 +318,8 @@ def test_produce_consume_100k(broker: EmbeddedBroker, topic_name: str) -> None:
     received = consume_to_end(bootstrap, topic_name, 4)
     check_exactly_once(records, received)
     # every delivery report names the partition and offset where the record is
-    where = {r.value: (r.partition, r.offset) for r in received}
-    assert all(where[rec.value] == (msg.partition(), msg.offset()) for rec, msg in reports)
+    found = {r.value: (r.partition, r.offset) for r in received}
+    assert all(found[rec.value] == where(msg) for rec, msg in reports)
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -487,7 +490,7 @@ def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retri
         assert value is not None
         with lock:
             if err is None:
-                acked[value] = (msg.partition(), msg.offset())
+                acked[value] = where(msg)
             else:
                 failed[value] = err
 
@@ -583,7 +586,7 @@ def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retri
     more = make_records(300, partitions, f"{topic}-after")
     reports = produce_all(Producer({"bootstrap.servers": bootstrap}), topic, more)
     for rec, msg in reports:
-        assert msg.offset() >= ends[rec.partition]
+        assert where(msg)[1] >= ends[rec.partition]
     received_after = consume_to_end(bootstrap, topic, partitions)
     check_exactly_once(more, [r for r in received_after if r.value.startswith(f"{topic}-after|".encode())])
 
