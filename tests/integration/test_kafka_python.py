@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,7 +20,16 @@ from kafka.admin import (
 
 from odradek.embedded import EmbeddedBroker
 
-from .support import BASE_TIMESTAMP_MS, CODECS, Rec, check_exactly_once, make_records, wait_until
+from .support import (
+    BASE_TIMESTAMP_MS,
+    CODECS,
+    RawConnection,
+    Rec,
+    check_exactly_once,
+    fetch,
+    make_records,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -286,3 +296,8 @@ def test_idempotent_default_producer(broker: EmbeddedBroker, topic_name: str) ->
     records = make_records(2_000, 1, topic_name, null_header_values=False)
     produce_all(broker.bootstrap_servers, topic_name, records)  # auto-creates the topic
     check_exactly_once(records, consume_to_end(broker.bootstrap_servers, topic_name, 1))
+    # the batches carry the producer id the broker handed out (InitProducerId) and sequences
+    with RawConnection.to(broker) as conn:
+        stored = bytes(fetch(conn, topic_name, 0, 0)["records"])
+    producer_id, producer_epoch, base_sequence = struct.unpack_from(">qhi", stored, 43)
+    assert producer_id >= 0 and producer_epoch >= 0 and base_sequence == 0
