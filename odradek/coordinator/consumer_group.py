@@ -1018,6 +1018,22 @@ class ConsumerGroup:
             out.append(_current_assignment_record(gid, self.members[mid]))
         return out
 
+    def tombstones(self) -> list[CoordinatorRecord]:
+        """Records that delete the whole group (DeleteGroups, or offsets expired on an empty
+        group), in Kafka's order: members first, then the group's own records. Not applied:
+        the shell drops the group once they are written."""
+        gid = self.group_id
+        out: list[CoordinatorRecord] = []
+        for mid in sorted(self.members):
+            key = {"group_id": gid, "member_id": mid}
+            out.append(CoordinatorRecord(CURRENT_MEMBER_ASSIGNMENT, dict(key), None))
+            out.append(CoordinatorRecord(TARGET_ASSIGNMENT_MEMBER, dict(key), None))
+            out.append(CoordinatorRecord(MEMBER_METADATA, dict(key), None))
+        out.append(CoordinatorRecord(TARGET_ASSIGNMENT_METADATA, {"group_id": gid}, None))
+        out.append(CoordinatorRecord(PARTITION_METADATA, {"group_id": gid}, None))
+        out.append(CoordinatorRecord(GROUP_METADATA, {"group_id": gid}, None))
+        return out
+
     # -- ConsumerGroupDescribe -----------------------------------------------------------------
 
     def describe(

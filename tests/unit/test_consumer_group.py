@@ -584,3 +584,17 @@ def test_group_metadata_tombstone_deletes_the_group() -> None:
     sim.join(a)
     sim.group.replay("ConsumerGroupMetadata", {"group_id": GROUP}, None)
     assert sim.group.group_epoch == 0 and not sim.group.members
+
+
+def test_tombstones_delete_the_group() -> None:
+    sim = Sim(new_group(), topics(t=2))
+    sim.join(Client("a", ["t"]))
+    tombstones = sim.group.tombstones()
+    assert all(r.value is None for r in tombstones)
+    assert [r.name for r in tombstones[-3:]] == [
+        "ConsumerGroupTargetAssignmentMetadata",
+        "ConsumerGroupPartitionMetadata",
+        "ConsumerGroupMetadata",
+    ]
+    g = replayed(sim.group, sim.log + tombstones)
+    assert not g.members and g.group_epoch == 0 and g.records() == new_group().records()
