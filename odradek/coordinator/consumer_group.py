@@ -62,7 +62,7 @@ __all__ = [
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 # Kafka 4.0's error for an invalid subscribed_topic_regex (not in our Errors enum yet).
-INVALID_REGULAR_EXPRESSION = 130
+INVALID_REGULAR_EXPRESSION = int(Errors.INVALID_REGULAR_EXPRESSION)
 # Never matched by a subscribed regular expression.
 INTERNAL_TOPICS = frozenset(
     {"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"}
