@@ -423,7 +423,7 @@ def test_fenced_epochs_and_request_errors() -> None:
     assert err({**joining, "rebalance_timeout_ms": -1}) == Errors.INVALID_REQUEST
     assert err({**joining, "topic_partitions": None}) == Errors.INVALID_REQUEST
     assert err({**joining, "subscribed_topic_names": None}) == Errors.INVALID_REQUEST
-    assert err({**joining, "subscribed_topic_names": None, "subscribed_topic_regex": "("}) == 130
+    assert err({**joining, "subscribed_topic_names": None, "subscribed_topic_regex": "("}) == Errors.INVALID_REGULAR_EXPRESSION
     assert err({**joining, "member_epoch": -3}) == Errors.INVALID_REQUEST
     assert err({**joining, "member_epoch": -2, "member_id": "x"}) == Errors.INVALID_REQUEST
     assert err({**joining, "group_id": ""}) == Errors.INVALID_REQUEST
