@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from odradek.log.checkpoint import atomic_write
+from odradek.log.checkpoint import atomic_write, fsync_dir
 from odradek.log.errors import (
     CorruptIndexError,
     KafkaStorageError,
@@ -31,10 +31,13 @@ from odradek.log.leader_epoch import (
 from odradek.log.log_config import LogConfig
 from odradek.log.producer_state import ProducerStateManager, last_sequence
 from odradek.log.segment import (
+    CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     LogSegment,
+    filename_prefix,
 )
 from odradek.records.batch import (
     RECORD_BATCH_OVERHEAD,
@@ -43,7 +46,8 @@ from odradek.records.batch import (
     validate,
     validate_and_assign,
 )
-from odradek.records.errors import RecordBatchTooLargeError
+from odradek.records.errors import InvalidRecordError, RecordBatchTooLargeError
+from odradek.records.records import decode_batch
 
 PARTITION_METADATA_FILENAME = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
@@ -175,14 +179,28 @@ class Log:
         """
         os.makedirs(directory, exist_ok=True)
         bases: set[int] = set()
+        swap_bases: list[int] = []
         for name in os.listdir(directory):
             path = os.path.join(directory, name)
-            if name.endswith((".deleted", ".tmp", ".cleaned", ".swap")):
+            if name.endswith(SWAP_FILE_SUFFIX):
+                m = _SEGMENT_FILE_RE.match(name[: -len(SWAP_FILE_SUFFIX)])
+                if m and m.group(2) == "log":
+                    swap_bases.append(int(m.group(1)))
+                continue
+            if name.endswith((".deleted", ".tmp", CLEANED_FILE_SUFFIX)):
                 _remove_quietly(path)
                 continue
             m = _SEGMENT_FILE_RE.match(name)
             if m and m.group(2) == "log":
                 bases.add(int(m.group(1)))
+        # A `.log.swap` file is a cleaned segment whose swap was committed (see
+        # replace_segments) but maybe not finished: finish it. Other `.swap` files are
+        # uncommitted leftovers.
+        for base in sorted(swap_bases):
+            cls._complete_swap(directory, base, config, now_ms, bases)
+        for name in os.listdir(directory):
+            if name.endswith(SWAP_FILE_SUFFIX):
+                _remove_quietly(os.path.join(directory, name))
         # Orphan index files (no matching .log) are removed.
         for name in os.listdir(directory):
             m = _SEGMENT_FILE_RE.match(name)
@@ -247,14 +265,41 @@ class Log:
         return log
 
     @staticmethod
-    def _open_segment(directory: str, base: int, config: LogConfig, now_ms: int) -> LogSegment:
+    def _open_segment(
+        directory: str, base: int, config: LogConfig, now_ms: int, file_suffix: str = ""
+    ) -> LogSegment:
         return LogSegment(
             directory,
             base,
             index_interval_bytes=config.index_interval_bytes,
             max_index_size=config.segment_index_bytes,
             now_ms=now_ms,
+            file_suffix=file_suffix,
         )
+
+    @classmethod
+    def _complete_swap(
+        cls, directory: str, base: int, config: LogConfig, now_ms: int, bases: set[int]
+    ) -> None:
+        """Finish a cleaner swap interrupted by a crash (Kafka's LogLoader does the same): the
+        `.swap` segment replaces every segment whose base offset lies in its offset range."""
+        seg = cls._open_segment(directory, base, config, now_ms, SWAP_FILE_SUFFIX)
+        try:
+            mtime = os.stat(seg.log_path).st_mtime_ns
+            seg.recover(config.max_message_bytes)  # also rebuilds its index files
+            seg.flush()
+            end = max(seg.next_offset, base + 1)
+        finally:
+            seg.close()
+        for b in sorted(b for b in bases if base <= b < end):
+            _remove_segment_files(directory, b)
+            bases.discard(b)
+        prefix = os.path.join(directory, filename_prefix(base))
+        os.utime(prefix + LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX, ns=(mtime, mtime))
+        for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX):
+            os.replace(prefix + suffix + SWAP_FILE_SUFFIX, prefix + suffix)
+        fsync_dir(directory)
+        bases.add(base)
 
     # ========================================================================= properties
     @property
@@ -371,6 +416,8 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
+            if config.compact:
+                self._check_keys_for_compaction(buf, info)
             if leader_epoch > self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
             self._append(buf, info, now_ms)
@@ -378,6 +425,21 @@ class Log:
                 for b in info.batches:
                     self.producer_state.update_from_header(parse_header(buf, b.position))
         return info
+
+    def _check_keys_for_compaction(self, buf: bytearray, info: AppendInfo) -> None:
+        """Compacted topics only accept keyed records (Kafka's LogValidator: INVALID_RECORD).
+        The one place the produce path decodes records, and only for compacted topics."""
+        view = memoryview(buf)
+        for b in info.batches:
+            batch = view[b.position : b.position + b.size]
+            if parse_header(batch, 0).is_control:
+                continue
+            for record in decode_batch(batch):
+                if record.key is None:
+                    raise InvalidRecordError(
+                        "Compacted topic cannot accept message without key in topic partition "
+                        f"{self.topic}-{self.partition}."
+                    )
 
     def append_as_follower(
         self, buf: bytes | bytearray | memoryview, now_ms: int | None = None
@@ -414,13 +476,17 @@ class Log:
     def _maybe_roll(self, info: AppendInfo, now_ms: int | None) -> LogSegment:
         seg = self._segments[-1]
         config = self.config
+        segment_ms = config.segment_ms
+        if config.compact and config.max_compaction_lag_ms > 0:
+            # The cleaner never touches the active segment: roll it in time (Kafka's maxSegmentMs).
+            segment_ms = min(segment_ms, config.max_compaction_lag_ms)
         if seg.size == 0:
             if info.first_offset != seg.base_offset and not seg.can_hold(info.last_offset):
                 return self.roll(info.first_offset, now_ms)
             return seg
         if (
             seg.size + info.valid_bytes > config.segment_bytes
-            or (now_ms is not None and seg.time_waited_for_roll(now_ms) > config.segment_ms)
+            or (now_ms is not None and seg.time_waited_for_roll(now_ms) > segment_ms)
             or seg.indexes_full
             or not seg.can_hold(info.last_offset)
         ):
@@ -627,6 +693,75 @@ class Log:
             else:
                 keep.append((deadline, seg))
         self._pending_close = keep
+
+    # ======================================================================= compaction
+    def producer_last_offsets(self) -> dict[int, int]:
+        """Last offset of each idempotent producer's last batch (the cleaner keeps that batch,
+        emptied if need be, so the producer's sequence survives compaction and reloads)."""
+        with self._lock:
+            self._ensure_producer_state()
+            return {
+                pid: entry.batches[-1].last_offset
+                for pid, entry in self.producer_state.producers.items()
+                if entry.batches
+            }
+
+    def replace_segments(
+        self, old: list[tuple[LogSegment, int]], new_base: int, now_ms: int
+    ) -> LogSegment | None:
+        """Swap the cleaner's `<new_base>.{log,index,timeindex}.cleaned` files in for the
+        consecutive non-active segments ``old`` ((segment, size when cleaned) pairs; the first
+        has base offset ``new_base``). The files must be complete and fsynced.
+
+        Steps, each leaving a loadable log if the process dies there: `.cleaned` -> `.swap`
+        (the `.log` rename last: it is the commit point, after which :meth:`load` finishes the
+        swap instead of discarding it), directory fsync, old segments unlinked (their descriptors
+        stay open for in-flight reads until ``file.delete.delay.ms`` has passed, like retention),
+        `.swap` -> live names, directory fsync. All under the log lock, so readers and appenders
+        see the old list or the new one.
+
+        Returns the new segment, or None (the `.cleaned` files removed) when ``old`` is no longer
+        what the log holds (retention, DeleteRecords or truncation ran meanwhile)."""
+        prefix = os.path.join(self.dir, filename_prefix(new_base))
+        suffixes = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX)
+        with self._lock:
+            segs = self._segments
+            first = old[0][0] if old else None
+            i = next((k for k, s in enumerate(segs) if s is first), -1)
+            valid = (
+                i >= 0
+                and first is not None
+                and first.base_offset == new_base
+                and i + len(old) < len(segs)  # never the active segment
+                and all(
+                    segs[i + k] is seg and seg.size == size and not seg.closed
+                    for k, (seg, size) in enumerate(old)
+                )
+                and not self._closed
+            )
+            if not valid:
+                for suffix in suffixes:
+                    _remove_quietly(prefix + suffix + CLEANED_FILE_SUFFIX)
+                return None
+            for suffix in suffixes:
+                os.replace(
+                    prefix + suffix + CLEANED_FILE_SUFFIX, prefix + suffix + SWAP_FILE_SUFFIX
+                )
+            fsync_dir(self.dir)
+            deadline = now_ms + self.config.file_delete_delay_ms
+            for seg, _ in old:
+                self._retire(seg, deadline)
+            for suffix in suffixes:
+                os.replace(prefix + suffix + SWAP_FILE_SUFFIX, prefix + suffix)
+            fsync_dir(self.dir)
+            seg = self._open_segment(self.dir, new_base, self.config, now_ms)
+            try:
+                seg.load()
+            except CorruptIndexError:
+                seg.recover(self.config.max_message_bytes)
+            self._segments[i : i + len(old)] = [seg]
+            self._bases[i : i + len(old)] = [new_base]
+            return seg
 
     # ======================================================================= truncation
     def truncate_to(self, offset: int) -> bool:

@@ -27,6 +27,8 @@ from odradek.records.records import Record, decode_batch
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
@@ -51,14 +53,21 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_size: int,
         now_ms: int,
+        file_suffix: str = "",
     ) -> None:
+        """``file_suffix`` (e.g. ``.cleaned``, ``.swap``) is appended to all three file names:
+        the log cleaner writes and swaps in segments under such names."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         prefix = os.path.join(directory, filename_prefix(base_offset))
-        self.log_path = prefix + LOG_FILE_SUFFIX
-        self.offset_index = OffsetIndex(prefix + INDEX_FILE_SUFFIX, base_offset, max_index_size)
-        self.time_index = TimeIndex(prefix + TIME_INDEX_FILE_SUFFIX, base_offset, max_index_size)
+        self.log_path = prefix + LOG_FILE_SUFFIX + file_suffix
+        self.offset_index = OffsetIndex(
+            prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
+        )
+        self.time_index = TimeIndex(
+            prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
+        )
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._next_offset = base_offset  # one past the last offset in the segment
