@@ -461,7 +461,7 @@ class KafkaApis:
                         "high_watermark": res.high_watermark,
                         "last_stable_offset": res.last_stable_offset,
                         "log_start_offset": res.log_start_offset,
-                        "aborted_transactions": None if res.error == Errors.NONE else None,
+                        "aborted_transactions": None,  # no transactions yet: nothing aborted
                         "preferred_read_replica": -1,
                         "records": res.records if res.records is not None else b"",
                     }
