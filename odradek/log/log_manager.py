@@ -1,6 +1,19 @@
-"""LogManager: the broker's log directories, their checkpoints, recovery, retention and flushes.
+"""LogManager: the broker's log directories, their checkpoints, recovery, retention, flushes and
+log compaction.
 
 Everything is synchronous and takes ``now_ms``; the broker calls these from a thread executor.
+Periodic work the broker schedules (each from a worker thread, never the event loop):
+
+* :meth:`LogManager.cleanup_logs` every ``log.retention.check.interval.ms`` (retention);
+* :meth:`LogManager.flush_dirty_logs` (``flush.ms``, flushing rolled segments);
+* :meth:`LogManager.checkpoint_logs` / :meth:`LogManager.checkpoint_high_watermarks`;
+* :meth:`LogManager.clean_logs` every ``log.cleaner.backoff.ms`` (15000) when
+  ``log.cleaner.enable`` (true): compacts every log whose ``cleanup.policy`` contains
+  ``compact`` and is dirty enough (see :mod:`odradek.log.log_cleaner`). A call may take long (it
+  rewrites segments); run the next one ``backoff_ms`` after it returns, one at a time. Cleaner
+  settings come in as ``LogManager(..., cleaner_config=CleanerConfig(enable, backoff_ms,
+  dedupe_buffer_size))``. :meth:`delete_log` and :meth:`shutdown` stop a cleaning in progress
+  and wait for it.
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from collections.abc import Callable
 
 from odradek.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from odradek.log.log import Log, parse_topic_partition_dir
+from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_config import LogConfig
 
 logger = logging.getLogger(__name__)
@@ -38,6 +52,7 @@ class LogManager:
         now_ms: int,
         *,
         skip_topics: frozenset[str] = frozenset({METADATA_TOPIC}),
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log directory is required")
@@ -50,6 +65,7 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, str] = {}
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
+        self.cleaner = LogCleaner(self.all_logs, cleaner_config)
 
     # ============================================================================ loading
     def load_logs(
@@ -156,6 +172,8 @@ class LogManager:
             log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return
+        self.cleaner.abort_and_wait(log)
+        self.cleaner.forget(tp, log_dir)
         log.close()
         target = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         try:
@@ -202,6 +220,8 @@ class LogManager:
         """Apply retention to every log; returns the number of segments deleted."""
         total = 0
         for tp, log in self.all_logs().items():
+            if self.cleaner.is_cleaning(log):
+                continue  # Kafka pauses retention of a log while it is cleaned: next pass
             try:
                 total += log.delete_old_segments(now_ms)
             except OSError:
@@ -219,8 +239,21 @@ class LogManager:
             elif log.recovery_point < log.active_segment.base_offset:
                 log.flush(log.active_segment.base_offset)
 
+    def clean_logs(self, now_ms: int) -> int:
+        """Compact every eligible compacted log once, dirtiest first (the log cleaner's work;
+        call every ``cleaner_backoff_ms`` from a worker thread). Returns the logs cleaned."""
+        if not self.cleaner.config.enable:
+            return 0
+        return self.cleaner.clean_logs(now_ms)
+
+    @property
+    def cleaner_backoff_ms(self) -> int:
+        return self.cleaner.config.backoff_ms
+
     def shutdown(self, now_ms: int | None = None) -> None:
-        """Flush and close every log, checkpoint, then write the clean-shutdown marker."""
+        """Stop the cleaner, flush and close every log, checkpoint, then write the
+        clean-shutdown marker."""
+        self.cleaner.shutdown()
         logs = self.all_logs()
         for log in logs.values():
             log.close()
