@@ -326,7 +326,10 @@ def _offset_spec(
         return None, None
     key = given[0]
     raw = opts[key].strip()
-    if key.endswith("timestamp"):
+    if key.endswith("bytimestamp"):
+        per = parse_partition_longs(opts, key)
+        return OffsetSpec("timestamps", offsets=tuple(sorted(per.items()))), key
+    if key.endswith("timestamp"):  # startingTimestamp / endingTimestamp
         try:
             ts = int(raw)
         except ValueError:
@@ -336,9 +339,6 @@ def _offset_spec(
         if ts < 0:
             raise OdradekOptionError(f"option '{_canon(key)}' must not be negative, got {ts}")
         return OffsetSpec("timestamp", timestamp=ts), key
-    if key.endswith("bytimestamp"):
-        per = parse_partition_longs(opts, key)
-        return OffsetSpec("timestamps", offsets=tuple(sorted(per.items()))), key
     low = raw.lower()
     if low == "earliest":
         if ending:
