@@ -89,7 +89,7 @@ def test_batch_read_100k_records_equals_what_was_produced(
     assert row["n"] == 100_000
     assert row["crc"] == checksum(produced)
     assert row["keyed"] == sum(1 for _, _, k, _ in produced if k is not None)
-    assert df.where("topic != '%s' or timestampType != 0" % topic).count() == 0
+    assert df.where(f"topic != '{topic}' or timestampType != 0").count() == 0
 
     # minPartitions splits the ranges; the result is the same.
     split = reader(spark, broker, subscribe=topic, minPartitions="10").load()
