@@ -21,6 +21,7 @@ from typing import Any
 from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.log.log import Log
+from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
@@ -98,7 +99,14 @@ class BrokerServer:
 
         # 2. Partition logs, recovered where the last stop was unclean.
         default_log_config = config_defs.build_log_config(cfg, {})
-        self.log_manager = LogManager(cfg.log_dirs, default_log_config, _now_ms())
+        cleaner_config = CleanerConfig(
+            enable=cfg.log_cleaner_enable,
+            backoff_ms=cfg.log_cleaner_backoff_ms,
+            dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
+        )
+        self.log_manager = LogManager(
+            cfg.log_dirs, default_log_config, _now_ms(), cleaner_config=cleaner_config
+        )
         lm = self.log_manager
         await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, _now_ms()))
         self._delete_stray_logs()
@@ -178,6 +186,9 @@ class BrokerServer:
         self.broker_epoch = broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
+        # Compaction runs in a worker thread, one pass at a time, off the request path.
+        if cleaner_config.enable:
+            self._schedule("log-cleaner", cleaner_config.backoff_ms, lambda: lm.clean_logs(_now_ms()))
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(_now_ms()))
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(_now_ms()))
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)

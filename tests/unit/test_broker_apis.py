@@ -412,3 +412,51 @@ def test_fetch_is_sent_with_sendfile_and_falls_back_when_the_socket_is_full(
     else:
         asyncio.run(go())
     assert calls, "the fetch response did not use sendfile"
+
+
+def test_compacted_topic_keeps_latest_value_per_key_across_restart(tmp_path: Path) -> None:
+    keys = [f"k{i}".encode() for i in range(20)]
+
+    def keyed(round_: int) -> bytes:
+        return build_batch([(k, b"v%d" % round_, [], 1000 + round_) for k in keys])
+
+    async def latest_values(c: NetworkClient) -> tuple[dict[bytes, bytes], int]:
+        values: dict[bytes, bytes] = {}
+        count = 0
+        offset = 0
+        while True:
+            f = await fetch(c, "compacted", 0, offset)
+            recs = records_of(f["records"])
+            if not recs:
+                return values, count
+            for r in recs:
+                assert r.key is not None and r.value is not None
+                values[r.key] = r.value
+                count += 1
+            offset = recs[-1].offset + 1
+
+    async def go() -> None:
+        async with broker(tmp_path, **{"log.cleaner.backoff.ms": "50"}) as (server, c):
+            await create(
+                c, "compacted", 1,
+                {"cleanup.policy": "compact", "segment.bytes": "2048", "min.cleanable.dirty.ratio": "0.01"},
+            )
+            for round_ in range(30):
+                assert (await produce(c, "compacted", 0, keyed(round_)))["error_code"] == 0
+            keyless = build_batch([(None, b"x", [], 1)])
+            assert (await produce(c, "compacted", 0, keyless))["error_code"] == Errors.INVALID_RECORD
+            deadline = time.monotonic() + 30
+            while True:
+                values, count = await latest_values(c)
+                if count < 30 * len(keys) // 2 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert values == {k: b"v29" for k in keys}
+            assert count < 30 * len(keys) // 2, "the cleaner never compacted the log"
+        async with broker(tmp_path) as (_s, c):
+            values, count_after = await latest_values(c)
+            assert values == {k: b"v29" for k in keys}
+            assert count_after <= count
+            assert (await produce(c, "compacted", 0, keyed(30)))["error_code"] == 0
+
+    run(go)
