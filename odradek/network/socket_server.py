@@ -135,6 +135,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
+    def drain_and_close(self) -> None:
+        """Shutdown: read no further requests, write every response already owed, then close.
+
+        A produce is appended while its request is handled, so its response must still reach
+        the client; otherwise the client resends it after the restart and the batch is stored
+        twice.
+        """
+        self._pause_reading()
+        self._closing = True
+        if not self._pending and self._writer is None:
+            self.close()
+            return
+        if not self._pending or self._pending[-1] is not _CLOSE:
+            self._pending.append(_CLOSE)
+        self._ensure_writer()
+
     def abort(self) -> None:
         self._closing = True
         if self._transport is not None:
@@ -473,13 +489,18 @@ class SocketServer:
             self.listener_name, self.host or "0.0.0.0", self.port,
         )
 
-    async def stop(self) -> None:
-        """Stop accepting, close every connection and wait until they are gone."""
+    def begin_shutdown(self) -> None:
+        """Stop accepting and reading; connections close once their owed responses are out."""
         if self._server is not None:
             self._server.close()
+        for conn in list(self._connections):
+            conn.drain_and_close()
+
+    async def stop(self) -> None:
+        """Stop accepting, drain and close every connection, and wait until they are gone
+        (connections still busy after 5 s are aborted)."""
+        self.begin_shutdown()
         conns = list(self._connections)
-        for conn in conns:
-            conn.close()
         waits: list[Awaitable[Any]] = [c.closed for c in conns]
         if waits:
             _, still_open = await asyncio.wait(

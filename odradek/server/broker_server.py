@@ -230,6 +230,14 @@ class BrokerServer:
 
     async def shutdown(self) -> None:
         log.info("Odradek broker %d shutting down", self.node_id)
+        # Stop taking requests, answer the ones already taken (waiting produces and fetches
+        # are completed now), and only then close the connections.
+        for server in self._servers:
+            server.begin_shutdown()
+        if self.group_coordinator is not None:
+            await self.group_coordinator.shutdown()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()
         for server in self._servers:
             await server.stop()
         self._servers.clear()
@@ -241,10 +249,6 @@ class BrokerServer:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
-        if self.group_coordinator is not None:
-            await self.group_coordinator.shutdown()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()
         if self.log_manager is not None:
             lm = self.log_manager

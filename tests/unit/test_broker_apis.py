@@ -460,3 +460,29 @@ def test_compacted_topic_keeps_latest_value_per_key_across_restart(tmp_path: Pat
             assert (await produce(c, "compacted", 0, keyed(30)))["error_code"] == 0
 
     run(go)
+
+
+def test_shutdown_answers_requests_already_taken(tmp_path: Path) -> None:
+    """A clean stop drains: requests read before it get their responses, then connections close."""
+
+    async def go() -> None:
+        props = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"}
+        server = BrokerServer(KafkaConfig(props))
+        await server.startup()
+        c = await NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]).connect()
+        try:
+            await create(c, "drain", 2)
+            # A long poll on a partition nobody writes to: it is still waiting at shutdown, and
+            # the produce responses queue behind it on the same connection.
+            waiting = asyncio.ensure_future(fetch(c, "drain", 1, 0, max_wait=30_000))
+            produced = [asyncio.ensure_future(produce(c, "drain", 0, batch([b"%d" % i]))) for i in range(20)]
+            await asyncio.sleep(0.2)
+            await server.shutdown()
+            f = await asyncio.wait_for(waiting, 5)
+            assert f["error_code"] == 0
+            offsets = sorted([(await p)["base_offset"] for p in produced])
+            assert offsets == list(range(20))  # every append taken was acknowledged
+        finally:
+            await c.close()
+
+    run(go)
