@@ -28,9 +28,10 @@ class RecordBatchTooLargeError(RecordError):
 
 
 class UnsupportedMagicError(RecordError):
-    """Message format v0/v1; Kafka 4 answers UNSUPPORTED_VERSION."""
+    """Message format v0/v1. Kafka 4 refuses them in produce requests (ProduceRequest's record
+    validation) with INVALID_RECORD."""
 
-    error_code = 35
+    error_code = 87
 
 
 class InvalidRecordError(RecordError):

@@ -183,7 +183,7 @@ def test_magic_1_is_unsupported() -> None:
         validate_and_assign(
             buf, 0, leader_epoch=0, max_message_bytes=1 << 20, log_append_time_ms=None
         )
-    assert ei.value.error_code == 35
+    assert ei.value.error_code == 87  # INVALID_RECORD, as Kafka 4
     buf[MAGIC_OFFSET] = 7
     with pytest.raises(CorruptRecordError):
         validate_and_assign(
