@@ -1,0 +1,154 @@
+"""The click-stream demo pipeline: generator -> topic -> Structured Streaming -> topic + Parquet.
+
+- :func:`produce_clicks` writes JSON click events (``{"user", "page", "ts"}``) to a topic.
+- :func:`start_pipeline` starts two streaming queries on one ``odradek`` source:
+  per-minute counts per page (event time, 1-minute watermark, append mode: each window is
+  written once, when the watermark passes its end) to an output topic as JSON keyed by page;
+  and the raw parsed events to a Parquet table partitioned by ``date``.
+
+Used by ``odradek pipeline demo`` and ``examples/clickstream_pipeline.py`` (spark-submit).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+CLICK_SCHEMA = "user STRING, page STRING, ts TIMESTAMP"
+PAGES = ("/", "/products", "/products/42", "/cart", "/checkout", "/about")
+
+
+def click(user: str, page: str, ts: datetime) -> dict[str, str]:
+    return {"user": user, "page": page, "ts": ts.astimezone(UTC).isoformat().replace("+00:00", "Z")}
+
+
+def random_clicks(
+    count: int | None,
+    *,
+    start: datetime | None = None,
+    events_per_second: float = 50.0,
+    speedup: float = 1.0,
+    seed: int | None = None,
+) -> Iterator[dict[str, str]]:
+    """Click events whose event time advances ``speedup`` times faster than one per rate."""
+    rng = random.Random(seed)
+    start = start or datetime.now(UTC)
+    i = 0
+    while count is None or i < count:
+        ts = start + timedelta(seconds=i / events_per_second * speedup)
+        yield click(f"u{rng.randrange(1000)}", rng.choice(PAGES), ts)
+        i += 1
+
+
+def produce_clicks(
+    bootstrap_servers: str,
+    topic: str,
+    events: Iterable[dict[str, str]],
+    *,
+    events_per_second: float | None = None,
+    stop: Any = None,
+) -> int:
+    """Produce ``events`` as JSON (key: the page), paced at ``events_per_second`` if given."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    sent = 0
+    began = time.monotonic()
+    for event in events:
+        if stop is not None and stop.is_set():
+            break
+        while True:
+            try:
+                producer.produce(topic, json.dumps(event).encode(), event["page"].encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        sent += 1
+        if events_per_second:
+            ahead = sent / events_per_second - (time.monotonic() - began)
+            if ahead > 0:
+                time.sleep(ahead)
+    producer.flush(30)
+    return sent
+
+
+def start_pipeline(
+    spark: Any,
+    bootstrap_servers: str,
+    *,
+    input_topic: str,
+    output_topic: str,
+    table_path: str,
+    checkpoint_dir: str,
+    trigger: str = "5 seconds",
+    starting_offsets: str = "earliest",
+    watermark: str = "1 minute",
+) -> list[Any]:
+    """Start the aggregate and the raw-table queries; returns them (call ``.stop()``)."""
+    from pyspark.sql import functions as F
+
+    from odradek.spark import OdradekDataSource
+
+    spark.dataSource.register(OdradekDataSource)
+    events = (
+        spark.readStream.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", input_topic)
+        .option("startingOffsets", starting_offsets)
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), CLICK_SCHEMA).alias("e"))
+        .select("e.*")
+        .where("page IS NOT NULL AND ts IS NOT NULL")
+    )
+    counts = (
+        events.withWatermark("ts", watermark)
+        .groupBy(F.window("ts", "1 minute"), "page")
+        .count()
+        .select(
+            F.col("page").alias("key"),
+            F.to_json(
+                F.struct(
+                    F.date_format("window.start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_start"),
+                    F.date_format("window.end", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_end"),
+                    "page",
+                    "count",
+                )
+            ).alias("value"),
+        )
+    )
+    aggregates = (
+        counts.writeStream.format("odradek")
+        .queryName("clicks_per_minute")
+        .outputMode("append")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", output_topic)
+        .option("checkpointLocation", f"{checkpoint_dir}/aggregates")
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    raw = (
+        events.withColumn("date", F.to_date("ts"))
+        .writeStream.format("parquet")
+        .queryName("clicks_raw")
+        .partitionBy("date")
+        .option("path", table_path)
+        .option("checkpointLocation", f"{checkpoint_dir}/raw")
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    return [aggregates, raw]
+
+
+def expected_counts(events: Iterable[dict[str, str]]) -> dict[tuple[str, str], int]:
+    """(window start, page) -> count: what the pipeline computes, for checking it."""
+    out: dict[tuple[str, str], int] = {}
+    for e in events:
+        ts = datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).astimezone(UTC)
+        minute = ts.replace(second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out[(minute, e["page"])] = out.get((minute, e["page"]), 0) + 1
+    return out
