@@ -274,7 +274,15 @@ class ConsumerGroup:
 
     Persistent state changes only through :meth:`replay`; the deadlines (session and rebalance
     timeouts) are soft state the shell rebuilds with :meth:`on_loaded` after loading.
+
+    It also follows the offsets manager's ``Group`` protocol
+    (:class:`~odradek.coordinator.group_metadata_manager.Group`): committed offsets live in
+    :attr:`offsets` (kept by the shell, never touched by :meth:`replay`), and OffsetCommit /
+    OffsetFetch are validated against the member epochs.
     """
+
+    group_type = "consumer"
+    protocol_type: str | None = "consumer"
 
     def __init__(
         self,
@@ -288,6 +296,12 @@ class ConsumerGroup:
         self._new_member_id = member_id_factory
         self._regex_cache: dict[str, re.Pattern[str]] = {}
         self._regex_matches_cache: dict[str, tuple[Mapping[str, Any], int, frozenset[str]]] = {}
+        # Offsets (the Group protocol): written by the shell once a commit is appended.
+        self.offsets: dict[tuple[str, int], Any] = {}
+        self.pending_offset_commits: dict[tuple[str, int], int] = {}
+        # Consumer group offsets expire on their commit timestamp alone (Kafka's
+        # ConsumerGroup.offsetExpirationCondition), so there is no state timestamp to add.
+        self.current_state_timestamp = -1
         self._reset()
 
     def _reset(self) -> None:
@@ -315,8 +329,97 @@ class ConsumerGroup:
                 return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
 
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
     def is_empty(self) -> bool:
         return not self.members
+
+    def subscribed_topics(self) -> set[str]:
+        """Topics some member subscribes to: its names (existing or not) and its regex matches
+        among the known topics (OffsetDelete refuses these, offset expiry spares them)."""
+        out: set[str] = set(self.subscription_metadata)
+        for m in self.members.values():
+            out.update(m.subscribed_topic_names)
+        return out
+
+    # -- offsets (the Group protocol) ----------------------------------------------------------
+
+    def validate_offset_commit(
+        self,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        now_ms: int,
+        *,
+        api_version: int = 9,
+    ) -> Errors:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``; ``generation_id`` is the member epoch.
+
+        A negative epoch (admin tools, standalone consumers) may commit only while the group
+        is empty; a member must commit with its current epoch (else STALE_MEMBER_EPOCH), with
+        OffsetCommit v9+."""
+        if generation_id < 0 and not self.members:
+            return Errors.NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return Errors.UNSUPPORTED_VERSION
+        if generation_id != member.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return Errors.NONE
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> Errors:
+        """Kafka's ``ConsumerGroup.validateOffsetFetch``: no member id and a negative epoch (an
+        admin client) is always accepted, a member must give its current epoch."""
+        if member_id is None and member_epoch < 0:
+            return Errors.NONE
+        member = self.members.get(member_id or "")
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return Errors.NONE
+
+    # -- snapshots (undo a change whose records could not be written) ---------------------------
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """The group's state apart from its offsets, to :meth:`restore` if writing the records
+        of a change fails. Cheap: members and partition sets are immutable, only the
+        containers are copied."""
+        return (
+            self.group_epoch,
+            dict(self.members),
+            dict(self.static_members),
+            dict(self.subscription_metadata),
+            self.target_assignment_epoch,
+            dict(self.target_assignment),
+            dict(self._owners),
+            dict(self._session_deadlines),
+            dict(self._rebalance_deadlines),
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        (
+            self.group_epoch,
+            members,
+            static_members,
+            subscription_metadata,
+            self.target_assignment_epoch,
+            target_assignment,
+            owners,
+            session_deadlines,
+            rebalance_deadlines,
+        ) = snap
+        self.members = dict(members)
+        self.static_members = dict(static_members)
+        self.subscription_metadata = dict(subscription_metadata)
+        self.target_assignment = dict(target_assignment)
+        self._owners = dict(owners)
+        self._session_deadlines = dict(session_deadlines)
+        self._rebalance_deadlines = dict(rebalance_deadlines)
 
     def preferred_assignor(self) -> str:
         """The most requested server assignor among the members, else the default one."""
@@ -755,7 +858,7 @@ class ConsumerGroup:
             self._regex_cache[regex] = pat
         return pat
 
-    def subscribed_topics(
+    def member_subscribed_topics(
         self, member: ConsumerGroupMember, topics: Mapping[str, Any]
     ) -> frozenset[str]:
         """The member's subscription among ``topics`` (keyed by name): its names that exist plus
@@ -782,7 +885,7 @@ class ConsumerGroup:
         """Metadata of every topic of ``topics`` some member subscribes to (by name or regex)."""
         wanted: set[str] = set()
         for m in self.members.values():
-            wanted |= self.subscribed_topics(m, topics)
+            wanted |= self.member_subscribed_topics(m, topics)
         return {t: TopicMetadata(*topics[t]) for t in sorted(wanted)}
 
     def _update_target_assignment(
@@ -791,7 +894,7 @@ class ConsumerGroup:
         assignor = ASSIGNORS[self.preferred_assignor()]
         specs = {
             mid: MemberSubscription(
-                subscribed_topics=self.subscribed_topics(m, self.subscription_metadata),
+                subscribed_topics=self.member_subscribed_topics(m, self.subscription_metadata),
                 assignment=previous.get(mid, self.target_assignment.get(mid, {})),
                 rack_id=m.rack_id,
                 instance_id=m.instance_id,

@@ -7,11 +7,16 @@ followers wait for the leader's assignment), keeps one timer per group at the gr
 deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay), writes group records
 when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup.
 
-A KIP-848 ``ConsumerGroupHeartbeat`` handler plugs in through :attr:`metadata_manager`:
-``coordinator.check_group(group_id)`` for NOT_COORDINATOR/LOAD_IN_PROGRESS,
-``metadata_manager.get_group`` / ``add_group`` to look up or register its group object (anything
-following :class:`~odradek.coordinator.group_metadata_manager.Group`), and the same OffsetCommit /
-OffsetFetch paths, which dispatch validation to the group object.
+KIP-848 consumer groups (``group.protocol=consumer``) live in the same manager as
+:class:`~odradek.coordinator.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat runs
+the sans-I/O group under a per-group lock (one change at a time: the next request sees only
+state whose records were written), writes the records it returns to the group's
+``__consumer_offsets`` partition and answers only once they are appended; if the append fails
+the group is restored from a snapshot taken before. One timer per group fires at the group's next
+session/rebalance deadline and fences the members whose time has passed. The topic metadata
+the groups assign from is a mapping rebuilt whenever the metadata image changes
+(:meth:`on_metadata_update` is a metadata loader publisher), so new topics and partitions reach
+every group at its members' next heartbeat.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
+from odradek.coordinator.assignors import TopicMetadata
+from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
 from odradek.coordinator.group_metadata import (
     Effects,
     GroupConfig,
@@ -37,10 +44,10 @@ from odradek.coordinator.group_metadata_manager import (
     GroupMetadataManager,
     TopicPartition,
 )
-from odradek.coordinator.records import OffsetAndMetadata
-from odradek.metadata.image import MetadataImage
+from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors
-from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,63 @@ class CommitRequest:
     offset: int
     leader_epoch: int
     metadata: str | None
+
+
+_CONSUMER_KEYS = (
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
+    "group.consumer.max.size",
+    "group.consumer.assignors",
+)
+
+
+def consumer_group_config(config: KafkaConfig) -> ConsumerGroupConfig:
+    """``group.consumer.*`` from the broker's configuration, checked as Kafka checks them."""
+    session = int(config.get("group.consumer.session.timeout.ms"))
+    heartbeat = int(config.get("group.consumer.heartbeat.interval.ms"))
+    for key, value in (("session.timeout.ms", session), ("heartbeat.interval.ms", heartbeat)):
+        lo = int(config.get(f"group.consumer.min.{key}"))
+        hi = int(config.get(f"group.consumer.max.{key}"))
+        if not lo <= value <= hi:
+            raise ConfigError(
+                f"group.consumer.{key}={value} must be between group.consumer.min.{key}={lo} "
+                f"and group.consumer.max.{key}={hi}"
+            )
+    if heartbeat >= session:
+        raise ConfigError(
+            f"group.consumer.heartbeat.interval.ms={heartbeat} must be less than "
+            f"group.consumer.session.timeout.ms={session}"
+        )
+    try:
+        return ConsumerGroupConfig.from_properties({k: config.get(k) for k in _CONSUMER_KEYS})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _heartbeat_error(code: Errors, message: str | None = None) -> dict[str, Any]:
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "error_message": message if message is not None else code.name,
+        "member_id": None,
+        "member_epoch": 0,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
+def _describe_error(group_id: str, code: Errors, message: str | None = None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message if message is not None else code.name,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": 0,
+        "assignment_epoch": 0,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": -(2**31),
+    }
 
 
 class GroupCoordinator:
@@ -80,6 +144,9 @@ class GroupCoordinator:
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             max_size=config.group_max_size,
         )
+        self.consumer_group_config = consumer_group_config(config)
+        protocols = config.get("group.coordinator.rebalance.protocols") or []
+        self.consumer_protocol_enabled = "consumer" in [str(p).strip() for p in protocols]
         self.metadata_manager = GroupMetadataManager(
             replica_manager=replica_manager,
             num_partitions=config.offsets_topic_num_partitions,
@@ -87,10 +154,13 @@ class GroupCoordinator:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             clock_ms=clock_ms,
+            consumer_group_config=self.consumer_group_config,
         )
         self.metadata_manager.on_group_loaded = self._schedule
         self.metadata_manager.on_group_unloaded = self._on_unloaded
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
@@ -233,17 +303,26 @@ class GroupCoordinator:
             self._apply(group, group.on_group_stored(generation, err, self.clock_ms()))
 
     def _schedule(self, group: Any) -> None:
-        if not isinstance(group, GroupMetadata):
+        """(Re-)arm the one timer of ``group`` at its next deadline."""
+        fire: Callable[[Any], None]
+        if isinstance(group, GroupMetadata):
+            fire = self._fire
+        elif isinstance(group, ConsumerGroup):
+            fire = self._fire_consumer
+        else:
             return
-        old = self._timers.pop(group.group_id, None)
-        if old is not None:
-            old.cancel()
+        self._cancel_timer(group.group_id)
         deadline = group.next_deadline()
-        if deadline is None or group.state == GroupState.DEAD:
+        if deadline is None or (isinstance(group, GroupMetadata) and group.state == GroupState.DEAD):
             return
         loop = asyncio.get_running_loop()
         delay = max(0.0, (deadline - self.clock_ms()) / 1000.0)
-        self._timers[group.group_id] = loop.call_later(delay, self._fire, group)
+        self._timers[group.group_id] = loop.call_later(delay, fire, group)
+
+    def _cancel_timer(self, group_id: str) -> None:
+        old = self._timers.pop(group_id, None)
+        if old is not None:
+            old.cancel()
 
     def _fire(self, group: GroupMetadata) -> None:
         self._timers.pop(group.group_id, None)
@@ -252,11 +331,224 @@ class GroupCoordinator:
         self._apply(group, group.poll(self.clock_ms()))
 
     def _on_unloaded(self, group: Any) -> None:
-        h = self._timers.pop(group.group_id, None)
-        if h is not None:
-            h.cancel()
+        self._cancel_timer(group.group_id)
+        lock = self._locks.get(group.group_id)
+        if lock is not None and not lock.locked():
+            del self._locks[group.group_id]
         if isinstance(group, GroupMetadata):
             self._apply(group, group.make_dead(Errors.NOT_COORDINATOR, self.clock_ms()))
+
+    def _lock(self, group_id: str) -> asyncio.Lock:
+        """Serializes the changes of one group whose records must be written before the next."""
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = asyncio.Lock()
+        return lock
+
+    # ------------------------------------------------------------------------ KIP-848 groups
+
+    def topics_metadata(self) -> Mapping[str, TopicMetadata]:
+        """Every topic of the metadata image as the consumer groups see it. The same mapping
+        object is returned until the metadata changes (the groups cache regex matches per
+        mapping)."""
+        md = self._topics_metadata
+        if md is None:
+            md = {
+                name: TopicMetadata(t.topic_id, name, len(t.partitions))
+                for name, t in self.image.topics_by_name.items()
+            }
+            self._topics_metadata = md
+        return md
+
+    def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Metadata loader publisher: topics created, deleted or grown are seen by the consumer
+        groups at their next heartbeat (which bumps the group epoch and reassigns)."""
+        if delta.created_topics or delta.deleted_topics or delta.changed_partitions:
+            self._topics_metadata = None
+
+    async def consumer_group_heartbeat(
+        self, request: dict[str, Any], *, client_id: str, client_host: str
+    ) -> dict[str, Any]:
+        """ConsumerGroupHeartbeat: join, heartbeat, reconcile, leave (KIP-848)."""
+        if not self.consumer_protocol_enabled:
+            return _heartbeat_error(
+                Errors.UNSUPPORTED_VERSION,
+                "The new consumer group protocol is disabled on this broker "
+                "(group.coordinator.rebalance.protocols does not include consumer).",
+            )
+        group_id = request.get("group_id") or ""
+        if not group_id:
+            return _heartbeat_error(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+        err = self.check_group(group_id)
+        if err != Errors.NONE:
+            return _heartbeat_error(err)
+        async with self._lock(group_id):
+            err = self.check_group(group_id)  # leadership may have moved while waiting
+            if err != Errors.NONE:
+                return _heartbeat_error(err)
+            return await self._consumer_group_heartbeat(request, group_id, client_id, client_host)
+
+    async def _consumer_group_heartbeat(
+        self, request: dict[str, Any], group_id: str, client_id: str, client_host: str
+    ) -> dict[str, Any]:
+        mgr = self.metadata_manager
+        existing = mgr.get_group(group_id)
+        joining = int(request.get("member_epoch", 0)) == 0
+        before: list[tuple[bytes, bytes | None]] = []
+        replaced: GroupMetadata | None = None
+        if isinstance(existing, ConsumerGroup):
+            group = existing
+        elif existing is None:
+            if not joining:
+                return _heartbeat_error(
+                    Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found."
+                )
+            group = mgr.new_consumer_group(group_id)
+        elif isinstance(existing, GroupMetadata) and joining and existing.is_empty():
+            # Kafka's maybeDeleteEmptyClassicGroup: an empty classic group (e.g. one that only
+            # holds committed offsets) gives its id to the new consumer group; the offsets stay.
+            replaced = existing
+            group = mgr.new_consumer_group(group_id)
+            group.offsets = existing.offsets
+            group.pending_offset_commits = existing.pending_offset_commits
+            before.append((group_metadata_key(group_id), None))
+        elif joining:
+            return _heartbeat_error(
+                Errors.GROUP_ID_NOT_FOUND,
+                f"Cannot upgrade classic group {group_id} to consumer group: it has members "
+                f"(online upgrade of a classic group is not supported).",
+            )
+        else:
+            return _heartbeat_error(
+                Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
+
+        snapshot = group.snapshot()
+        epoch_before, members_before = group.group_epoch, set(group.members)
+        response, records = group.heartbeat(
+            request,
+            self.clock_ms(),
+            self.topics_metadata(),
+            client_id=client_id,
+            client_host=client_host,
+        )
+        if response["error_code"] != Errors.NONE:
+            log.debug(
+                "ConsumerGroupHeartbeat of member %s of group %s failed: %s (%s)",
+                request.get("member_id"), group_id, Errors(response["error_code"]).name,
+                response["error_message"],
+            )
+            return response
+        if records or before:
+            created = existing is not group
+            if created:
+                mgr.groups[group_id] = group  # visible while its first records are written
+            err = await mgr.write_records(group_id, records, before=before)
+            if err != Errors.NONE:
+                log.warning(
+                    "Writing %d record(s) of consumer group %s failed: %s; the change is undone",
+                    len(records), group_id, err.name,
+                )
+                group.restore(snapshot)
+                if created and mgr.get_group(group_id) is group:
+                    if replaced is not None:
+                        mgr.groups[group_id] = replaced
+                    else:
+                        mgr.remove_group(group_id)
+                return _heartbeat_error(err)
+            if replaced is not None:
+                log.info("Empty classic group %s became a consumer group", group_id)
+                self._cancel_timer(group_id)
+                self._apply(replaced, replaced.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, self.clock_ms()))
+            if group.group_epoch != epoch_before:
+                joined = set(group.members) - members_before
+                left = members_before - set(group.members)
+                log.info(
+                    "Consumer group %s: epoch %d, %d member(s)%s%s",
+                    group_id, group.group_epoch, len(group.members),
+                    f", joined: {', '.join(sorted(joined))}" if joined else "",
+                    f", left: {', '.join(sorted(left))}" if left else "",
+                )
+        if mgr.get_group(group_id) is group:
+            self._schedule(group)
+        return response
+
+    def _fire_consumer(self, group: ConsumerGroup) -> None:
+        self._timers.pop(group.group_id, None)
+        if self.metadata_manager.get_group(group.group_id) is group:
+            self._spawn(self._expire_consumer(group))
+
+    async def _expire_consumer(self, group: ConsumerGroup) -> None:
+        gid = group.group_id
+        async with self._lock(gid):
+            if self.metadata_manager.get_group(gid) is not group:
+                return
+            snapshot = group.snapshot()
+            members_before = set(group.members)
+            records = group.expire_due(self.clock_ms())
+            if records:
+                err = await self.metadata_manager.write_records(gid, records)
+                if err != Errors.NONE:
+                    group.restore(snapshot)
+                    log.warning(
+                        "Writing the expiry of members of consumer group %s failed: %s; retrying",
+                        gid, err.name,
+                    )
+                    if self.metadata_manager.get_group(gid) is group:
+                        self._cancel_timer(gid)
+                        self._timers[gid] = asyncio.get_running_loop().call_later(
+                            1.0, self._fire_consumer, group
+                        )
+                    return
+                gone = sorted(members_before - set(group.members))
+                log.info(
+                    "Consumer group %s: member(s) %s fenced (session or rebalance timeout); "
+                    "epoch %d, %d member(s) left",
+                    gid, ", ".join(gone), group.group_epoch, len(group.members),
+                )
+            if self.metadata_manager.get_group(gid) is group:
+                self._schedule(group)
+
+    def consumer_group_describe(self, group_ids: list[str]) -> list[dict[str, Any]]:
+        """ConsumerGroupDescribe: one entry per group id."""
+        out: list[dict[str, Any]] = []
+        for gid in group_ids:
+            err = self.check_group(gid)
+            g = self.metadata_manager.get_group(gid) if err == Errors.NONE else None
+            if err != Errors.NONE:
+                out.append(_describe_error(gid, err))
+            elif g is None:
+                out.append(_describe_error(gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
+            elif not isinstance(g, ConsumerGroup):
+                out.append(
+                    _describe_error(
+                        gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."
+                    )
+                )
+            else:
+                out.append(g.describe(self.topics_metadata()))
+        return out
+
+    async def _replace_empty_consumer_group(self, group: ConsumerGroup) -> Errors:
+        """A classic JoinGroup for an empty consumer group: the group is deleted (its records
+        tombstoned, its offsets kept) and a classic group takes the id, as Kafka does."""
+        gid = group.group_id
+        mgr = self.metadata_manager
+        async with self._lock(gid):
+            if mgr.get_group(gid) is not group or not group.is_empty():
+                return Errors.NONE
+            self._cancel_timer(gid)
+            classic = GroupMetadata(gid, self.group_config, self.clock_ms())
+            classic.offsets = group.offsets
+            classic.pending_offset_commits = group.pending_offset_commits
+            mgr.groups[gid] = classic
+            err = await mgr.write_records(gid, group.tombstones())
+            if err != Errors.NONE:
+                if mgr.get_group(gid) is classic and classic.is_empty():
+                    mgr.groups[gid] = group
+                return err
+            log.info("Empty consumer group %s became a classic group", gid)
+            return Errors.NONE
 
     # ------------------------------------------------------------------------ JoinGroup/SyncGroup
 
@@ -277,6 +569,11 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err != Errors.NONE:
             return JoinResult(err, member_id)
+        current = self.metadata_manager.get_group(group_id)
+        if isinstance(current, ConsumerGroup) and member_id == "" and current.is_empty():
+            err = await self._replace_empty_consumer_group(current)
+            if err != Errors.NONE:
+                return JoinResult(err, member_id)
         g = self._classic(group_id, create=member_id == "")
         if g is None:
             return JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id)
@@ -380,6 +677,7 @@ class GroupCoordinator:
         generation_id: int,
         group_instance_id: str | None,
         offsets: dict[TopicPartition, CommitRequest],
+        api_version: int = 8,
     ) -> dict[TopicPartition, Errors]:
         def all_with(e: Errors) -> dict[TopicPartition, Errors]:
             return {tp: e for tp in offsets}
@@ -391,10 +689,18 @@ class GroupCoordinator:
         g = self.metadata_manager.get_group(group_id)
         if g is None:
             if generation_id >= 0:
-                # Not a standalone commit, yet the group is unknown: a stale member.
-                return all_with(Errors.ILLEGAL_GENERATION)
+                # Not a standalone commit, yet the group is unknown: a stale member (v9+, which
+                # KIP-848 members use, says so with GROUP_ID_NOT_FOUND).
+                return all_with(
+                    Errors.GROUP_ID_NOT_FOUND if api_version >= 9 else Errors.ILLEGAL_GENERATION
+                )
             g = self.metadata_manager.get_or_create_classic_group(group_id)
-        err = g.validate_offset_commit(member_id, generation_id, group_instance_id, now)
+        if isinstance(g, ConsumerGroup):
+            err = g.validate_offset_commit(
+                member_id, generation_id, group_instance_id, now, api_version=api_version
+            )
+        else:
+            err = g.validate_offset_commit(member_id, generation_id, group_instance_id, now)
         if isinstance(g, GroupMetadata):
             self._schedule(g)
         if err != Errors.NONE:
@@ -506,17 +812,21 @@ class GroupCoordinator:
             if err != Errors.NONE:
                 results[gid] = err
                 continue
-            g = self.metadata_manager.get_group(gid)
-            if g is None or g.state_name == GroupState.DEAD.value:
-                results[gid] = Errors.GROUP_ID_NOT_FOUND
-                continue
-            if not g.is_empty():
-                results[gid] = Errors.NON_EMPTY_GROUP
-                continue
-            tps = list(g.offsets)
-            if isinstance(g, GroupMetadata):
-                self._apply(g, g.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, self.clock_ms()))
-            self.metadata_manager.remove_group(gid)
-            results[gid] = await self.metadata_manager.write_tombstones(gid, tps, group_too=True)
-            log.info("Deleted group %s (%d committed offset(s))", gid, len(tps))
+            async with self._lock(gid):
+                results[gid] = await self._delete_group(gid)
         return results
+
+    async def _delete_group(self, gid: str) -> Errors:
+        g = self.metadata_manager.get_group(gid)
+        if g is None or g.state_name == GroupState.DEAD.value:
+            return Errors.GROUP_ID_NOT_FOUND
+        if not g.is_empty():
+            return Errors.NON_EMPTY_GROUP
+        tps = list(g.offsets)
+        self._cancel_timer(gid)
+        if isinstance(g, GroupMetadata):
+            self._apply(g, g.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, self.clock_ms()))
+        self.metadata_manager.remove_group(gid)
+        err = await self.metadata_manager.delete_group_records(g, tps)
+        log.info("Deleted %s group %s (%d committed offset(s))", g.group_type, gid, len(tps))
+        return err

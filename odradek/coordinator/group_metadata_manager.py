@@ -10,9 +10,10 @@ leads, and their life on the log.
 * Expiry: offsets older than ``offsets.retention.minutes`` (of empty groups, or of topics a stable
   consumer group no longer subscribes to) are tombstoned, and empty groups without offsets die.
 
-The manager stores any group object that follows :class:`Group` (the classic
-:class:`~odradek.coordinator.group_metadata.GroupMetadata` today; a KIP-848 consumer group can be
-registered with :meth:`add_group` and share the offsets machinery).
+The manager stores any group object that follows :class:`Group`: the classic
+:class:`~odradek.coordinator.group_metadata.GroupMetadata` and the KIP-848
+:class:`~odradek.coordinator.consumer_group.ConsumerGroup` (records with key versions 3-8,
+replayed into the group on load and deleted with its own tombstones) share the offsets machinery.
 """
 
 from __future__ import annotations
@@ -23,6 +24,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from odradek.coordinator.consumer_group import (
+    GROUP_METADATA as CONSUMER_GROUP_METADATA,
+)
+from odradek.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    CoordinatorRecord,
+    decode_record,
+    encode_record,
+    is_consumer_group_key,
+)
 from odradek.coordinator.group_metadata import (
     GroupConfig,
     GroupMetadata,
@@ -42,6 +54,7 @@ from odradek.coordinator.records import (
     parse_offset_value,
 )
 from odradek.protocol.errors import Errors
+from odradek.protocol.schema import SchemaError
 from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
@@ -126,10 +139,12 @@ class GroupMetadataManager:
         offset_metadata_max_bytes: int,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         append_timeout_ms: int = 5000,
+        consumer_group_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.num_partitions = num_partitions
         self.group_config = group_config
+        self.consumer_group_config = consumer_group_config or ConsumerGroupConfig()
         self.offsets_retention_ms = offsets_retention_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.clock_ms = clock_ms
@@ -178,6 +193,10 @@ class GroupMetadataManager:
             self.groups[group_id] = g
         return g  # type: ignore[no-any-return]
 
+    def new_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A new (unregistered) KIP-848 consumer group with the broker's settings."""
+        return ConsumerGroup(group_id, self.consumer_group_config)
+
     def remove_group(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
 
@@ -204,6 +223,35 @@ class GroupMetadataManager:
         if self.owned.get(partition) != epoch:
             return Errors.NOT_COORDINATOR
         return Errors.NONE
+
+    async def write_records(
+        self,
+        group_id: str,
+        records: list[CoordinatorRecord],
+        *,
+        before: Iterable[tuple[bytes, bytes | None]] = (),
+    ) -> Errors:
+        """Append KIP-848 consumer group records to the group's partition as one batch, after
+        the already encoded records ``before`` (e.g. the tombstone of a classic group)."""
+        encoded = list(before) + [encode_record(r.name, r.key, r.value) for r in records]
+        if not encoded:
+            return Errors.NONE
+        err = await self._append(self.partition_for(group_id), encoded)
+        return _append_error(err, False) if err != Errors.NONE else err
+
+    async def delete_group_records(self, group: Any, tps: Iterable[TopicPartition]) -> Errors:
+        """Tombstones for ``tps``' offsets and for the group itself (whatever its type), as
+        one batch. The caller has already dropped the group from :attr:`groups`."""
+        gid = group.group_id
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(gid, t, p), None) for t, p in tps
+        ]
+        if isinstance(group, ConsumerGroup):
+            records += [encode_record(r.name, r.key, r.value) for r in group.tombstones()]
+        else:
+            records.append((group_metadata_key(gid), None))
+        err = await self._append(self.partition_for(gid), records)
+        return _append_error(err, False) if err != Errors.NONE else err
 
     async def store_group(self, group: Any, record: GroupRecord) -> Errors:
         p = self.partition_for(group.group_id)
@@ -279,7 +327,7 @@ class GroupMetadataManager:
     async def _load(self, partition: int, epoch: int) -> None:
         started = time.monotonic()
         try:
-            offsets, groups, n = await self._replay(partition)
+            offsets, groups, consumer_groups, n = await self._replay(partition)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -292,7 +340,14 @@ class GroupMetadataManager:
             return  # leadership changed meanwhile
         now = self.clock_ms()
         loaded: list[Any] = []
-        for gid in set(offsets) | {g for g, r in groups.items() if r is not None}:
+        for gid, cg in consumer_groups.items():
+            cg.offsets = offsets.get(gid, {})
+            cg.on_loaded(now)  # fresh sessions for its members, as Kafka does on load
+            self.groups[gid] = cg
+            loaded.append(cg)
+        for gid in (set(offsets) | {g for g, r in groups.items() if r is not None}) - set(
+            consumer_groups
+        ):
             rec = groups.get(gid)
             g = (
                 GroupMetadata.from_record(gid, rec, self.group_config, now)
@@ -315,13 +370,19 @@ class GroupMetadataManager:
 
     async def _replay(
         self, partition: int
-    ) -> tuple[dict[str, dict[TopicPartition, OffsetAndMetadata]], dict[str, GroupRecord | None], int]:
+    ) -> tuple[
+        dict[str, dict[TopicPartition, OffsetAndMetadata]],
+        dict[str, GroupRecord | None],
+        dict[str, ConsumerGroup],
+        int,
+    ]:
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
         offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         groups: dict[str, GroupRecord | None] = {}
+        consumer_groups: dict[str, ConsumerGroup] = {}
         count = 0
         if part is None or part.log is None:
-            return offsets, groups, count
+            return offsets, groups, consumer_groups, count
         lg = part.log
         pos = lg.log_start_offset
         while True:
@@ -342,6 +403,11 @@ class GroupMetadataManager:
                     if rec.key is None:
                         continue
                     try:
+                        if is_consumer_group_key(rec.key):
+                            self._replay_consumer_record(
+                                consumer_groups, groups, decode_record(rec.key, rec.value)
+                            )
+                            continue
                         key = parse_key(rec.key)
                         if isinstance(key, OffsetKey):
                             tp = (key.topic, key.partition)
@@ -353,7 +419,11 @@ class GroupMetadataManager:
                             groups[key.group] = (
                                 None if rec.value is None else parse_group_value(rec.value)
                             )
-                    except ValueError as e:
+                            if rec.value is not None:
+                                # A classic group took the id over (after its consumer
+                                # group was deleted).
+                                consumer_groups.pop(key.group, None)
+                    except (ValueError, SchemaError) as e:
                         log.warning(
                             "Skipping unreadable record at offset %d of %s-%d: %s",
                             rec.offset, OFFSETS_TOPIC, partition, e,
@@ -361,7 +431,26 @@ class GroupMetadataManager:
             if not progressed:
                 break
             await asyncio.sleep(0)
-        return offsets, groups, count
+        return offsets, groups, consumer_groups, count
+
+    def _replay_consumer_record(
+        self,
+        consumer_groups: dict[str, ConsumerGroup],
+        classic: dict[str, GroupRecord | None],
+        rec: CoordinatorRecord,
+    ) -> None:
+        """One KIP-848 record (key versions 3-8) of a partition being loaded."""
+        gid = rec.key["group_id"]
+        g = consumer_groups.get(gid)
+        if g is None:
+            if rec.value is None:
+                return  # a tombstone of a group already gone
+            g = consumer_groups[gid] = self.new_consumer_group(gid)
+            classic[gid] = None  # the id now names a consumer group
+        if rec.name == CONSUMER_GROUP_METADATA and rec.value is None:
+            del consumer_groups[gid]  # the group's last tombstone: it was deleted
+            return
+        g.replay(rec.name, rec.key, rec.value)
 
     def unload_partition(self, partition: int) -> None:
         task = self._load_tasks.pop(partition, None)
@@ -417,8 +506,9 @@ class GroupMetadataManager:
                 group.offsets.pop(tp, None)
             removed += len(expired)
             drop_group = group.is_empty() and not group.offsets and not group.pending_offset_commits
-            if drop_group and isinstance(group, GroupMetadata):
-                group.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, now)
+            if drop_group:
+                if isinstance(group, GroupMetadata):
+                    group.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, now)
                 self.groups.pop(group.group_id, None)
                 log.info("Group %s is empty and has no offsets: removed", group.group_id)
             if expired or drop_group:
@@ -427,7 +517,10 @@ class GroupMetadataManager:
                         "Expired %d offset(s) of group %s (retention %d ms)",
                         len(expired), group.group_id, self.offsets_retention_ms,
                     )
-                err = await self.write_tombstones(group.group_id, expired, group_too=drop_group)
+                if drop_group:
+                    err = await self.delete_group_records(group, expired)
+                else:
+                    err = await self.write_tombstones(group.group_id, expired)
                 if err != Errors.NONE:
                     log.warning("Writing tombstones for group %s failed: %s", group.group_id, err.name)
         return removed

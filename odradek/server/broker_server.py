@@ -130,6 +130,9 @@ class BrokerServer:
             controller=self.controller,
         )
         self.group_coordinator.startup()
+        # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
+        # reach them at their members' next heartbeat.
+        self.loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         controller = self.controller

@@ -1,7 +1,8 @@
 """GroupApis: the group coordinator's APIs, served through KafkaApis as an ApiExtension.
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups and OffsetDelete, for every version declared in
+DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
+ConsumerGroupDescribe, for every version declared in
 :mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
 :class:`~odradek.coordinator.group_coordinator.GroupCoordinator`.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.group_coordinator import CommitRequest, GroupCoordinator
 from odradek.coordinator.group_metadata import GroupMetadata, GroupState
 from odradek.protocol import messages as m
@@ -42,6 +44,8 @@ class GroupApis:
             m.LIST_GROUPS: self.handle_list_groups,
             m.DELETE_GROUPS: self.handle_delete_groups,
             m.OFFSET_DELETE: self.handle_offset_delete,
+            m.CONSUMER_GROUP_HEARTBEAT: self.handle_consumer_group_heartbeat,
+            m.CONSUMER_GROUP_DESCRIBE: self.handle_consumer_group_describe,
         }
 
     # ------------------------------------------------------------------------ FindCoordinator
@@ -188,6 +192,7 @@ class GroupApis:
             req["generation_id_or_member_epoch"],
             req.get("group_instance_id"),
             offsets,
+            api_version=ctx.version,
         )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
@@ -280,6 +285,10 @@ class GroupApis:
                         for mm in g.members.values()
                     ],
                 )
+            elif isinstance(g, ConsumerGroup):
+                # As Kafka before DescribeGroups v6: not a classic group, so Dead and no
+                # members (clients describe KIP-848 groups with ConsumerGroupDescribe).
+                pass
             elif g is not None:
                 entry.update(group_state=g.state_name, protocol_type=g.protocol_type or "consumer")
             out.append(entry)
@@ -299,6 +308,21 @@ class GroupApis:
                 }
                 for g in groups
             ],
+        }
+
+    # ------------------------------------------------------------------------ KIP-848
+
+    async def handle_consumer_group_heartbeat(
+        self, ctx: RequestContext, req: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self.coordinator.consumer_group_heartbeat(
+            req, client_id=ctx.header.client_id or "", client_host="/" + _host(ctx)
+        )
+
+    def handle_consumer_group_describe(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "groups": self.coordinator.consumer_group_describe(list(req["group_ids"])),
         }
 
     # ------------------------------------------------------------------------ Delete

@@ -8,6 +8,8 @@ advertises; adding an API here without a handler is a bug that a test catches.
 
 from odradek.protocol.messages.alter_configs import ALTER_CONFIGS
 from odradek.protocol.messages.api_versions import API_VERSIONS
+from odradek.protocol.messages.consumer_group_describe import CONSUMER_GROUP_DESCRIBE
+from odradek.protocol.messages.consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
 from odradek.protocol.messages.create_partitions import CREATE_PARTITIONS
 from odradek.protocol.messages.create_topics import CREATE_TOPICS
 from odradek.protocol.messages.delete_groups import DELETE_GROUPS
@@ -64,11 +66,15 @@ ALL_APIS: list[Api] = [
     LIST_GROUPS,
     DELETE_GROUPS,
     OFFSET_DELETE,
+    CONSUMER_GROUP_HEARTBEAT,
+    CONSUMER_GROUP_DESCRIBE,
 ]
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
 
 __all__ = [
+    "CONSUMER_GROUP_DESCRIBE",
+    "CONSUMER_GROUP_HEARTBEAT",
     "DELETE_GROUPS",
     "DESCRIBE_GROUPS",
     "FIND_COORDINATOR",
