@@ -63,7 +63,8 @@ def produce_clicks(
             break
         while True:
             try:
-                producer.produce(topic, json.dumps(event).encode(), event["page"].encode())
+                key = (event.get("page") or "").encode()
+                producer.produce(topic, json.dumps(event).encode(), key)
                 break
             except BufferError:
                 producer.poll(0.05)
