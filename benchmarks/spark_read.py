@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Spark data source benchmark: batch read throughput and streaming end-to-end latency.
+
+    python3 benchmarks/spark_read.py                       # 1,000,000 x 100 B, local[2]
+    python3 benchmarks/spark_read.py --records 200000 --latency-seconds 10
+
+1. Starts ``odradek server`` as a subprocess on free loopback ports (temporary data dir).
+2. Produces ``--records`` records of ``--record-size`` bytes (8-byte keys) over ``--partitions``
+   partitions.
+3. Reads them all with a plain confluent-kafka consumer (manual assignment, consume() batches),
+   the reference: records/s.
+4. Reads them all through ``spark.read.format("odradek")`` (``local[2]`` by default), forcing
+   every column to be materialised (``count``, ``sum(length(value))``, ``sum(offset)``); the run
+   is repeated ``--repeat`` times and the best is reported (the first includes starting the
+   Python workers).
+5. Streaming latency: a producer sends ``--rate`` records/s for ``--latency-seconds`` seconds,
+   each value carrying its send time; a streaming query with a 1 s trigger appends each
+   micro-batch to a Parquet table (foreachBatch), and a record's latency is the time at which
+   the batch holding it was written minus its send time. p50 / p99 / max are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def log(msg: str) -> None:
+    print(f"[spark_read] {msg}", file=sys.stderr, flush=True)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Broker:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port, self.controller_port = free_ports(2)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
+        for o in (
+            f"log.dirs={self.workdir / 'data'}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+        ):
+            cmd += ["--override", o]
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited: {self.log_path.read_text()[-2000:]}")
+            if "Odradek broker ready" in self.log_path.read_text(errors="replace"):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("broker not ready in 90 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+        }
+    )
+    payload = b"v" * size
+    began = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload, struct.pack(">q", i), partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.perf_counter() - began
+
+
+def plain_consumer(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "spark-read-bench",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    began = time.perf_counter()
+    n = 0
+    total_bytes = 0
+    while n < records:
+        for m in consumer.consume(10_000, 5.0):
+            if m.error() is None:
+                n += 1
+                total_bytes += len(m.value())
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(m.error())
+    elapsed = time.perf_counter() - began
+    consumer.close()
+    return elapsed
+
+
+def spark_session(master: str) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from odradek.spark import OdradekDataSource
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("odradek-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(OdradekDataSource)
+    return spark
+
+
+def spark_read(spark: Any, bootstrap: str, topic: str, records: int) -> float:
+    df = (
+        spark.read.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+    began = time.perf_counter()
+    row = df.selectExpr("count(*) as n", "sum(length(value)) as b", "sum(offset) as o").first()
+    elapsed = time.perf_counter() - began
+    if row["n"] != records:
+        raise AssertionError(f"read {row['n']} records, expected {records}")
+    return elapsed
+
+
+def streaming_latency(
+    spark: Any, bootstrap: str, topic: str, rate: float, seconds: float, workdir: Path
+) -> list[float]:
+    latencies: list[float] = []
+    table = str(workdir / "latency_table")
+
+    def sink(batch: Any, batch_id: int) -> None:
+        rows = batch.select("value").collect()
+        batch.write.mode("append").parquet(table)
+        now = time.time()
+        for r in rows:
+            latencies.append(now - struct.unpack(">d", r["value"][:8])[0])
+
+    query = (
+        spark.readStream.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "latest")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(workdir / "latency_checkpoint"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    time.sleep(3)  # let the query start from 'latest' before producing
+    stop = threading.Event()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    sent = 0
+    began = time.monotonic()
+    while time.monotonic() - began < seconds and not stop.is_set():
+        producer.produce(topic, struct.pack(">d", time.time()) + b"x" * 92)
+        producer.poll(0)
+        sent += 1
+        ahead = sent / rate - (time.monotonic() - began)
+        if ahead > 0:
+            time.sleep(ahead)
+    producer.flush(30)
+    deadline = time.monotonic() + 60
+    while len(latencies) < sent and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+    if len(latencies) != sent:
+        raise AssertionError(f"sink saw {len(latencies)} records, sent {sent}")
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--record-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="odradek-spark-bench-"))
+    broker = Broker(workdir)
+    spark = None
+    try:
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics(
+            [NewTopic("bench", args.partitions, 1), NewTopic("latency", 2, 1)]
+        ).values():
+            f.result(30)
+        log(f"producing {args.records:,} x {args.record_size} B")
+        produce_s = produce(
+            broker.bootstrap, "bench", args.records, args.record_size, args.partitions
+        )
+        log(f"produced in {produce_s:.2f} s")
+        plain_s = plain_consumer(broker.bootstrap, "bench", args.partitions, args.records)
+        log(f"plain consumer: {plain_s:.2f} s")
+        spark = spark_session(args.master)
+        runs = [spark_read(spark, broker.bootstrap, "bench", args.records) for _ in range(args.repeat)]
+        log(f"spark reads: {', '.join(f'{r:.2f} s' for r in runs)}")
+        lat = sorted(
+            streaming_latency(
+                spark, broker.bootstrap, "latency", args.rate, args.latency_seconds, workdir
+            )
+        )
+        best = min(runs)
+        cores = os.cpu_count()
+        print(f"machine: {cores} cores; Spark {spark.version}, master {args.master}")
+        print(f"records: {args.records:,} x {args.record_size} B, {args.partitions} partitions")
+        print(f"plain confluent-kafka consumer : {args.records / plain_s:>12,.0f} records/s")
+        print(
+            f"odradek data source (batch)    : {args.records / best:>12,.0f} records/s "
+            f"(best of {args.repeat}; runs {', '.join(f'{r:.2f}' for r in runs)} s)"
+        )
+
+        def pct(p: float) -> float:
+            return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
+
+        print(
+            f"streaming latency, {args.rate:g} rec/s, 1 s trigger, {len(lat):,} records: "
+            f"p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {lat[-1] * 1000:.0f} ms"
+        )
+        return 0
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
