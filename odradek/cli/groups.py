@@ -7,8 +7,10 @@ In the spirit of ``kafka-consumer-groups.sh``::
     odradek groups delete --group my-group --bootstrap-server localhost:9092
     odradek groups reset-offsets --group my-group --topic orders --to-earliest [--execute]
 
-``describe`` shows each member with the partitions decoded from its consumer-protocol assignment,
-and per partition the committed offset, the log end offset and the lag. ``reset-offsets`` is a dry
+``describe`` shows each member with its partitions (for a KIP-848 consumer group, from
+ConsumerGroupDescribe with member epochs and target assignments; for a classic group, decoded from
+its consumer-protocol assignment), and per partition the committed offset, the log end offset and
+the lag. ``reset-offsets`` is a dry
 run unless ``--execute`` is given; like Kafka's tool it only works on a group with no members.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.coordinator.consumer_protocol import parse_assignment
@@ -37,10 +40,43 @@ def _split(addr: str) -> tuple[str, int]:
     return host or "localhost", int(port)
 
 
+@dataclass
+class MemberView:
+    member_id: str
+    instance_id: str | None
+    host: str
+    client_id: str
+    assignment: dict[str, list[int]]
+    epoch: int | None = None  # KIP-848 member epoch
+    target: dict[str, list[int]] | None = None  # KIP-848 target assignment
+
+
+@dataclass
+class GroupView:
+    group_id: str
+    state: str
+    summary: str
+    members: list[MemberView] = field(default_factory=list)
+    consumer_protocol: bool = False  # a KIP-848 consumer group
+
+
 class Admin:
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = _split(bootstrap)
         self.clients: dict[tuple[str, int], NetworkClient] = {}
+        self._versions: dict[tuple[str, int], dict[int, int]] = {}
+
+    async def max_version(self, api: Any, addr: tuple[str, int]) -> int:
+        """The newest version of ``api`` the broker at ``addr`` serves, or -1."""
+        versions = self._versions.get(addr)
+        if versions is None:
+            r = await self.send(
+                m.API_VERSIONS, 3,
+                {"client_software_name": "odradek-groups", "client_software_version": "1"}, addr,
+            )
+            versions = {a["api_key"]: a["max_version"] for a in r["api_keys"]}
+            self._versions[addr] = versions
+        return versions.get(api.api_key, -1)
 
     async def client(self, addr: tuple[str, int]) -> NetworkClient:
         c = self.clients.get(addr)
@@ -128,30 +164,78 @@ def _table(rows: list[list[str]]) -> str:
 
 
 async def cmd_list(a: Admin, args: argparse.Namespace) -> int:
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, tuple[str, str, str]] = {}
     for addr in (await a.brokers()).values():
-        r = await a.send(m.LIST_GROUPS, 4, {"states_filter": args.state or []}, addr)
+        version = min(await a.max_version(m.LIST_GROUPS, addr), 5)
+        r = await a.send(m.LIST_GROUPS, version, {"states_filter": args.state or [], "types_filter": []}, addr)
         for g in r["groups"]:
-            seen[g["group_id"]] = (g["group_state"], g["protocol_type"])
-    rows = [["GROUP", "STATE", "PROTOCOL TYPE"]] + [[g, s, t] for g, (s, t) in sorted(seen.items())]
+            seen[g["group_id"]] = (g["group_state"], g.get("group_type") or "classic", g["protocol_type"])
+    rows = [["GROUP", "STATE", "TYPE", "PROTOCOL TYPE"]]
+    rows += [[g, st, ty, pt] for g, (st, ty, pt) in sorted(seen.items())]
     print(_table(rows))
     return 0
 
 
-async def describe_rows(a: Admin, group: str) -> tuple[dict[str, Any], list[list[str]]]:
-    coord = await a.coordinator(group)
+def _by_topic(parts: dict[str, Any]) -> dict[str, list[int]]:
+    return {tp["topic_name"]: sorted(tp["partitions"]) for tp in parts["topic_partitions"]}
+
+
+async def describe_group(a: Admin, group: str, coord: tuple[str, int]) -> GroupView:
+    """ConsumerGroupDescribe for a KIP-848 group, else (or on an older broker) DescribeGroups."""
+    if await a.max_version(m.CONSUMER_GROUP_DESCRIBE, coord) >= 0:
+        r = await a.send(
+            m.CONSUMER_GROUP_DESCRIBE, 0, {"group_ids": [group], "include_authorized_operations": False}, coord
+        )
+        d = r["groups"][0]
+        if d["error_code"] == Errors.NONE:
+            return GroupView(
+                group,
+                d["group_state"],
+                f"Group {group}: state {d['group_state']}, type consumer (KIP-848), group epoch "
+                f"{d['group_epoch']}, assignment epoch {d['assignment_epoch']}, assignor "
+                f"{d['assignor_name']}, {len(d['members'])} member(s)",
+                [
+                    MemberView(
+                        mem["member_id"], mem["instance_id"], mem["client_host"], mem["client_id"],
+                        _by_topic(mem["assignment"]), mem["member_epoch"], _by_topic(mem["target_assignment"]),
+                    )
+                    for mem in d["members"]
+                ],
+                consumer_protocol=True,
+            )
+        if d["error_code"] != Errors.GROUP_ID_NOT_FOUND:
+            raise ToolError(
+                f"ConsumerGroupDescribe for {group} failed: {error_name(d['error_code'])} {d['error_message'] or ''}"
+            )
     d = (await a.send(m.DESCRIBE_GROUPS, 5, {"groups": [group]}, coord))["groups"][0]
     if d["error_code"] != Errors.NONE:
         raise ToolError(f"DescribeGroups for {group} failed: {error_name(d['error_code'])}")
-    owner: dict[tuple[str, int], dict[str, Any]] = {}
+    members = []
     for mem in d["members"]:
+        asg: dict[str, list[int]] = {}
         if d["protocol_type"] == "consumer":
             try:
-                for t, ps in parse_assignment(bytes(mem["member_assignment"])).items():
-                    for p in ps:
-                        owner[(t, p)] = mem
+                asg = parse_assignment(bytes(mem["member_assignment"]))
             except ValueError:
-                pass
+                asg = {}
+        members.append(MemberView(mem["member_id"], mem["group_instance_id"], mem["client_host"], mem["client_id"], asg))
+    return GroupView(
+        group,
+        d["group_state"],
+        f"Group {group}: state {d['group_state']}, protocol {d['protocol_type'] or '-'}/"
+        f"{d['protocol_data'] or '-'}, {len(d['members'])} member(s)",
+        members,
+    )
+
+
+async def describe_rows(a: Admin, group: str) -> tuple[GroupView, list[list[str]]]:
+    coord = await a.coordinator(group)
+    view = await describe_group(a, group, coord)
+    owner: dict[tuple[str, int], MemberView] = {}
+    for mem in view.members:
+        for t, ps in mem.assignment.items():
+            for p in ps:
+                owner[(t, p)] = mem
     committed = await a.committed(group, coord)
     tps = sorted(set(committed) | set(owner))
     ends = await a.list_offsets(tps, LATEST) if tps else {}
@@ -160,29 +244,37 @@ async def describe_rows(a: Admin, group: str) -> tuple[dict[str, Any], list[list
         cur = committed.get(tp)
         end = ends.get(tp)
         lag = str(end - cur) if cur is not None and end is not None else "-"
-        mem = owner.get(tp)
+        holder = owner.get(tp)
         rows.append([
             group, tp[0], str(tp[1]), "-" if cur is None else str(cur), "-" if end is None else str(end), lag,
-            mem["member_id"] if mem else "-", mem["client_host"] if mem else "-", mem["client_id"] if mem else "-",
+            holder.member_id if holder else "-", holder.host if holder else "-",
+            holder.client_id if holder else "-",
         ])
-    return d, rows
+    return view, rows
+
+
+def _partitions_text(asg: dict[str, list[int]]) -> str:
+    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(asg.items())) or "-"
 
 
 async def cmd_describe(a: Admin, args: argparse.Namespace) -> int:
     for group in args.group:
-        d, rows = await describe_rows(a, group)
-        print(f"Group {group}: state {d['group_state']}, protocol {d['protocol_type'] or '-'}/"
-              f"{d['protocol_data'] or '-'}, {len(d['members'])} member(s)")
+        view, rows = await describe_rows(a, group)
+        print(view.summary)
         if args.members:
-            mrows = [["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]]
-            for mem in d["members"]:
-                try:
-                    asg = parse_assignment(bytes(mem["member_assignment"])) if d["protocol_type"] == "consumer" else {}
-                except ValueError:
-                    asg = {}
-                text = ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(asg.items())) or "-"
-                mrows.append([mem["member_id"], mem["group_instance_id"] or "-", mem["client_host"],
-                              mem["client_id"], str(sum(len(p) for p in asg.values())), text])
+            header = ["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+            if view.consumer_protocol:
+                header[1:1] = ["MEMBER-EPOCH"]
+                header.append("TARGET-ASSIGNMENT")
+            mrows = [header]
+            for mem in view.members:
+                row = [mem.member_id, mem.instance_id or "-", mem.host, mem.client_id,
+                       str(sum(len(p) for p in mem.assignment.values())), _partitions_text(mem.assignment)]
+                if view.consumer_protocol:
+                    row[1:1] = [str(mem.epoch)]
+                    # "=" once the member has reconciled to its target.
+                    row.append("=" if mem.target == mem.assignment else _partitions_text(mem.target or {}))
+                mrows.append(row)
             print(_table(mrows))
         else:
             print(_table(rows))
