@@ -398,3 +398,57 @@ def test_classic_and_consumer_groups_share_ids_only_when_empty(tmp_path: Path) -
             assert r["error_code"] == Errors.GROUP_ID_NOT_FOUND
 
     run(main)
+
+
+def test_a_failed_write_undoes_the_change(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path) as (server, c):
+            await create_topic(c, "t", 2)
+            group = "g-fail"
+            await coordinator_ready(c, group)
+            coord = server.group_coordinator
+            assert coord is not None
+            mgr = coord.metadata_manager
+            real_append = mgr._append
+            failing = [True]
+
+            async def append(partition: int, records: list[tuple[bytes, bytes | None]]) -> Errors:
+                if failing[0]:
+                    return Errors.NOT_ENOUGH_REPLICAS
+                return await real_append(partition, records)
+
+            mgr._append = append  # type: ignore[method-assign]
+            # The very first join cannot be written: no group is left behind.
+            r = await Member(c, group, ["t"]).heartbeat()
+            assert r["error_code"] == Errors.COORDINATOR_NOT_AVAILABLE
+            assert mgr.get_group(group) is None
+            failing[0] = False
+            a = Member(c, group, ["t"])
+            await a.heartbeat()
+            (before,) = await describe(c, group)
+            g = mgr.get_group(group)
+            assert isinstance(g, ConsumerGroup)
+            records_before = g.records()
+            # A second member's join fails: the group is as it was, A keeps everything.
+            failing[0] = True
+            r = await Member(c, group, ["t"]).heartbeat()
+            assert r["error_code"] == Errors.COORDINATOR_NOT_AVAILABLE
+            assert g.records() == records_before and (await describe(c, group))[0] == before
+            r = await a.heartbeat()
+            assert r["error_code"] == 0 and a.epoch == 1 and a.partitions() == {0, 1}
+            failing[0] = False
+            b = Member(c, group, ["t"])
+            await b.heartbeat()
+            await converge([a, b], 2)
+
+            # OffsetDelete: refused for a topic the group subscribes to, fine for others.
+            await create_topic(c, "other", 1)
+            assert await commit(c, group, a.member_id, a.epoch, "other", {0: 4}) == [0]
+            od = await c.send(m.OFFSET_DELETE, 0, {"group_id": group, "topics": [
+                {"name": "t", "partitions": [{"partition_index": 0}]},
+                {"name": "other", "partitions": [{"partition_index": 0}]}]})
+            codes = {t["name"]: t["partitions"][0]["error_code"] for t in od["topics"]}
+            assert od["error_code"] == 0 and codes == {"t": Errors.GROUP_SUBSCRIBED_TO_TOPIC, "other": 0}
+            assert ("other", 0) not in g.offsets
+
+    run(main)

@@ -1,15 +1,18 @@
-"""GroupMetadataManager in-process over a real Log: offsets and group records are written,
-replayed on immigration (tombstones delete), and expired."""
+"""GroupMetadataManager in-process over a real Log: offsets, classic group records and KIP-848
+consumer group records are written, replayed on immigration (tombstones delete), and expired."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
+from odradek.coordinator.assignors import TopicMetadata
+from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.group_metadata import GroupConfig, GroupMetadata, GroupState
 from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
-from odradek.coordinator.records import OffsetAndMetadata
+from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
@@ -108,5 +111,75 @@ def test_offsets_and_groups_survive_reload_and_expire(tmp_path: Path) -> None:
         # Emigration drops the groups.
         mgr3.on_leadership_change(OFFSETS_TOPIC, 0, False, 1)
         assert mgr3.get_group("g") is None and mgr3.partition_error("g") == Errors.NOT_COORDINATOR
+
+    asyncio.run(run())
+
+
+def _join(group_id: str, topics: list[str]) -> dict[str, Any]:
+    return {"group_id": group_id, "member_id": "", "member_epoch": 0, "rebalance_timeout_ms": 5000,
+            "subscribed_topic_names": topics, "topic_partitions": []}
+
+
+def test_consumer_groups_replay_convert_delete_and_expire(tmp_path: Path) -> None:
+    """KIP-848 records (key versions 3-8) next to offsets and classic records on one partition."""
+
+    async def run() -> None:
+        clock = [1000]
+        rm = FakeReplicaManager(tmp_path, 1)
+        mgr = manager(rm, clock)
+        await load(mgr)
+        meta = {"t": TopicMetadata(uuid.UUID(int=1), "t", 2)}
+
+        # "cg": a consumer group with one member and an offset.
+        cg = mgr.new_consumer_group("cg")
+        resp, recs = cg.heartbeat(_join("cg", ["t"]), 1000, meta)
+        member = resp["member_id"]
+        mgr.add_group(cg)
+        assert await mgr.write_records("cg", recs) == Errors.NONE
+        assert await mgr.store_offsets(cg, {("t", 0): OffsetAndMetadata(3, -1, "", 1000)}) == Errors.NONE
+
+        # "conv": an empty classic group holding an offset that then becomes a consumer group
+        # (the classic tombstone and the consumer records in one batch).
+        classic = mgr.get_or_create_classic_group("conv")
+        assert await mgr.store_group(classic, classic.to_record()) == Errors.NONE
+        assert await mgr.store_offsets(classic, {("t", 1): OffsetAndMetadata(9, -1, "", 1000)}) == Errors.NONE
+        conv = mgr.new_consumer_group("conv")
+        _, recs = conv.heartbeat(_join("conv", ["t"]), 1000, meta)
+        assert await mgr.write_records("conv", recs, before=[(group_metadata_key("conv"), None)]) == Errors.NONE
+
+        # "gone": a consumer group deleted (tombstones), then a classic group under its id.
+        gone = mgr.new_consumer_group("gone")
+        resp, recs = gone.heartbeat(_join("gone", ["t"]), 1000, meta)
+        assert await mgr.write_records("gone", recs) == Errors.NONE
+        _, recs = gone.heartbeat({"group_id": "gone", "member_id": resp["member_id"], "member_epoch": -1}, 1000, meta)
+        assert await mgr.write_records("gone", recs) == Errors.NONE
+        assert await mgr.delete_group_records(gone, []) == Errors.NONE
+        again = mgr.get_or_create_classic_group("gone")
+        assert await mgr.store_group(again, again.to_record()) == Errors.NONE
+
+        clock[0] = 5000
+        mgr2 = manager(rm, clock)
+        await load(mgr2)
+        g = mgr2.get_group("cg")
+        assert isinstance(g, ConsumerGroup)
+        assert g.records() == cg.records()
+        assert g.offsets[("t", 0)].offset == 3
+        assert g.session_deadline(member) == 5000 + 45000  # fresh session from on_loaded
+        c = mgr2.get_group("conv")
+        assert isinstance(c, ConsumerGroup) and len(c.members) == 1 and c.offsets[("t", 1)].offset == 9
+        assert isinstance(mgr2.get_group("gone"), GroupMetadata)
+
+        # The member leaves; once its offset is past retention the empty group is deleted with
+        # its own tombstones, and stays deleted after a reload.
+        _, recs = g.heartbeat({"group_id": "cg", "member_id": member, "member_epoch": -1}, 5000, meta)
+        assert await mgr2.write_records("cg", recs) == Errors.NONE
+        assert g.is_empty() and g.state_name == "Empty"
+        clock[0] = 1000 + 60_000
+        assert await mgr2.cleanup_group_metadata() == 1
+        assert mgr2.get_group("cg") is None
+        mgr3 = manager(rm, clock)
+        await load(mgr3)
+        assert mgr3.get_group("cg") is None
+        assert isinstance(mgr3.get_group("conv"), ConsumerGroup)
 
     asyncio.run(run())
