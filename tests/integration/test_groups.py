@@ -103,7 +103,7 @@ class Worker(threading.Thread):
             while not self.stop.is_set():
                 msgs = self.c.consume(200, 0.2)
                 self.assignment = {tp.partition for tp in self.c.assignment()}
-                batch = [(x.partition(), x.offset()) for x in msgs if x.error() is None]
+                batch = [(int(x.partition() or 0), int(x.offset() or 0)) for x in msgs if x.error() is None]
                 if batch:
                     with self.lock:
                         self.seen.extend(batch)
@@ -246,7 +246,7 @@ def test_broker_restart_consumers_resume_from_committed_offsets() -> None:
         while rest < 1000 - got and time.time() < deadline:
             for x in c2.consume(100, 0.5):
                 if x.error() is None:
-                    first.setdefault(x.partition(), x.offset())
+                    first.setdefault(int(x.partition() or 0), int(x.offset() or 0))
                     rest += 1
         c2.close()
         assert rest == 1000 - got

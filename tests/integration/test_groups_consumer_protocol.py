@@ -61,6 +61,17 @@ def group_of(b: EmbeddedBroker, group: str) -> ConsumerGroup | None:
     return g
 
 
+def the_group(b: EmbeddedBroker, group: str) -> ConsumerGroup:
+    g = group_of(b, group)
+    assert g is not None, f"no consumer group {group}"
+    return g
+
+
+def is_empty(b: EmbeddedBroker, group: str) -> bool:
+    g = group_of(b, group)
+    return g is not None and g.state_name == "Empty"
+
+
 def stable_with(b: EmbeddedBroker, group: str, n: int) -> bool:
     g = group_of(b, group)
     return g is not None and g.state_name == "Stable" and len(g.members) == n
@@ -98,7 +109,7 @@ class Worker(threading.Thread):
                 msgs = self.c.consume(100, 0.2)
                 self.assignment = {tp.partition for tp in self.c.assignment()}
                 self.member_id = self.c.memberid() or ""
-                batch = [(x.partition(), x.offset()) for x in msgs if x.error() is None]
+                batch = [(int(x.partition() or 0), int(x.offset() or 0)) for x in msgs if x.error() is None]
                 if batch:
                     with self.lock:
                         self.seen.extend(batch)
@@ -166,7 +177,7 @@ def test_two_then_three_consumers_exactly_once(kbroker: EmbeddedBroker) -> None:
         assert all(len(w.assignment) == 2 for w in workers)
     finally:
         stop_all(workers)
-    wait_for(lambda: group_of(kbroker, group).state_name == "Empty", 10, "the group to empty")
+    wait_for(lambda: is_empty(kbroker, group), 10, "the group to empty")
 
 
 def test_a_leaving_member_partitions_move(kbroker: EmbeddedBroker) -> None:
@@ -182,7 +193,7 @@ def test_a_leaving_member_partitions_move(kbroker: EmbeddedBroker) -> None:
     try:
         wait_for(lambda: stable_with(kbroker, group, 2), 30, "a stable group of two")
         wait_for(lambda: all(len(w.assignment) == 3 for w in workers), 30, "3 partitions each")
-        epoch = group_of(kbroker, group).group_epoch
+        epoch = the_group(kbroker, group).group_epoch
         leaving, staying = workers
         moving = set(leaving.assignment)
         leaving.stop.set()
@@ -191,7 +202,7 @@ def test_a_leaving_member_partitions_move(kbroker: EmbeddedBroker) -> None:
         # The leave is immediate (no session timeout): the survivor takes over its partitions.
         wait_for(lambda: stable_with(kbroker, group, 1), 10, "the leave")
         assert assigned(kbroker, group) == {staying.member_id: set(range(6))}
-        assert group_of(kbroker, group).group_epoch == epoch + 1
+        assert the_group(kbroker, group).group_epoch == epoch + 1
         wait_for(lambda: staying.assignment == set(range(6)), 20, "the survivor to own everything")
         assert moving <= staying.assignment
         wait_for(lambda: len(set(seen)) >= n, 60, "every record")
@@ -236,7 +247,7 @@ def test_broker_restart_under_live_consumers_and_resume_from_commits() -> None:
                 assert w.error is None, w.error
         finally:
             stop_all(workers)
-        wait_for(lambda: group_of(b, group).state_name == "Empty", 10, "the group to empty")
+        wait_for(lambda: is_empty(b, group), 10, "the group to empty")
 
         # A second round: half-way commits, everybody gone, restart, a new consumer resumes.
         produce(b, topic, 1000)
@@ -263,7 +274,7 @@ def test_broker_restart_under_live_consumers_and_resume_from_commits() -> None:
         while rest < 1000 - got and time.time() < deadline:
             for x in c2.consume(100, 0.5):
                 if x.error() is None:
-                    first.setdefault(x.partition(), x.offset())
+                    first.setdefault(int(x.partition() or 0), int(x.offset() or 0))
                     rest += 1
         more = [x for x in c2.consume(100, 2.0) if x.error() is None]
         c2.close()
@@ -321,7 +332,7 @@ def test_describe_with_admin_client_and_cli(broker: EmbeddedBroker, capsys: pyte
     finally:
         for c in consumers:
             c.close()
-    wait_for(lambda: group_of(broker, group).state_name == "Empty", 10, "the group to empty")
+    wait_for(lambda: is_empty(broker, group), 10, "the group to empty")
     from odradek.cli.main import main as cli
 
     assert cli(["groups", "delete", "--group", group, "--bootstrap-server", broker.bootstrap_servers]) == 0
