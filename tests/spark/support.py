@@ -65,7 +65,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int) -> list[Any]:
     eof: set[int] = set()
     try:
         while len(eof) < partitions:
-            for m in consumer.consume(1000, 5.0):
+            for m in consumer.consume(1000, 0.5):
                 if m.error() is None:
                     out.append(m)
                 elif m.error().code() == KafkaError._PARTITION_EOF:
