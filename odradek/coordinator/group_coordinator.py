@@ -22,9 +22,10 @@ every group at its members' next heartbeat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +160,7 @@ class GroupCoordinator:
         self.metadata_manager.on_group_loaded = self._schedule
         self.metadata_manager.on_group_unloaded = self._on_unloaded
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> (lock, users)
         self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -332,18 +333,24 @@ class GroupCoordinator:
 
     def _on_unloaded(self, group: Any) -> None:
         self._cancel_timer(group.group_id)
-        lock = self._locks.get(group.group_id)
-        if lock is not None and not lock.locked():
-            del self._locks[group.group_id]
         if isinstance(group, GroupMetadata):
             self._apply(group, group.make_dead(Errors.NOT_COORDINATOR, self.clock_ms()))
 
-    def _lock(self, group_id: str) -> asyncio.Lock:
-        """Serializes the changes of one group whose records must be written before the next."""
-        lock = self._locks.get(group_id)
-        if lock is None:
-            lock = self._locks[group_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, group_id: str) -> AsyncIterator[None]:
+        """Serializes the changes of one group whose records must be written before the next.
+        The lock lives only while someone holds or awaits it (group ids are client input)."""
+        lock, users = self._locks.get(group_id) or (asyncio.Lock(), 0)
+        self._locks[group_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[group_id]
+            if users == 1:
+                del self._locks[group_id]
+            else:
+                self._locks[group_id] = (lock, users - 1)
 
     # ------------------------------------------------------------------------ KIP-848 groups
 
@@ -412,16 +419,15 @@ class GroupCoordinator:
             group.offsets = existing.offsets
             group.pending_offset_commits = existing.pending_offset_commits
             before.append((group_metadata_key(group_id), None))
-        elif joining:
-            return _heartbeat_error(
-                Errors.GROUP_ID_NOT_FOUND,
-                f"Cannot upgrade classic group {group_id} to consumer group: it has members "
-                f"(online upgrade of a classic group is not supported).",
-            )
         else:
-            return _heartbeat_error(
-                Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            message = (
+                f"Cannot upgrade classic group {group_id} to consumer group: it has members "
+                f"(online upgrade of a classic group is not supported)."
+                if joining
+                else f"Group {group_id} is not a consumer group."
             )
+            log.info("ConsumerGroupHeartbeat for group %s refused: %s", group_id, message)
+            return _heartbeat_error(Errors.GROUP_ID_NOT_FOUND, message)
 
         snapshot = group.snapshot()
         epoch_before, members_before = group.group_epoch, set(group.members)
@@ -433,7 +439,7 @@ class GroupCoordinator:
             client_host=client_host,
         )
         if response["error_code"] != Errors.NONE:
-            log.debug(
+            log.info(
                 "ConsumerGroupHeartbeat of member %s of group %s failed: %s (%s)",
                 request.get("member_id"), group_id, Errors(response["error_code"]).name,
                 response["error_message"],

@@ -450,5 +450,6 @@ def test_a_failed_write_undoes_the_change(tmp_path: Path) -> None:
             codes = {t["name"]: t["partitions"][0]["error_code"] for t in od["topics"]}
             assert od["error_code"] == 0 and codes == {"t": Errors.GROUP_SUBSCRIBED_TO_TOPIC, "other": 0}
             assert ("other", 0) not in g.offsets
+            assert coord._locks == {}  # per-group locks live only while in use
 
     run(main)
