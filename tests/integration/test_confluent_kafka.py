@@ -446,11 +446,13 @@ def test_long_poll_fetch_wakes_on_produce(broker: EmbeddedBroker, topic_name: st
 
 
 @pytest.mark.parametrize(
-    ("how", "retries"),
-    [("restart", True), ("kill-9", True), ("kill-9", False)],
-    ids=["restart", "kill-9", "kill-9-no-retries"],
+    ("how", "retries", "idempotent"),
+    [("restart", True, False), ("kill-9", True, False), ("kill-9", False, False), ("kill-9", True, True)],
+    ids=["restart", "kill-9", "kill-9-no-retries", "kill-9-idempotent"],
 )
-def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retries: bool) -> None:
+def test_server_stops_mid_produce(
+    server_process: ServerProcess, how: str, retries: bool, idempotent: bool
+) -> None:
     """acks=all, no idempotence, the node stopped (SIGTERM) or killed (SIGKILL) while records are
     in flight and started again on the same data: every acknowledged record is in the log once,
     at the offset its delivery report named, and the log takes new writes afterwards.
@@ -461,6 +463,10 @@ def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retri
     records that were in flight (produced, not yet acknowledged) at the kill. Any duplicate of a
     record acknowledged before the kill or produced after it is a broker bug, and so is any
     duplicate at all after a clean restart or without retries.
+
+    With an idempotent producer even that exception goes: the restarted node rebuilds each
+    producer's sequence state from the batch headers in the log and recognises the resent
+    batches, so every record is in the log exactly once.
     """
     server = server_process
     bootstrap = server.bootstrap_servers
@@ -473,7 +479,7 @@ def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retri
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
-            "enable.idempotence": False,
+            "enable.idempotence": idempotent,
             "retries": 1_000_000 if retries else 0,
         }
     )
@@ -564,7 +570,7 @@ def test_server_stops_mid_produce(server_process: ServerProcess, how: str, retri
         f"(value, acked at, found at) {misplaced[:5]}"
     )
     duplicated = sorted((v for v in copies if len(copies[v]) > 1), key=index.__getitem__)
-    if how == "kill-9" and retries:
+    if how == "kill-9" and retries and not idempotent:
         in_flight_at_kill = {
             r.value for r in records[:produced_at_stop] if r.value not in acked_at_stop
         }
