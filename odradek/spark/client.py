@@ -36,6 +36,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__clu
 
 # Rows per Arrow batch handed to Spark; consume() is asked for this many messages at a time.
 BATCH_ROWS = 20_000
+# Rows per Arrow batch from the odradek reader (a fetch response is decoded at once, then cut).
+NATIVE_BATCH_ROWS = 200_000
 
 DATA_LOSS_HINT = (
     'If you want your query to go on in such cases, set the source option "failOnDataLoss" '
@@ -408,6 +410,47 @@ def read_range(
                 return
     finally:
         consumer.close()
+
+
+def read_range_native(
+    opts: ReadOptions, offset_range: OffsetRange, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_range` through Odradek's own fetch path (``odradek.reader=odradek``).
+
+    Raw record batches from :class:`~odradek.spark.fetcher.PartitionFetcher`, decoded to Arrow
+    by :mod:`odradek.spark.arrow_decode` without a Python object per record.
+    """
+    from odradek.spark.arrow_decode import decode_records, split_batch, to_record_batch
+    from odradek.spark.fetcher import PartitionFetcher
+
+    topic, partition = offset_range.topic, offset_range.partition
+    start, until = offset_range.from_offset, offset_range.until_offset
+    if start >= until:
+        return
+    include_headers = opts.include_headers
+    header_type = schema.field("headers").type if include_headers else None
+    fail = opts.fail_on_data_loss
+
+    def lost(message: str) -> None:
+        report_data_loss(fail, message)
+
+    fetcher = PartitionFetcher(
+        opts.bootstrap_servers,
+        topic,
+        partition,
+        client_id=dict(opts.kafka_params).get("client.id", "odradek-spark"),
+    )
+    with fetcher:
+        for chunk in fetcher.read_range(
+            start, until, lost, timeout_s=opts.poll_timeout_ms / 1000
+        ):
+            kwargs: dict[str, Any] = {"include_headers": include_headers, "scan": chunk.scan}
+            if header_type is not None:
+                kwargs["header_type"] = header_type
+            decoded = decode_records(chunk.records, chunk.start, chunk.until, **kwargs)
+            if decoded.count:
+                batch = to_record_batch(decoded, topic, partition, schema)
+                yield from split_batch(batch, NATIVE_BATCH_ROWS)
 
 
 # ---- executor: writing -----------------------------------------------------------------

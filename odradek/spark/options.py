@@ -44,6 +44,7 @@ SOURCE_OPTIONS = {
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
     "groupidprefix",
+    "odradek.reader",
 }
 SINK_OPTIONS = {"topic", "includeheaders"}
 # Set by Spark itself on some code paths (DataFrameReader.load(path), DataStreamWriter).
@@ -57,7 +58,7 @@ CANONICAL = {
         "startingOffsetsByTimestamp endingOffsetsByTimestamp startingTimestamp endingTimestamp "
         "startingOffsetsByTimestampStrategy maxOffsetsPerTrigger minOffsetsPerTrigger "
         "maxTriggerDelay minPartitions failOnDataLoss includeHeaders kafkaConsumer.pollTimeoutMs "
-        "fetchOffset.numRetries fetchOffset.retryIntervalMs groupIdPrefix topic path "
+        "fetchOffset.numRetries fetchOffset.retryIntervalMs groupIdPrefix odradek.reader topic path "
         "checkpointLocation queryName"
     ).split()
 }
@@ -230,6 +231,8 @@ class ReadOptions:
     fetch_offset_retry_interval_ms: int = 10
     group_id_prefix: str = "spark-kafka-source"
     ending_given_by: str | None = field(default=None)
+    # Executors' read path: "odradek" (our fetch path, Arrow decoding) or "librdkafka".
+    reader: str = "odradek"
 
     def client_config(self) -> dict[str, str]:
         """librdkafka configuration: bootstrap servers plus every ``kafka.*`` option."""
@@ -454,9 +457,48 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         or 10,
         group_id_prefix=opts.get("groupidprefix", "spark-kafka-source"),
         ending_given_by=ending_key,
+        reader=_reader(opts, params),
     )
     _check_offsets_against_topics(out)
     return out
+
+
+READERS = ("odradek", "librdkafka")
+# kafka.* properties the odradek reader cannot honour (it speaks PLAINTEXT, read_uncommitted):
+# with them the librdkafka reader is used, unless 'odradek.reader' insists on ours.
+_SECURITY_PREFIXES = ("sasl.", "ssl.")
+
+
+def _needs_librdkafka(params: tuple[tuple[str, str], ...]) -> str | None:
+    for key, value in params:
+        low = key.lower()
+        if low == "security.protocol" and value.strip().lower() != "plaintext":
+            return f"kafka.{key}={value}"
+        if low.startswith(_SECURITY_PREFIXES):
+            return f"kafka.{key}"
+        if low == "isolation.level" and value.strip().lower() == "read_committed":
+            return f"kafka.{key}={value}"
+    return None
+
+
+def _reader(opts: dict[str, str], params: tuple[tuple[str, str], ...]) -> str:
+    """Which client the executors read with (option 'odradek.reader')."""
+    raw = opts.get("odradek.reader")
+    needs = _needs_librdkafka(params)
+    if raw is None:
+        return "librdkafka" if needs else "odradek"
+    value = raw.strip().lower()
+    if value not in READERS:
+        raise OdradekOptionError(
+            f"option 'odradek.reader' must be 'odradek' or 'librdkafka', got {raw!r}"
+        )
+    if value == "odradek" and needs:
+        raise OdradekOptionError(
+            f"option 'odradek.reader' is 'odradek' but {needs} needs the librdkafka reader "
+            "(the odradek reader speaks PLAINTEXT and reads uncommitted records); set it to "
+            "'librdkafka' or leave it out"
+        )
+    return value
 
 
 def _check_offsets_against_topics(opts: ReadOptions) -> None:

@@ -112,7 +112,9 @@ class OdradekInputPartition(InputPartition):
 
 def _read(partition: InputPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, OdradekInputPartition), partition
-    yield from client.read_range(partition.opts, partition.range, _arrow_schema(schema))
+    opts = partition.opts
+    read = client.read_range if opts.reader == "librdkafka" else client.read_range_native
+    yield from read(opts, partition.range, _arrow_schema(schema))
 
 
 def _check_schema(schema: StructType, opts: ReadOptions) -> None:

@@ -67,3 +67,22 @@ def test_rate_limit_is_proportional_and_always_advances() -> None:
     assert rate_limit(5000, start, latest) == latest
     tiny = rate_limit(1, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1})
     assert tiny[("t", 1)] == 1  # a share below one record still moves
+
+
+def test_reader_option_picks_the_executor_read_path() -> None:
+    assert parse_read_options({**BOOT, "subscribe": "t"}).reader == "odradek"
+    opts = parse_read_options({**BOOT, "subscribe": "t", "odradek.reader": "librdkafka"})
+    assert opts.reader == "librdkafka"
+    # Settings only librdkafka honours switch the default over; insisting on ours is an error.
+    for key, value in (
+        ("kafka.security.protocol", "SASL_SSL"),
+        ("kafka.isolation.level", "read_committed"),
+        ("kafka.ssl.ca.location", "/tmp/ca.pem"),
+    ):
+        assert parse_read_options({**BOOT, "subscribe": "t", key: value}).reader == "librdkafka"
+        with pytest.raises(OdradekOptionError, match="needs the librdkafka reader"):
+            parse_read_options({**BOOT, "subscribe": "t", key: value, "odradek.reader": "odradek"})
+    with pytest.raises(OdradekOptionError, match="'odradek.reader' must be"):
+        parse_read_options({**BOOT, "subscribe": "t", "odradek.reader": "java"})
+    with pytest.raises(OdradekOptionError, match="only applies to reading"):
+        parse_write_options({**BOOT, "topic": "t", "odradek.reader": "odradek"})
