@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -398,9 +399,14 @@ class Crash(BaseException):
 def _fs_mutations(monkeypatch: pytest.MonkeyPatch, crash_at: int | None) -> list[str]:
     calls: list[str] = []
     real_replace, real_unlink = os.replace, os.unlink
+    # os.replace/os.unlink are patched process-wide; only this thread's calls are the cleaner's
+    # (a broker left running by another test writes its checkpoints from other threads).
+    me = threading.get_ident()
 
     def guard(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != me:
+                return fn(*args, **kwargs)
             if crash_at is not None and len(calls) == crash_at:
                 raise Crash(f"crash before {name}{args}")
             calls.append(f"{name} {args}")
