@@ -10,9 +10,10 @@
 3. Reads them all with a plain confluent-kafka consumer (manual assignment, consume() batches),
    the reference: records/s.
 4. Reads them all through ``spark.read.format("odradek")`` (``local[2]`` by default), forcing
-   every column to be materialised (``count``, ``sum(length(value))``, ``sum(offset)``); the run
-   is repeated ``--repeat`` times and the best is reported (the first includes starting the
-   Python workers).
+   every column to be materialised (``count``, ``sum(length(value))``, ``sum(offset)``), once
+   per executor read path: ``odradek.reader=odradek`` (the default: our fetch path, Arrow
+   decoding) and ``odradek.reader=librdkafka`` (confluent-kafka consumers); each run is repeated
+   ``--repeat`` times and the best is reported (the first includes starting the Python workers).
 5. Streaming latency: a producer sends ``--rate`` records/s for ``--latency-seconds`` seconds,
    each value carrying its send time; a streaming query with a 1 s trigger appends each
    micro-batch to a Parquet table (foreachBatch), and a record's latency is the time at which
@@ -164,11 +165,12 @@ def spark_session(master: str) -> Any:
     return spark
 
 
-def spark_read(spark: Any, bootstrap: str, topic: str, records: int) -> float:
+def spark_read(spark: Any, bootstrap: str, topic: str, records: int, reader: str) -> float:
     df = (
         spark.read.format("odradek")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
+        .option("odradek.reader", reader)
         .load()
     )
     began = time.perf_counter()
@@ -234,6 +236,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--readers", default="odradek,librdkafka", help="executor read paths to measure"
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="odradek-spark-bench-"))
@@ -254,30 +259,43 @@ def main() -> int:
         plain_s = plain_consumer(broker.bootstrap, "bench", args.partitions, args.records)
         log(f"plain consumer: {plain_s:.2f} s")
         spark = spark_session(args.master)
-        runs = [spark_read(spark, broker.bootstrap, "bench", args.records) for _ in range(args.repeat)]
-        log(f"spark reads: {', '.join(f'{r:.2f} s' for r in runs)}")
-        lat = sorted(
-            streaming_latency(
-                spark, broker.bootstrap, "latency", args.rate, args.latency_seconds, workdir
+        readers = [r.strip() for r in args.readers.split(",") if r.strip()]
+        runs_by_reader: dict[str, list[float]] = {}
+        for reader in readers:
+            runs = [
+                spark_read(spark, broker.bootstrap, "bench", args.records, reader)
+                for _ in range(args.repeat)
+            ]
+            runs_by_reader[reader] = runs
+            log(f"spark reads ({reader}): {', '.join(f'{r:.2f} s' for r in runs)}")
+        lat = (
+            sorted(
+                streaming_latency(
+                    spark, broker.bootstrap, "latency", args.rate, args.latency_seconds, workdir
+                )
             )
+            if args.latency_seconds > 0
+            else []
         )
-        best = min(runs)
         cores = os.cpu_count()
         print(f"machine: {cores} cores; Spark {spark.version}, master {args.master}")
         print(f"records: {args.records:,} x {args.record_size} B, {args.partitions} partitions")
         print(f"plain confluent-kafka consumer : {args.records / plain_s:>12,.0f} records/s")
-        print(
-            f"odradek data source (batch)    : {args.records / best:>12,.0f} records/s "
-            f"(best of {args.repeat}; runs {', '.join(f'{r:.2f}' for r in runs)} s)"
-        )
+        for reader, runs in runs_by_reader.items():
+            label = f"data source, {reader} reader"
+            print(
+                f"{label:<31}: {args.records / min(runs):>12,.0f} records/s "
+                f"(best of {args.repeat}; runs {', '.join(f'{r:.2f}' for r in runs)} s)"
+            )
 
         def pct(p: float) -> float:
             return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
 
-        print(
-            f"streaming latency, {args.rate:g} rec/s, 1 s trigger, {len(lat):,} records: "
-            f"p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {lat[-1] * 1000:.0f} ms"
-        )
+        if lat:
+            print(
+                f"streaming latency, {args.rate:g} rec/s, 1 s trigger, {len(lat):,} records: "
+                f"p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {lat[-1] * 1000:.0f} ms"
+            )
         return 0
     finally:
         if spark is not None:

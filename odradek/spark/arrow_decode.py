@@ -56,8 +56,9 @@ MAX_OFFSET = 2**63 - 1
 # Bytes of zeros after the decoded buffer, so that gathering a varint or 12 inline bytes near
 # its end never reads out of bounds.
 _PAD = 16
-# First speculative run checked at once; doubles while guesses hold.
-_FIRST_RUN = 256
+# Records checked at once in a first speculative run; grows while guesses hold.
+_FIRST_RUN = 4096
+_MIN_RUN = 256
 _MAX_RUN = 1 << 20
 _BATCH_SIZE = struct.Struct(">qi")
 _UINT64_1 = np.uint64(1)
@@ -196,15 +197,17 @@ def _record_starts(data: Buffer, a: U8, segments: list[tuple[int, int, int]], to
                 # Guess that the next records have the same size; check them all at once.
                 k = min(count - i, (size - pos) // rsize, cap)
                 if k > 0:
-                    cand = pos + np.arange(k, dtype=np.int64) * rsize
-                    lens, after = _varints(a, cand, 5)
-                    ok = (after - cand + lens) == rsize
+                    # Same size means the same length varint bytes: compare them through
+                    # strided views, one per varint byte (no gather).
+                    ok = a[pos : pos + k * rsize : rsize] == data[pos - rsize]
+                    for j in range(1, p - (pos - rsize)):
+                        ok &= a[pos + j : pos + j + k * rsize : rsize] == data[pos - rsize + j]
                     m = k if ok.all() else int(ok.argmin())
                     run_len[-1] += m
                     i += m
                     pos += m * rsize
                     # Grow while guesses hold; after a miss, aim at about the run just seen.
-                    cap = min(cap * 2, _MAX_RUN) if m == k else max(_FIRST_RUN, 2 * m)
+                    cap = min(cap * 8, _MAX_RUN) if m == k else max(_MIN_RUN, 4 * m)
         if pos != size:
             raise CorruptRecordError(
                 f"records take {pos - begin} bytes but their batch holds {size - begin} "

@@ -36,8 +36,10 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__clu
 
 # Rows per Arrow batch handed to Spark; consume() is asked for this many messages at a time.
 BATCH_ROWS = 20_000
-# Rows per Arrow batch from the odradek reader (a fetch response is decoded at once, then cut).
-NATIVE_BATCH_ROWS = 200_000
+# Rows per Arrow batch from the odradek reader (a fetch response is decoded at once, then cut
+# into zero-copy slices).
+# Measured: local[2] Spark reads 20k-row batches about twice as fast as 200k-row ones.
+NATIVE_BATCH_ROWS = 20_000
 
 DATA_LOSS_HINT = (
     'If you want your query to go on in such cases, set the source option "failOnDataLoss" '

@@ -115,6 +115,11 @@ class BrokerConnection:
         self.timeout_s = timeout_s
         self._next_id = 1
         self._pending: list[tuple[int, Api, int]] = []
+        # Responses are read into one buffer, reused: a response (and the memoryviews into it
+        # that decoding returns) is valid until the next receive(). Fresh 16 MB buffers per
+        # response cost page faults on every fetch.
+        self._head = bytearray(4)
+        self._frame = bytearray(64 * 1024)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as e:
@@ -163,9 +168,11 @@ class BrokerConnection:
         """The response to the oldest request in flight."""
         cid, api, version = self._pending[0]
         try:
-            head = self._recv_exact(4)
+            head = self._recv_exact(4, self._head)
             (size,) = _SIZE.unpack(head)
-            frame = self._recv_exact(size)
+            if size > len(self._frame):
+                self._frame = bytearray(max(size, 2 * len(self._frame)))
+            frame = self._recv_exact(size, self._frame)
         except EOFError:
             self._pending.clear()
             raise UnsupportedBrokerError(
@@ -196,9 +203,8 @@ class BrokerConnection:
         self.send(api, version, body)
         return self.receive()
 
-    def _recv_exact(self, n: int) -> memoryview:
-        buf = bytearray(n)
-        view = memoryview(buf)
+    def _recv_exact(self, n: int, buf: bytearray) -> memoryview:
+        view = memoryview(buf)[:n]
         got = 0
         recv_into = self._sock.recv_into
         while got < n:
@@ -211,7 +217,11 @@ class BrokerConnection:
 
 @dataclass
 class FetchedRecords:
-    """One Fetch response's records for ``[start, until)``; ``scan`` has their batch headers."""
+    """One Fetch response's records for ``[start, until)``; ``scan`` has their batch headers.
+
+    ``records`` points into the connection's receive buffer: it is valid until the next chunk
+    is asked for (decode it, or copy it, before).
+    """
 
     records: memoryview
     scan: BatchScan
