@@ -9,8 +9,14 @@ df = (spark.readStream.format("odradek")
       .load())
 ```
 
-The schema and the options are spark-sql-kafka's (see :mod:`odradek.spark.options`); reading
-and writing go through librdkafka (confluent-kafka) in the executors, with Arrow batches to Spark.
+The schema and the options are spark-sql-kafka's (see :mod:`odradek.spark.options`). Executors
+read through Odradek's own fetch path by default (:mod:`odradek.spark.fetcher`: Metadata,
+ListOffsets and Fetch v12 over a blocking socket; :mod:`odradek.spark.arrow_decode`: record batches
+decoded to Arrow columns with numpy). The source option ``odradek.reader`` picks the path:
+``odradek`` (default) or ``librdkafka`` (confluent-kafka consumers, as before). ``kafka.*``
+settings the own path cannot honour (``security.protocol`` other than PLAINTEXT, ``sasl.*``,
+``ssl.*``, ``isolation.level=read_committed``) make the default librdkafka; asking for
+``odradek`` with them is an error. Writing goes through librdkafka; Arrow batches to/from Spark.
 Needs ``pip install 'odradek[spark]'`` (pyspark >= 4.2, pyarrow, pandas) and Java 17.
 """
 

@@ -130,20 +130,28 @@ class DecodedRecords:
 def _varints(a: U8, pos: I64, max_bytes: int) -> tuple[I64, I64]:
     """Zigzag varints starting at each of ``pos``: (values, positions after them)."""
     b = a[pos]
-    raw = (b & 0x7F).astype(np.uint64)
+    # int64 holds up to 9 varint bytes (63 bits); only 10-byte varlongs need uint64.
+    wide = max_bytes > 9
+    raw = (b & 0x7F).astype(np.uint64 if wide else np.int64)
     after = pos + 1
-    more = np.flatnonzero(b & 0x80)
+    more = np.flatnonzero(b >= 0x80)
     shift = 7
     while more.size:
         if shift >= 7 * max_bytes:
             raise CorruptRecordError("varint too long")
         nxt = a[after[more]]
-        raw[more] |= (nxt & 0x7F).astype(np.uint64) << np.uint64(shift)
+        if wide:
+            raw[more] |= (nxt & 0x7F).astype(np.uint64) << np.uint64(shift)
+        else:
+            raw[more] |= (nxt & 0x7F).astype(np.int64) << shift
         after[more] += 1
-        more = more[(nxt & 0x80) != 0]
+        more = more[nxt >= 0x80]
         shift += 7
-    values = (raw >> _UINT64_1).astype(np.int64) ^ -(raw & _UINT64_1).astype(np.int64)
-    return values, after
+    if wide:
+        values = (raw >> _UINT64_1).astype(np.int64) ^ -(raw & _UINT64_1).astype(np.int64)
+        return values, after
+    signed: I64 = (raw >> 1) ^ -(raw & 1)
+    return signed, after
 
 
 def _record_starts(data: Buffer, a: U8, segments: list[tuple[int, int, int]], total: int) -> I64:
