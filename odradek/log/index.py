@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from abc import ABC, abstractmethod
 from array import array
 
 from odradek.log.errors import CorruptIndexError
@@ -40,7 +41,7 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-class _IndexFile:
+class _IndexFile(ABC):
     entry_size = 8
 
     def __init__(self, path: str, base_offset: int, max_index_size: int) -> None:
@@ -49,8 +50,9 @@ class _IndexFile:
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
+    @abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Number of entries."""
 
     @property
     def is_full(self) -> bool:

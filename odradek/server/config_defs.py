@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -50,11 +51,12 @@ CONFIG_TYPE_CODES: dict[str, int] = {
 }
 
 
-class Validator:
+class Validator(ABC):
     """Checks a parsed value; ``check`` returns the violated rule, or None."""
 
-    def check(self, value: Any) -> str | None:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def check(self, value: Any) -> str | None:
+        """The rule ``value`` breaks, or None."""
 
 
 @dataclass(frozen=True)
