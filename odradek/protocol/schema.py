@@ -282,21 +282,33 @@ def read_uuid(buf: memoryview, pos: int) -> tuple[_uuid.UUID, int]:
     return _uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
 
 
-def _read_str(buf: memoryview, pos: int, compact: bool, nullable: bool) -> tuple[str | None, int]:
+def _read_span(
+    buf: memoryview, pos: int, compact: bool, nullable: bool, wide: bool, what: str
+) -> tuple[int, int]:
+    """Read a length prefix (compact: uvarint length+1; else int16, or int32 when ``wide``).
+    Returns (start, end) of the value; start == -1 means null and end is then the next
+    position."""
     if compact:
         n, pos = read_uvarint(buf, pos)
         n -= 1
     else:
-        n, pos = read_int16(buf, pos)
+        n, pos = (read_int32 if wide else read_int16)(buf, pos)
     if n < 0:
         if not nullable:
-            raise SchemaError("null string in a non-nullable field")
-        return None, pos
+            raise SchemaError(f"null {what} in a non-nullable field")
+        return -1, pos
     end = pos + n
     if end > len(buf):
-        raise SchemaError("message truncated in string")
+        raise SchemaError(f"message truncated in {what}")
+    return pos, end
+
+
+def _read_str(buf: memoryview, pos: int, compact: bool, nullable: bool) -> tuple[str | None, int]:
+    start, end = _read_span(buf, pos, compact, nullable, False, "string")
+    if start < 0:
+        return None, end
     try:
-        return str(buf[pos:end], "utf-8"), end
+        return str(buf[start:end], "utf-8"), end
     except UnicodeDecodeError as e:
         raise SchemaError("string is not valid UTF-8") from e
 
@@ -304,19 +316,10 @@ def _read_str(buf: memoryview, pos: int, compact: bool, nullable: bool) -> tuple
 def _read_bytes(
     buf: memoryview, pos: int, compact: bool, nullable: bool, as_view: bool
 ) -> tuple[Any, int]:
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        n, pos = read_int32(buf, pos)
-    if n < 0:
-        if not nullable:
-            raise SchemaError("null bytes in a non-nullable field")
-        return None, pos
-    end = pos + n
-    if end > len(buf):
-        raise SchemaError("message truncated in bytes")
-    return (buf[pos:end] if as_view else bytes(buf[pos:end])), end
+    start, end = _read_span(buf, pos, compact, nullable, True, "bytes")
+    if start < 0:
+        return None, end
+    return (buf[start:end] if as_view else bytes(buf[start:end])), end
 
 
 def read_tagged_section(
