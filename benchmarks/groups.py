@@ -35,10 +35,7 @@ import os
 import queue
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +45,18 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
-READY_LINE = "Odradek broker ready"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from bench_support import (
+    Broker,
+    create_topic,
+    loadavg,
+    machine_busy_seconds,
+    make_log,
+    percentile,
+    run_seconds,
+    runq_wait_seconds,
+    table,
+)
+
 CONSUMER_GROUP_HEARTBEAT_KEY = 68
 STRATEGIES = ("range", "cooperative-sticky", "consumer")
 CLASSIC_ONLY = {"heartbeat.interval.ms", "session.timeout.ms", "partition.assignment.strategy"}
@@ -57,22 +64,7 @@ CLASSIC_ONLY = {"heartbeat.interval.ms", "session.timeout.ms", "partition.assign
 CTX = mp.get_context("spawn")
 
 
-def log(msg: str) -> None:
-    print(f"[groups {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (the sockets are held open together so none repeats)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+log = make_log("groups")
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,37 +73,7 @@ def free_ports(count: int) -> list[int]:
 
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds of all current threads of ``pid`` (schedstat, ns resolution); 0 if gone."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    except OSError:
-        return 0.0
-    return total / 1e9
-
-
-def runq_wait_seconds(pid: int, tid: int) -> float:
-    """Time thread ``tid`` of ``pid`` was runnable but waiting for a CPU (schedstat field 2)."""
-    try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds used by everything on the machine (all CPUs, ``/proc/stat``)."""
-    try:
-        with open("/proc/stat") as f:
-            first = f.readline().split()
-    except OSError:
-        return 0.0
-    ticks = [int(v) for v in first[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+    return run_seconds(pid) or 0.0
 
 
 class BrokerMeter:
@@ -135,97 +97,8 @@ class BrokerMeter:
         )
 
 
-def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
-
-
 # --------------------------------------------------------------------------------------------
 # The broker under test
-
-
-class Broker:
-    def __init__(self, workdir: Path, overrides: list[str]) -> None:
-        self.workdir = workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.data_dir = workdir / "data"
-        self.log_path = workdir / "broker.log"
-        self.port, self.controller_port = free_ports(2)
-        self.overrides = overrides
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log_file: Any = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 90.0) -> None:
-        overrides = [
-            f"log.dirs={self.data_dir}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            *self.overrides,
-        ]
-        cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
-        for o in overrides:
-            cmd += ["--override", o]
-        log(f"starting broker: {' '.join(cmd)}")
-        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.tail()}")
-            if READY_LINE in self.log_path.read_text(errors="replace"):
-                log(f"broker ready on {self.bootstrap} (pid {self.pid})")
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"broker not ready after {timeout}s:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
-    fut.result(30)
-    # Wait until the metadata shows every partition with a leader.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
-            if all(p.leader >= 0 for p in md.partitions.values()):
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} has no leaders after 30 s")
 
 
 async def _api_versions(host: str, port: int) -> dict[int, tuple[int, int]]:
@@ -451,9 +324,8 @@ def join_phase(
     notes: dict[str, Any] = {}
     rng = random.Random(args.seed)
     for delay in args.delays:
-        broker = Broker(workdir / f"join-delay-{delay}", [
-            f"group.initial.rebalance.delay.ms={delay}", *extra
-        ])
+        overrides = [f"group.initial.rebalance.delay.ms={delay}", *extra]
+        broker = Broker(workdir / f"join-delay-{delay}", overrides, log)
         try:
             broker.start()
             versions = api_versions(broker.bootstrap)
@@ -635,13 +507,6 @@ def committer_main(
         events.put(("error", idx, time.monotonic(), [repr(e)]))
     finally:
         consumer.close()
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 @dataclass
@@ -840,7 +705,7 @@ async def _raw_commits(
 
 
 def commit_phase(args: argparse.Namespace, workdir: Path, extra: list[str]) -> list[CommitResult]:
-    broker = Broker(workdir / "commits", extra)
+    broker = Broker(workdir / "commits", extra, log)
     out: list[CommitResult] = []
     try:
         broker.start()
@@ -889,22 +754,6 @@ def commit_phase(args: argparse.Namespace, workdir: Path, extra: list[str]) -> l
 # Output
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(
-            v.ljust(w) if i == 0 or i == len(row) - 1 else v.rjust(w)
-            for i, (v, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-
-    line = fmt(head)
-    print(line)
-    print("-" * len(line))
-    for row in rows:
-        print(fmt(row))
-
-
 def print_tables(result: dict[str, Any]) -> None:
     cfg = result["config"]
     print(
@@ -934,7 +783,7 @@ def print_tables(result: dict[str, Any]) -> None:
                     + " ".join(f"{v:.2f}" for v in j["third_join_runs_s"]),
                 )
             )
-        _table(
+        table(
             (
                 "initial delay ms",
                 "assignment",
@@ -970,7 +819,7 @@ def print_tables(result: dict[str, Any]) -> None:
                     f"{c['commits']:,} ok, {c['errors']} errors",
                 )
             )
-        _table(
+        table(
             (
                 "phase",
                 "commits/s",

@@ -42,12 +42,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench_support import (
+    Broker,
+    cpu_times,
+    create_topic,
+    free_ports,
+    loadavg,
+    machine_busy_seconds,
+    make_log,
+    run_seconds,
+    runq_wait_seconds,
+    table,
+)
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 BENCH_DIR = Path(__file__).resolve().parent
-READY_LINE = "Odradek broker ready"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 # librdkafka's upper bound for queue.buffering.max.messages in older releases; plenty here.
 MAX_QUEUED_MESSAGES = 10_000_000
 LATENCY_SAMPLE_EVERY = 100
@@ -58,102 +67,11 @@ LATENCY_SAMPLE_EVERY = 100
 CONSUMER_DEFAULTS: dict[str, str] = {"fetch.queue.backoff.ms": "10"}
 
 
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (all sockets held open together so they cannot repeat)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+log = make_log("bench")
 
 
 # --------------------------------------------------------------------------------------------
 # CPU accounting from /proc
-
-
-def cpu_times(pid: int | None, tid: int | None = None) -> tuple[float, float]:
-    """(utime, stime) in seconds of a whole process (all threads), or of one thread ``tid``.
-
-    ``pid=None`` means this process. A process that is gone counts as (0, 0).
-    """
-    base = "/proc/self" if pid is None else f"/proc/{pid}"
-    path = f"{base}/stat" if tid is None else f"{base}/task/{tid}/stat"
-    try:
-        with open(path) as f:
-            data = f.read()
-    except OSError:
-        return 0.0, 0.0
-    # The command name may contain spaces/parentheses: split after the last ')'.
-    fields = data[data.rindex(")") + 2 :].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-
-
-def cpu_seconds(pid: int | None, tid: int | None = None) -> float:
-    """utime + stime in seconds of a process or of one of its threads (see ``cpu_times``)."""
-    user, system = cpu_times(pid, tid)
-    return user + system
-
-
-def run_seconds(pid: int | None, tid: int | None = None) -> float | None:
-    """CPU time of a thread, or the sum over a process's current threads, in nanosecond
-    resolution from ``/proc/.../schedstat`` (field 1); None when schedstat is unavailable.
-
-    ``/proc/<pid>/stat`` counts in clock ticks (10 ms), too coarse for a phase in which the
-    broker uses 50 ms; the user/system split still comes from there.
-    """
-    base = "/proc/self" if pid is None else f"/proc/{pid}"
-    try:
-        tids = [str(tid)] if tid is not None else os.listdir(f"{base}/task")
-        total = 0
-        for t in tids:
-            with open(f"{base}/task/{t}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def runq_wait_seconds(pid: int | None, tid: int | None) -> float:
-    """Time a thread spent runnable but waiting for a CPU (``/proc/.../schedstat``, field 2).
-
-    Only threads (``tid`` set) are measured; 0 when unavailable.
-    """
-    if tid is None:
-        return 0.0
-    base = "/proc/self" if pid is None else f"/proc/{pid}"
-    try:
-        with open(f"{base}/task/{tid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent by every process on the machine (all CPUs, from ``/proc/stat``)."""
-    try:
-        with open("/proc/stat") as f:
-            first = f.readline().split()
-    except OSError:
-        return 0.0
-    # cpu user nice system idle iowait irq softirq steal guest guest_nice; guest is in user.
-    ticks = [int(v) for v in first[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
 
 
 @dataclass
@@ -243,75 +161,6 @@ def measure_broker_cost(usage: CpuUsage, records: int) -> BrokerCost:
         loop_runq_wait_percent=round(100.0 * usage.runq_wait_s.get("broker-loop", 0.0) / wall, 1),
         machine_busy_percent=round(100.0 * usage.machine_s / wall, 1),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# The broker under test
-
-
-class Broker:
-    def __init__(self, workdir: Path, extra_overrides: list[str]) -> None:
-        self.workdir = workdir
-        self.data_dir = workdir / "data"
-        self.log_path = workdir / "broker.log"
-        self.port, self.controller_port = free_ports(2)
-        self.extra_overrides = extra_overrides
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log_file: Any = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 90.0) -> None:
-        overrides = [
-            f"log.dirs={self.data_dir}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            *self.extra_overrides,
-        ]
-        cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
-        for o in overrides:
-            cmd += ["--override", o]
-        log(f"starting broker: {' '.join(cmd)}")
-        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {self.proc.returncode} before it was ready:\n{self.tail()}"
-                )
-            if READY_LINE in self.log_path.read_text(errors="replace"):
-                log(f"broker ready on {self.bootstrap} (pid {self.pid})")
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"broker not ready after {timeout}s:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,29 +375,10 @@ def maybe_profile(
 # Kafka phases
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
-    )
-    for f in futures.values():
-        f.result(30)
-    # Wait until every partition has a leader in the broker's metadata.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if (
-            md is not None
-            and md.error is None
-            and len(md.partitions) == partitions
-            and all(p.leader >= 0 for p in md.partitions.values())
-        ):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {topic} not ready")
-
-
 def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest rank ``round(q * (n - 1))``; NaN if empty. Kept apart from
+    ``bench_support.percentile`` (rank ``int(q * n)``) so the figures stay comparable with
+    earlier runs of this script."""
     if not sorted_values:
         return float("nan")
     idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
@@ -1044,7 +874,7 @@ def redis_phase(n: int, size: int, workdir: Path, pipeline: int) -> RedisResult:
     bench = shutil.which("redis-benchmark")
     if server is None or bench is None:
         raise RuntimeError("redis-server / redis-benchmark not found")
-    port = free_port()
+    port = free_ports(1)[0]
     rdir = workdir / "redis"
     rdir.mkdir()
     cmd = [
@@ -1180,22 +1010,6 @@ def target_summary(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(
-            v.ljust(w) if i == 0 or i == len(row) - 1 else v.rjust(w)
-            for i, (v, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-
-    line = fmt(head)
-    print(line)
-    print("-" * max(len(line), len(fmt(rows[0])) if rows else 0))
-    for row in rows:
-        print(fmt(row))
-
-
 def print_table(result: dict[str, Any]) -> None:
     cfg = result["config"]
     print(
@@ -1246,7 +1060,7 @@ def print_table(result: dict[str, Any]) -> None:
                 _cpu_str(r["cpu_percent"]),
             )
         )
-    _table(head, rows)
+    table(head, rows)
 
     p: dict[str, Any] | None = result.get("produce")
     c: dict[str, Any] | None = result.get("consume")
@@ -1441,11 +1255,11 @@ def main(argv: list[str] | None = None) -> int:
             "kcat_producer_config": {"acks": "1", **kcat_producer_extra},
             "kcat_consumer_config": kcat_consumer_extra,
             "redis_pipeline": args.redis_pipeline,
-            "loadavg_before": Path("/proc/loadavg").read_text().split()[0],
+            "loadavg_before": loadavg(),
         },
     }
     profiles: list[ProfileResult] = []
-    broker = Broker(workdir, args.override)
+    broker = Broker(workdir, args.override, log)
     try:
         broker.start()
         # The broker's main thread runs the event loop; the client's main thread runs the Python

@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,62 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_support import Broker, create_topic, make_log, percentile
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def log(msg: str) -> None:
-    print(f"[spark_read] {msg}", file=sys.stderr, flush=True)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-class Broker:
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.port, self.controller_port = free_ports(2)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "broker.log"
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
-        for o in (
-            f"log.dirs={self.workdir / 'data'}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-        ):
-            cmd += ["--override", o]
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited: {self.log_path.read_text()[-2000:]}")
-            if "Odradek broker ready" in self.log_path.read_text(errors="replace"):
-                return
-            time.sleep(0.05)
-        raise RuntimeError("broker not ready in 90 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+log = make_log("spark_read", clock=False)
 
 
 def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
@@ -246,11 +191,8 @@ def main() -> int:
     spark = None
     try:
         broker.start()
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for f in admin.create_topics(
-            [NewTopic("bench", args.partitions, 1), NewTopic("latency", 2, 1)]
-        ).values():
-            f.result(30)
+        create_topic(broker.bootstrap, "bench", args.partitions)
+        create_topic(broker.bootstrap, "latency", 2)
         log(f"producing {args.records:,} x {args.record_size} B")
         produce_s = produce(
             broker.bootstrap, "bench", args.records, args.record_size, args.partitions
@@ -288,13 +230,11 @@ def main() -> int:
                 f"(best of {args.repeat}; runs {', '.join(f'{r:.2f}' for r in runs)} s)"
             )
 
-        def pct(p: float) -> float:
-            return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
-
         if lat:
+            p50, p99 = percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
             print(
                 f"streaming latency, {args.rate:g} rec/s, 1 s trigger, {len(lat):,} records: "
-                f"p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {lat[-1] * 1000:.0f} ms"
+                f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {lat[-1] * 1000:.0f} ms"
             )
         return 0
     finally:
