@@ -79,11 +79,12 @@ def plain_consumer(bootstrap: str, topic: str, partitions: int, records: int) ->
     total_bytes = 0
     while n < records:
         for m in consumer.consume(10_000, 5.0):
-            if m.error() is None:
+            err = m.error()
+            if err is None:
                 n += 1
-                total_bytes += len(m.value())
-            elif m.error().code() != KafkaError._PARTITION_EOF:
-                raise RuntimeError(m.error())
+                total_bytes += len(m.value() or b"")
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(err)
     elapsed = time.perf_counter() - began
     consumer.close()
     return elapsed
