@@ -65,7 +65,7 @@ fi
 
 status=0
 echo "== ruff check ." && "$PYTHON" -m ruff check . || status=1
-echo "== mypy odradek" && "$PYTHON" -m mypy odradek || status=1
+echo "== mypy odradek benchmarks" && "$PYTHON" -m mypy odradek benchmarks || status=1
 echo "== pytest"
 set +e
 "$PYTHON" -m pytest -q
