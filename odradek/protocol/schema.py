@@ -567,10 +567,23 @@ def compile_struct_decoder(
     return decode
 
 
+def _write_length(w: Writer, n: int, flexible: bool, wide: bool) -> None:
+    """A length prefix (-1 = null): compact uvarint length+1, else int16, or int32 when wide."""
+    if flexible:
+        write_uvarint(w.buf, n + 1)
+    else:
+        w.buf += (_i32 if wide else _i16).pack(n)
+
+
 def _field_writer(f: Field, version: int, flexible: bool) -> Writer_:
     t = f.type
     nullable = _in(f.nullable, version)
     name = f.name
+
+    def write_null(w: Writer, wide: bool) -> None:
+        if not nullable:
+            raise SchemaError(f"field {name} is not nullable in version {version}")
+        _write_length(w, -1, flexible, wide)
     if isinstance(t, str):
         if t in _PRIM_WRITERS:
             return _PRIM_WRITERS[t]
@@ -578,20 +591,12 @@ def _field_writer(f: Field, version: int, flexible: bool) -> Writer_:
 
             def write_str(w: Writer, v: Any) -> None:
                 if v is None:
-                    if not nullable:
-                        raise SchemaError(f"field {name} is not nullable in version {version}")
-                    if flexible:
-                        w.buf.append(0)
-                    else:
-                        w.buf += b"\xff\xff"
+                    write_null(w, False)
                     return
                 data = v.encode("utf-8")
-                if flexible:
-                    write_uvarint(w.buf, len(data) + 1)
-                else:
-                    if len(data) > 0x7FFF:
-                        raise SchemaError(f"string too long for field {name}")
-                    w.buf += _i16.pack(len(data))
+                if not flexible and len(data) > 0x7FFF:
+                    raise SchemaError(f"string too long for field {name}")
+                _write_length(w, len(data), flexible, False)
                 w.buf += data
 
             return write_str
@@ -599,18 +604,9 @@ def _field_writer(f: Field, version: int, flexible: bool) -> Writer_:
 
             def write_bytes(w: Writer, v: Any) -> None:
                 if v is None:
-                    if not nullable:
-                        raise SchemaError(f"field {name} is not nullable in version {version}")
-                    if flexible:
-                        w.buf.append(0)
-                    else:
-                        w.buf += b"\xff\xff\xff\xff"
+                    write_null(w, True)
                     return
-                n = v.nbytes if isinstance(v, memoryview) else len(v)
-                if flexible:
-                    write_uvarint(w.buf, n + 1)
-                else:
-                    w.buf += _i32.pack(n)
+                _write_length(w, v.nbytes if isinstance(v, memoryview) else len(v), flexible, True)
                 w.raw(v)
 
             return write_bytes
@@ -625,17 +621,9 @@ def _field_writer(f: Field, version: int, flexible: bool) -> Writer_:
 
         def write_array(w: Writer, v: Any) -> None:
             if v is None:
-                if not nullable:
-                    raise SchemaError(f"field {name} is not nullable in version {version}")
-                if flexible:
-                    w.buf.append(0)
-                else:
-                    w.buf += b"\xff\xff\xff\xff"
+                write_null(w, True)
                 return
-            if flexible:
-                write_uvarint(w.buf, len(v) + 1)
-            else:
-                w.buf += _i32.pack(len(v))
+            _write_length(w, len(v), flexible, True)
             for item in v:
                 elem_writer(w, item)
 
