@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import uuid
-from typing import Any
 
 import pytest
+from schema_values import Gen
 
 from odradek.metadata.records import (
     FRAME_VERSION,
@@ -14,65 +13,7 @@ from odradek.metadata.records import (
     decode_metadata_record,
     encode_metadata_record,
 )
-from odradek.protocol.schema import Array, Field, SchemaError, default_value
-
-
-def _in(rng: tuple[int, int] | None, v: int) -> bool:
-    return rng is not None and rng[0] <= v <= rng[1]
-
-
-class _Gen:
-    """Builds a value for every field of a schema, each different from the field's default."""
-
-    def __init__(self, version: int, nulls: bool) -> None:
-        self.version = version
-        self.nulls = nulls
-        self.counter = itertools.count(1)
-
-    def struct(self, fields: list[Field]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields:
-            if f.present(self.version):
-                out[f.name] = self.value(f)
-            else:
-                out[f.name] = default_value(f, self.version)
-        return out
-
-    def value(self, f: Field) -> Any:
-        if self.nulls and _in(f.nullable, self.version):
-            return None
-        t = f.type
-        if isinstance(t, Array):
-            elem = t.elem
-            if isinstance(elem, str):
-                return [self.prim(elem, None) for _ in range(2)]
-            return [self.struct(elem) for _ in range(2)]
-        if isinstance(t, list):
-            return self.struct(t)
-        return self.prim(t, default_value(f, self.version))
-
-    def prim(self, t: str, dflt: Any) -> Any:
-        n = next(self.counter)
-        if t == "bool":
-            return not dflt if dflt is not None else True
-        if t == "int8":
-            return 10 + n % 100
-        if t in ("int16", "int32", "int64"):
-            return 1000 + n
-        if t == "uint16":
-            return 65535 - n
-        if t == "uint32":
-            return 0xFFFFFFFF - n
-        if t == "float64":
-            return 0.5 + n
-        if t == "uuid":
-            return uuid.UUID(int=(n << 64) | 0xABCDEF)
-        if t == "string":
-            return f"s{n}-é"
-        if t in ("bytes", "records"):
-            return bytes([n % 256, 0, 255]) * 3
-        raise AssertionError(t)
-
+from odradek.protocol.schema import SchemaError, default_value
 
 CASES = [
     (name, version)
@@ -85,7 +26,7 @@ CASES = [
 @pytest.mark.parametrize(("name", "version"), CASES, ids=[f"{n}-v{v}" for n, v in CASES])
 def test_round_trip(name: str, version: int, nulls: bool) -> None:
     api_key, schema = RECORD_TYPES[name]
-    obj = _Gen(version, nulls).struct(schema.fields)
+    obj = Gen(version, nulls=nulls).struct(schema.fields)
     data = encode_metadata_record(name, obj, version)
     assert data[0] == FRAME_VERSION
     assert data[1] == api_key
@@ -157,7 +98,7 @@ def test_no_op_record_bytes() -> None:
 @pytest.mark.parametrize(("name", "version"), CASES, ids=[f"{n}-v{v}" for n, v in CASES])
 def test_every_truncation_raises(name: str, version: int) -> None:
     _, schema = RECORD_TYPES[name]
-    data = encode_metadata_record(name, _Gen(version, False).struct(schema.fields), version)
+    data = encode_metadata_record(name, Gen(version).struct(schema.fields), version)
     for n in range(len(data)):
         with pytest.raises(SchemaError):
             decode_metadata_record(data[:n])
