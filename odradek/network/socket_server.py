@@ -9,8 +9,17 @@ so even a 1 MB produce request is copied at most once on the way in.
 The handler runs synchronously, in arrival order, for every frame. Its results (ready buffers,
 ``None`` or an awaitable) go through a per-connection FIFO so responses leave in request order
 even when delayed operations complete out of order. Reading pauses while more than
-``MAX_PENDING_RESPONSES`` responses are waiting or while the transport's write buffer is above
-its high-water mark.
+``MAX_PENDING_RESPONSES`` responses are waiting or while the transport holds unsent bytes (its
+high-water mark is 0: the socket is full).
+
+Fetch responses carry file regions of log segments, sent with ``os.sendfile`` straight from the
+page cache whenever the transport has nothing buffered (bytes must not overtake each other).
+When the socket is full, one ``SENDFILE_CHUNK_BYTES`` piece is copied through the transport
+instead, which pauses it; the rest of the response, and every response after it, waits until the
+transport has drained (``resume_writing``) and then goes on with ``sendfile``. A large fetch
+response thus costs a small copy per socket-buffer-full instead of a copy of all of it. The waiting regions hold their own
+duplicate of the segment's file descriptor, so a segment closed meanwhile (topic deletion) cannot
+make them read another file.
 """
 
 from __future__ import annotations
@@ -37,11 +46,61 @@ log = logging.getLogger(__name__)
 
 STAGING_BUFFER_BYTES = 64 * 1024
 MAX_PENDING_RESPONSES = 100
+# Transport write buffer limits: pause_writing as soon as anything is left buffered (the socket
+# is full), resume_writing once it is empty again. Kafka likewise mutes a channel (reads no
+# further requests from it) while a response to it is still being sent.
+WRITE_BUFFER_HIGH = 0
+WRITE_BUFFER_LOW = 0
+# What a response with file regions copies through the transport when sendfile would block: the
+# transport then waits for the socket to become writable, which the kernel reports only once a
+# good part of its send buffer is free again, and sendfile goes on from there.
+SENDFILE_CHUNK_BYTES = 16 * 1024
 RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
 # The smallest request header (v0: api_key int16, api_version int16, correlation_id int32).
 MIN_REQUEST_BYTES = 8
 
 _CLOSE = object()  # FIFO marker: close the connection once everything before it is written
+
+
+class _Region:
+    """The part of a file region still to send; ``owned`` if ``fd`` is our own duplicate."""
+
+    __slots__ = ("fd", "position", "size", "owned")
+
+    def __init__(self, fd: int, position: int, size: int, owned: bool = False) -> None:
+        self.fd = fd
+        self.position = position
+        self.size = size
+        self.owned = owned
+
+    def hold(self) -> None:
+        """Keep the file open for a later send even if its segment is closed meanwhile."""
+        if not self.owned:
+            self.fd = os.dup(self.fd)
+            self.owned = True
+
+    def release(self) -> None:
+        if self.owned:
+            self.owned = False
+            os.close(self.fd)
+
+
+class _Rest:
+    """A response whose sending waits for the transport to drain: bytes and regions, in order."""
+
+    __slots__ = ("segments",)
+
+    def __init__(self, segments: collections.deque[Any]) -> None:
+        self.segments = segments
+        for seg in segments:
+            if isinstance(seg, _Region):
+                seg.hold()
+
+    def release(self) -> None:
+        for seg in self.segments:
+            if isinstance(seg, _Region):
+                seg.release()
+        self.segments.clear()
 
 
 def _pread_exact(fd: int, position: int, size: int) -> bytes:
@@ -83,6 +142,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writer: asyncio.Task[None] | None = None
         self._closing = False  # no more requests will be handled
         self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
         self._read_paused = False
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
@@ -94,6 +154,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its interface.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         peer = _format_address(transport.get_extra_info("peername"))
         local = _format_address(transport.get_extra_info("sockname"))
         conn_id = f"{local}-{peer}-{next(self._server._conn_counter)}"
@@ -114,7 +175,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         for item in self._pending:
             if isinstance(item, asyncio.Future):
                 item.add_done_callback(_discard_result)
+            elif isinstance(item, _Rest):
+                item.release()
         self._pending.clear()
+        if self._drained is not None and not self._drained.done():
+            self._drained.cancel()
         self._frame = None
         self._frame_view = None
         self._server._connections.discard(self)
@@ -285,11 +350,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if result is None:
             return
         if not self._pending and self._writer is None and not inspect.isawaitable(result):
-            self._write(result)  # fast path: nothing queued ahead of it
+            rest = self._write(result)  # fast path: nothing queued ahead of it
+            if rest is not None:
+                self._pending.append(rest)
+                self._ensure_writer()
             return
+        item: Any
         if inspect.isawaitable(result):
-            result = asyncio.ensure_future(result)
-        self._pending.append(result)
+            item = asyncio.ensure_future(result)
+        elif _has_file_regions(result):
+            # Queued behind other responses: hold its files now (they may be closed before
+            # their turn comes).
+            item = _Rest(self._segments(result))
+        else:
+            item = result
+        self._pending.append(item)
         self._ensure_writer()
         if len(self._pending) > MAX_PENDING_RESPONSES:
             self._pause_reading()
@@ -306,6 +381,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._pending.clear()
                     self.close()
                     return
+                if isinstance(item, _Rest):
+                    await self._wait_drained()
+                    if self._push(item.segments):
+                        continue  # blocked again: wait for the next drain
+                    if self._pending and self._pending[0] is item:
+                        self._pending.popleft()
+                    self._maybe_resume_reading()
+                    continue
                 if isinstance(item, asyncio.Future):
                     try:
                         buffers = await item
@@ -341,62 +424,123 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if self._pending and self._pending[0] is item:
                     self._pending.popleft()
                 if buffers is not None:
-                    self._write(buffers)
+                    rest = self._write(buffers)
+                    if rest is not None:
+                        self._pending.appendleft(rest)
+                        continue
                 self._maybe_resume_reading()
         finally:
             self._writer = None
 
-    def _write(self, buffers: ResponseBuffers) -> None:
+    def _write(self, buffers: ResponseBuffers) -> _Rest | None:
+        """Hand a response to the socket; what must wait for the transport to drain is returned."""
         transport = self._transport
         if transport is None or transport.is_closing():
-            return
-        size = buffers_size(buffers)
-        parts: list[Any] = [size.to_bytes(4, "big"), *buffers]
-        if any(hasattr(p, "file_regions") for p in buffers):
-            self._write_with_sendfile(transport, parts)
-        else:
-            transport.writelines(parts)
+            return None
+        if not _has_file_regions(buffers):
+            transport.writelines([buffers_size(buffers).to_bytes(4, "big"), *buffers])
+            return None
+        segments = self._segments(buffers)
+        if self._push(segments):
+            return _Rest(segments)
+        return None
 
-    def _write_with_sendfile(self, transport: asyncio.Transport, parts: list[Any]) -> None:
-        """Write a response holding file regions: zero-copy with ``os.sendfile`` while the
-        transport has nothing buffered (so bytes cannot overtake each other), then, once the
-        socket would block, the rest through the transport as ordinary bytes."""
+    @staticmethod
+    def _segments(buffers: ResponseBuffers) -> collections.deque[Any]:
+        """The size prefix and the parts of a response, file regions as :class:`_Region`."""
+        segments: collections.deque[Any] = collections.deque(
+            [buffers_size(buffers).to_bytes(4, "big")]
+        )
+        for part in buffers:
+            if hasattr(part, "file_regions"):
+                segments.extend(_Region(r.fd, r.position, r.size) for r in part.file_regions)
+            else:
+                segments.append(part)
+        return segments
+
+    def _push(self, segments: collections.deque[Any]) -> bool:
+        """Send ``segments`` in order, consuming them; True if the rest must wait for a drain.
+
+        File regions go out with ``os.sendfile`` and bytes with ``os.write`` while the transport
+        has nothing buffered. When the socket is full, a chunk goes through the transport (a
+        copy); once the transport pauses (it holds unsent bytes), the rest waits.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            for seg in segments:
+                if isinstance(seg, _Region):
+                    seg.release()
+            segments.clear()
+            return False
         fd = self._raw_fd(transport)
-        for part in parts:
-            if fd is not None and transport.get_write_buffer_size() == 0:
-                if hasattr(part, "file_regions"):
-                    for region in part.file_regions:
-                        pos, remaining = region.position, region.size
-                        while remaining > 0 and fd is not None:
-                            try:
-                                n = os.sendfile(fd, region.fd, pos, remaining)
-                            except BlockingIOError:
-                                n = 0
-                            except OSError as e:  # e.g. EINVAL: this socket cannot sendfile
-                                log.debug("sendfile unavailable on %s: %s", self._conn_id, e)
-                                self._sendfile_ok = False
-                                n = 0
-                            if n <= 0:
-                                fd = None
-                                break
-                            pos += n
-                            remaining -= n
-                        if remaining > 0:
-                            transport.write(_pread_exact(region.fd, pos, remaining))
-                    continue
-                view = memoryview(part)
+        while segments:
+            if self._write_paused:
+                return True
+            seg = segments[0]
+            direct = fd is not None and transport.get_write_buffer_size() == 0
+            if isinstance(seg, _Region):
+                if direct:
+                    assert fd is not None
+                    try:
+                        n = os.sendfile(fd, seg.fd, seg.position, seg.size)
+                    except BlockingIOError:
+                        n = 0
+                    except OSError as e:  # e.g. EINVAL: this socket cannot sendfile
+                        log.debug("sendfile unavailable on %s: %s", self._conn_id, e)
+                        self._sendfile_ok = False
+                        fd = None
+                        n = 0
+                    if n > 0:
+                        seg.position += n
+                        seg.size -= n
+                        if seg.size <= 0:
+                            seg.release()
+                            segments.popleft()
+                        continue
+                    if n == 0 and fd is not None and seg.size > 0:
+                        # The socket is full: a chunk through the transport, then wait.
+                        chunk = min(seg.size, SENDFILE_CHUNK_BYTES)
+                        data = _pread_exact(seg.fd, seg.position, chunk)
+                        seg.position += chunk
+                        seg.size -= chunk
+                        if seg.size <= 0:
+                            seg.release()
+                            segments.popleft()
+                        transport.write(data)
+                        continue
+                if fd is not None:
+                    # Bytes are buffered ahead of us: one chunk, then wait for them to drain
+                    # to go on with sendfile.
+                    chunk = min(seg.size, SENDFILE_CHUNK_BYTES)
+                else:
+                    chunk = seg.size  # no sendfile on this connection: copy it all
+                data = _pread_exact(seg.fd, seg.position, chunk)
+                seg.position += chunk
+                seg.size -= chunk
+                if seg.size <= 0:
+                    seg.release()
+                    segments.popleft()
+                transport.write(data)
+                continue
+            segments.popleft()
+            if direct:
+                view = memoryview(seg)
                 try:
-                    n = os.write(fd, view)
+                    n = os.write(cast(int, fd), view)
                 except BlockingIOError:
                     n = 0
                 if n < len(view):
-                    fd = None
                     transport.write(view[n:])
                 continue
-            if hasattr(part, "file_regions"):
-                transport.write(part.to_bytes())
-            else:
-                transport.write(part)
+            transport.write(seg)
+        return False
+
+    async def _wait_drained(self) -> None:
+        """Until the transport's write buffer is empty (``resume_writing``)."""
+        while self._write_paused:
+            if self._drained is None or self._drained.done():
+                self._drained = self._loop.create_future()
+            await self._drained
 
     def _raw_fd(self, transport: asyncio.Transport) -> int | None:
         if not self._sendfile_ok or transport.get_extra_info("sslcontext") is not None:
@@ -434,7 +578,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
         self._maybe_resume_reading()
+
+
+def _has_file_regions(buffers: ResponseBuffers) -> bool:
+    return any(hasattr(p, "file_regions") for p in buffers)
 
 
 def _discard_result(fut: asyncio.Future[Any]) -> None:
