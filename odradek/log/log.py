@@ -848,6 +848,21 @@ class Log:
             self._close_pending(None)
             self._closed = True
 
+    def retire(self) -> None:
+        """The log is being deleted: no more use, nothing flushed, but its segment files stay
+        open until :meth:`close_files`, so that fetch responses already handed to the network
+        (sendfile reads the descriptors later) stay valid and no descriptor number is reused
+        under them. Kafka likewise deletes a log's files ``file.delete.delay.ms`` later."""
+        with self._lock:
+            self._closed = True
+
+    def close_files(self) -> None:
+        """Close the segment files of a retired log."""
+        with self._lock:
+            for s in self._segments:
+                s.close()
+            self._close_pending(None)
+
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:

@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -63,6 +64,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, str] = {}
+        # Deleted logs whose files are closed at the first retention pass after the deadline.
+        self._retired: list[tuple[int, Log]] = []
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.cleaner = LogCleaner(self.all_logs, cleaner_config)
@@ -164,8 +167,14 @@ class LogManager:
             counts[d] = counts.get(d, 0) + 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
-    def delete_log(self, topic: str, partition: int) -> None:
-        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`, then remove it."""
+    def delete_log(self, topic: str, partition: int, now_ms: int | None = None) -> None:
+        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`, then remove it.
+
+        The files are unlinked now but their descriptors are closed ``file.delete.delay.ms``
+        later (at a retention pass), so reads already handed to the network stay valid.
+        """
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
         with self._lock:
             tp = (topic, partition)
             log = self._logs.pop(tp, None)
@@ -174,7 +183,9 @@ class LogManager:
             return
         self.cleaner.abort_and_wait(log)
         self.cleaner.forget(tp, log_dir)
-        log.close()
+        log.retire()
+        with self._lock:
+            self._retired.append((now_ms + log.config.file_delete_delay_ms, log))
         target = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         try:
             log.rename_dir(target)
@@ -218,6 +229,7 @@ class LogManager:
     # ================================================================ periodic maintenance
     def cleanup_logs(self, now_ms: int) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
+        self._close_retired(now_ms)
         total = 0
         for tp, log in self.all_logs().items():
             if self.cleaner.is_cleaning(log):
@@ -227,6 +239,16 @@ class LogManager:
             except OSError:
                 logger.exception("retention failed for %s-%s", tp[0], tp[1])
         return total
+
+    def _close_retired(self, now_ms: int | None) -> None:
+        """Close the files of deleted logs whose delay has passed (all of them if None)."""
+        with self._lock:
+            due = [log for deadline, log in self._retired if now_ms is None or now_ms >= deadline]
+            self._retired = [
+                (deadline, log) for deadline, log in self._retired if log not in due
+            ]
+        for log in due:
+            log.close_files()
 
     def flush_dirty_logs(self, now_ms: int) -> None:
         """Flush logs whose flush.ms has elapsed since their last flush, and logs with rolled
@@ -257,6 +279,7 @@ class LogManager:
         logs = self.all_logs()
         for log in logs.values():
             log.close()
+        self._close_retired(None)
         self.checkpoint_logs()
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)

@@ -388,6 +388,31 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
     lm2.shutdown()
 
 
+def test_deleted_log_keeps_its_files_open_until_file_delete_delay(tmp_path: Path) -> None:
+    """A fetch response handed to the network reads the segment's descriptor later (sendfile):
+    deleting the topic unlinks the files at once but closes them file.delete.delay.ms later."""
+    cfg = LogConfig(segment_bytes=SMALL.segment_bytes, file_delete_delay_ms=1000)
+    lm = LogManager([str(tmp_path / "d")], cfg, now_ms=0)
+    lm.load_logs(lambda t: cfg)
+    log = lm.get_or_create_log("gone", 0, cfg)
+    fill(log, 20)
+    log.high_watermark = log.log_end_offset
+    info = log.read(0, 1 << 20)
+    regions = info.file_regions
+    assert regions
+    expected = bytes(info.to_bytes())
+    lm.delete_log("gone", 0, now_ms=5000)
+    assert not os.path.exists(log.dir)
+    assert log.closed
+    assert bytes(info.to_bytes()) == expected  # still readable through the open descriptors
+    lm.cleanup_logs(now_ms=5999)
+    assert bytes(info.to_bytes()) == expected
+    lm.cleanup_logs(now_ms=6000)
+    with pytest.raises(OSError):
+        os.fstat(regions[0].fd)  # closed once the delay has passed
+    lm.shutdown()
+
+
 def test_log_manager_unclean_recovers(tmp_path: Path) -> None:
     lm = LogManager([str(tmp_path / "d")], SMALL, now_ms=0)
     lm.load_logs()
