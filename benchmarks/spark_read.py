@@ -12,8 +12,16 @@
 4. Reads them all through ``spark.read.format("odradek")`` (``local[2]`` by default), forcing
    every column to be materialised (``count``, ``sum(length(value))``, ``sum(offset)``), once
    per executor read path: ``odradek.reader=odradek`` (the default: our fetch path, Arrow
-   decoding) and ``odradek.reader=librdkafka`` (confluent-kafka consumers); each run is repeated
-   ``--repeat`` times and the best is reported (the first includes starting the Python workers).
+   decoding) and ``odradek.reader=librdkafka`` (confluent-kafka consumers).
+
+   A fresh Spark JVM is slow for its first queries: it starts the Python workers and then keeps
+   JIT-compiling Spark's planner and executor code for a dozen queries or so (the C1/C2 compiler
+   threads take about a third of the JVM's CPU in the third query, a fifth in the twentieth).
+   So the first query is reported on its own ("cold"), ``--warmup`` more queries follow
+   unmeasured, and the throughput is the median (and best) of ``--repeat`` measured queries.
+   For the measured queries, the CPU seconds per million records are split by process: the
+   Spark JVM's task threads, its JIT compiler threads and its other threads, the Python workers
+   (everything the JVM forked: the data source's planning and ``read()``), and the broker.
 5. Streaming latency: a producer sends ``--rate`` records/s for ``--latency-seconds`` seconds,
    each value carrying its send time; a streaming query with a 1 s trigger appends each
    micro-batch to a Parquet table (foreachBatch), and a record's latency is the time at which
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import struct
 import sys
 import tempfile
@@ -33,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_support import Broker, create_topic, make_log, percentile
+from bench_support import Broker, create_topic, make_log, percentile, run_seconds
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 log = make_log("spark_read", clock=False)
@@ -111,7 +120,87 @@ def spark_session(master: str) -> Any:
     return spark
 
 
-def spark_read(spark: Any, bootstrap: str, topic: str, records: int, reader: str) -> float:
+def _children(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from ``/proc/*/stat``)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue
+        parent[int(entry)] = int(data[data.rindex(")") + 2 :].split()[1])
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _thread_kind(pid: int, tid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return "jvm other"
+    if "CompilerThre" in name:
+        return "jvm JIT"
+    if name.startswith("Executor task"):
+        return "jvm tasks"
+    return "jvm other"
+
+
+class CpuSplit:
+    """CPU seconds by part between :meth:`start` and :meth:`stop`, summed over calls."""
+
+    PARTS = ("jvm tasks", "jvm JIT", "jvm other", "python workers", "broker")
+
+    def __init__(self, jvm_pid: int, broker_pid: int) -> None:
+        self.jvm_pid = jvm_pid
+        self.broker_pid = broker_pid
+        self.total = dict.fromkeys(self.PARTS, 0.0)
+        self._begin: dict[tuple[str, int, str], float] = {}
+
+    def _read(self) -> dict[tuple[str, int, str], float]:
+        out: dict[tuple[str, int, str], float] = {}
+        try:
+            tids = os.listdir(f"/proc/{self.jvm_pid}/task")
+        except OSError:
+            tids = []
+        for tid in tids:
+            secs = run_seconds(self.jvm_pid, int(tid))
+            if secs is not None:
+                out[(_thread_kind(self.jvm_pid, tid), self.jvm_pid, tid)] = secs
+        for child in _children(self.jvm_pid):
+            secs = run_seconds(child)
+            if secs is not None:
+                out[("python workers", child, "")] = secs
+        secs = run_seconds(self.broker_pid)
+        if secs is not None:
+            out[("broker", self.broker_pid, "")] = secs
+        return out
+
+    def start(self) -> None:
+        self._begin = self._read()
+
+    def stop(self) -> None:
+        for key, secs in self._read().items():
+            self.total[key[0]] += secs - self._begin.get(key, 0.0)
+
+
+def spark_read(
+    spark: Any,
+    bootstrap: str,
+    topic: str,
+    records: int,
+    reader: str,
+    cpu: CpuSplit | None = None,
+) -> float:
     df = (
         spark.read.format("odradek")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -119,9 +208,13 @@ def spark_read(spark: Any, bootstrap: str, topic: str, records: int, reader: str
         .option("odradek.reader", reader)
         .load()
     )
+    if cpu is not None:
+        cpu.start()
     began = time.perf_counter()
     row = df.selectExpr("count(*) as n", "sum(length(value)) as b", "sum(offset) as o").first()
     elapsed = time.perf_counter() - began
+    if cpu is not None:
+        cpu.stop()
     if row["n"] != records:
         raise AssertionError(f"read {row['n']} records, expected {records}")
     return elapsed
@@ -179,7 +272,8 @@ def main() -> int:
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=10, help="unmeasured queries per reader")
+    parser.add_argument("--repeat", type=int, default=5, help="measured queries per reader")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument(
@@ -203,14 +297,22 @@ def main() -> int:
         log(f"plain consumer: {plain_s:.2f} s")
         spark = spark_session(args.master)
         readers = [r.strip() for r in args.readers.split(",") if r.strip()]
-        runs_by_reader: dict[str, list[float]] = {}
+        jvm_pid = int(spark.sparkContext._gateway.proc.pid)
+        results: dict[str, tuple[float, list[float], CpuSplit]] = {}
         for reader in readers:
-            runs = [
+            cold = spark_read(spark, broker.bootstrap, "bench", args.records, reader)
+            for _ in range(args.warmup):
                 spark_read(spark, broker.bootstrap, "bench", args.records, reader)
+            cpu = CpuSplit(jvm_pid, broker.pid)
+            runs = [
+                spark_read(spark, broker.bootstrap, "bench", args.records, reader, cpu)
                 for _ in range(args.repeat)
             ]
-            runs_by_reader[reader] = runs
-            log(f"spark reads ({reader}): {', '.join(f'{r:.2f} s' for r in runs)}")
+            results[reader] = (cold, runs, cpu)
+            log(
+                f"spark reads ({reader}): cold {cold:.2f} s, then "
+                f"{', '.join(f'{r:.2f} s' for r in runs)} after {args.warmup} warm-up queries"
+            )
         lat = (
             sorted(
                 streaming_latency(
@@ -224,13 +326,19 @@ def main() -> int:
         print(f"machine: {cores} cores; Spark {spark.version}, master {args.master}")
         print(f"records: {args.records:,} x {args.record_size} B, {args.partitions} partitions")
         print(f"plain confluent-kafka consumer : {args.records / plain_s:>12,.0f} records/s")
-        for reader, runs in runs_by_reader.items():
+        millions = args.records * args.repeat / 1e6
+        for reader, (cold, runs, cpu) in results.items():
             label = f"data source, {reader} reader"
+            median = statistics.median(runs)
             print(
-                f"{label:<31}: {args.records / min(runs):>12,.0f} records/s "
-                f"(best of {args.repeat}; runs {', '.join(f'{r:.2f}' for r in runs)} s)"
+                f"{label:<31}: {args.records / median:>12,.0f} records/s median of "
+                f"{args.repeat} ({args.records / min(runs):,.0f} best; runs "
+                f"{', '.join(f'{r:.2f}' for r in runs)} s; the cold first query took "
+                f"{cold:.2f} s, {args.records / cold:,.0f} records/s)"
             )
-
+            split = ", ".join(f"{part} {secs / millions:.2f}" for part, secs in cpu.total.items())
+            total = sum(cpu.total.values()) / millions
+            print(f"{'':<33}CPU-s per million records: {split}; total {total:.2f}")
         if lat:
             p50, p99 = percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000
             print(
