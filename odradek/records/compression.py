@@ -39,6 +39,20 @@ CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
 
 _zstd_decompressor = zstandard.ZstdDecompressor()
 
+# Kafka's compression levels (KIP-390): compression.gzip.level, compression.lz4.level,
+# compression.zstd.level, with their ranges and defaults. gzip's -1 means zlib's default (6).
+GZIP_LEVEL_DEFAULT = -1
+GZIP_LEVEL_MIN = 1
+GZIP_LEVEL_MAX = 9
+LZ4_LEVEL_DEFAULT = 9
+LZ4_LEVEL_MIN = 1
+LZ4_LEVEL_MAX = 17
+ZSTD_LEVEL_DEFAULT = 3
+ZSTD_LEVEL_MIN = -131072
+ZSTD_LEVEL_MAX = 22
+_GZIP_CODEC_DEFAULT = 6
+_LZ4_MAX_HC_LEVEL = 16
+
 
 def _snappy_compress_xerial(data: bytes | bytearray | memoryview) -> bytes:
     mv = memoryview(data)
@@ -71,18 +85,41 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(mv))
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress a records section with ``codec`` at ``level`` (Kafka's level scale for the codec;
+    None = Kafka's default level). Snappy has no levels."""
     if codec == COMPRESSION_NONE:
         return bytes(data)
     if codec == COMPRESSION_GZIP:
-        return gzip.compress(bytes(data), compresslevel=6)
+        if level is None or level == GZIP_LEVEL_DEFAULT:
+            level = _GZIP_CODEC_DEFAULT
+        return gzip.compress(bytes(data), compresslevel=level)
     if codec == COMPRESSION_SNAPPY:
         return _snappy_compress_xerial(data)
     if codec == COMPRESSION_LZ4:
-        return bytes(lz4.frame.compress(bytes(data)))
+        return _lz4_compress(data, LZ4_LEVEL_DEFAULT if level is None else level)
     if codec == COMPRESSION_ZSTD:
-        return zstandard.ZstdCompressor(level=3).compress(bytes(data))
+        zstd_level = ZSTD_LEVEL_DEFAULT if level is None else level
+        return zstandard.ZstdCompressor(level=zstd_level).compress(data)
     raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
+
+
+def _lz4_compress(data: bytes | bytearray | memoryview, level: int) -> bytes:
+    # A frame like the one Kafka's own writer produces: independent 64 KiB blocks and no content
+    # size. Java clients refuse linked blocks ("Dependent block stream is unsupported"), which
+    # are liblz4's default. As in Kafka, the default level (9) means lz4's fast compressor and
+    # any other level the high-compression one (here 0 selects the fast compressor; liblz4 caps
+    # high-compression levels and treats those below 3 as fast).
+    return bytes(
+        lz4.frame.compress(
+            data,
+            compression_level=0 if level == LZ4_LEVEL_DEFAULT else min(level, _LZ4_MAX_HC_LEVEL),
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    )
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
