@@ -47,6 +47,7 @@ from odradek.records.batch import (
     validate_and_assign,
 )
 from odradek.records.errors import InvalidRecordError, RecordBatchTooLargeError
+from odradek.records.recompress import recompress_batches
 from odradek.records.records import decode_batch
 
 PARTITION_METADATA_FILENAME = "partition.metadata"
@@ -383,6 +384,10 @@ class Log:
     def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
+        With a ``compression.type`` other than ``producer``, batches in another codec are stored
+        re-encoded in the topic's codec (not in ``buf``: the returned info describes what was
+        stored).
+
         A batch an idempotent producer already wrote (a retry) is not appended again: the
         returned info carries the original offsets and ``num_batches == 0``.
         """
@@ -412,12 +417,25 @@ class Log:
             )
             if info.num_batches == 0:
                 return info
+            if config.compact:
+                self._check_keys_for_compaction(buf, info)
+            codec = config.compression_codec
+            if codec is not None:
+                # compression.type other than 'producer': batches in another codec are
+                # rewritten; sizes below are those of what is stored.
+                rewritten = recompress_batches(
+                    buf,
+                    info,
+                    codec,
+                    config.compression_level,
+                    max_message_bytes=config.max_message_bytes,
+                )
+                if rewritten is not None:
+                    buf, info = rewritten
             if info.valid_bytes > config.segment_bytes:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
-            if config.compact:
-                self._check_keys_for_compaction(buf, info)
             if leader_epoch > self.leader_epoch_cache.latest_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
             self._append(buf, info, now_ms)

@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from odradek.records.batch import COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD
+from odradek.records.compression import (
+    GZIP_LEVEL_DEFAULT,
+    LZ4_LEVEL_DEFAULT,
+    ZSTD_LEVEL_DEFAULT,
+)
+from odradek.records.recompress import target_codec
+
 
 @dataclass(frozen=True)
 class LogConfig:
@@ -24,6 +32,9 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
     cleanup_policy: tuple[str, ...] = ("delete",)
     compression_type: str = "producer"
+    compression_gzip_level: int = GZIP_LEVEL_DEFAULT
+    compression_lz4_level: int = LZ4_LEVEL_DEFAULT
+    compression_zstd_level: int = ZSTD_LEVEL_DEFAULT
     delete_retention_ms: int = 24 * 3600 * 1000
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
@@ -38,6 +49,23 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compression_codec(self) -> int | None:
+        """The codec produced batches are stored in; None = as the producer sent them."""
+        return target_codec(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The configured level of :attr:`compression_codec` (None: the codec has no levels)."""
+        codec = self.compression_codec
+        if codec == COMPRESSION_GZIP:
+            return self.compression_gzip_level
+        if codec == COMPRESSION_LZ4:
+            return self.compression_lz4_level
+        if codec == COMPRESSION_ZSTD:
+            return self.compression_zstd_level
+        return None
 
     @property
     def compact(self) -> bool:

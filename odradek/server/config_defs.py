@@ -17,6 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from odradek.records.compression import (
+    GZIP_LEVEL_DEFAULT,
+    GZIP_LEVEL_MAX,
+    GZIP_LEVEL_MIN,
+    LZ4_LEVEL_DEFAULT,
+    LZ4_LEVEL_MAX,
+    LZ4_LEVEL_MIN,
+    ZSTD_LEVEL_DEFAULT,
+    ZSTD_LEVEL_MAX,
+    ZSTD_LEVEL_MIN,
+)
+
 if TYPE_CHECKING:
     from odradek.log.log_config import LogConfig
     from odradek.server.kafka_config import KafkaConfig
@@ -76,6 +88,20 @@ class Range(Validator):
                 return f"Value must be in [{_num(self.min)}, {_num(self.max)}]"
             return f"Value must be no more than {_num(self.max)}"
         return None
+
+
+@dataclass(frozen=True)
+class RangeOrValue(Validator):
+    """A closed range plus one value outside it (``compression.gzip.level``: 1..9 or -1)."""
+
+    min: int
+    max: int
+    value: int
+
+    def check(self, value: Any) -> str | None:
+        if value is None or value == self.value or self.min <= value <= self.max:
+            return None
+        return f"Value must be between {self.min} and {self.max} or equal to {self.value}"
 
 
 def _num(x: float) -> str:
@@ -200,6 +226,9 @@ _WEEK_MS = str(7 * 24 * 3600 * 1000)
 CLEANUP_POLICIES = ("compact", "delete")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 BROKER_COMPRESSION_TYPES = COMPRESSION_TYPES
+GZIP_LEVEL = RangeOrValue(GZIP_LEVEL_MIN, GZIP_LEVEL_MAX, GZIP_LEVEL_DEFAULT)
+LZ4_LEVEL = between(LZ4_LEVEL_MIN, LZ4_LEVEL_MAX)
+ZSTD_LEVEL = between(ZSTD_LEVEL_MIN, ZSTD_LEVEL_MAX)
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 SEGMENT_BYTES_MIN = 14
 _ROLES = ("broker", "controller")
@@ -218,10 +247,13 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     C("compression.type", "string", "producer", OneOf(COMPRESSION_TYPES),
       "Final compression of the topic's data; 'producer' keeps the producer's codec",
       "compression.type"),
-    C("compression.gzip.level", "int", "-1", between(-1, 9), "gzip level", "compression.gzip.level"),
-    C("compression.lz4.level", "int", "9", between(1, 17), "lz4 level", "compression.lz4.level"),
-    C("compression.zstd.level", "int", "3", between(-131072, 22), "zstd level",
-      "compression.zstd.level"),
+    C("compression.gzip.level", "int", str(GZIP_LEVEL_DEFAULT), GZIP_LEVEL,
+      "gzip level when compression.type is gzip (-1: the codec's default)",
+      "compression.gzip.level"),
+    C("compression.lz4.level", "int", str(LZ4_LEVEL_DEFAULT), LZ4_LEVEL,
+      "lz4 level when compression.type is lz4", "compression.lz4.level"),
+    C("compression.zstd.level", "int", str(ZSTD_LEVEL_DEFAULT), ZSTD_LEVEL,
+      "zstd level when compression.type is zstd", "compression.zstd.level"),
     C("delete.retention.ms", "long", "86400000", at_least(0),
       "How long delete tombstones are kept on compacted topics", "log.cleaner.delete.retention.ms"),
     C("file.delete.delay.ms", "long", "60000", at_least(0),
@@ -351,9 +383,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("unclean.leader.election.enable", "boolean", "false", None, "Allow unclean election"),
     C("message.max.bytes", "int", "1048588", at_least(0), "Largest record batch"),
     C("compression.type", "string", "producer", OneOf(BROKER_COMPRESSION_TYPES), "Compression"),
-    C("compression.gzip.level", "int", "-1", between(-1, 9), "gzip level"),
-    C("compression.lz4.level", "int", "9", between(1, 17), "lz4 level"),
-    C("compression.zstd.level", "int", "3", between(-131072, 22), "zstd level"),
+    C("compression.gzip.level", "int", str(GZIP_LEVEL_DEFAULT), GZIP_LEVEL, "gzip level"),
+    C("compression.lz4.level", "int", str(LZ4_LEVEL_DEFAULT), LZ4_LEVEL, "lz4 level"),
+    C("compression.zstd.level", "int", str(ZSTD_LEVEL_DEFAULT), ZSTD_LEVEL, "zstd level"),
     C("create.topic.policy.class.name", "class", None, None, "CreateTopicPolicy"),
     C("alter.config.policy.class.name", "class", None, None, "AlterConfigPolicy"),
     # --- network ---
@@ -612,6 +644,9 @@ def build_log_config(broker: KafkaConfig, overrides: Mapping[str, str]) -> LogCo
         message_timestamp_type=v("message.timestamp.type"),
         cleanup_policy=tuple(v("cleanup.policy")),
         compression_type=v("compression.type"),
+        compression_gzip_level=v("compression.gzip.level"),
+        compression_lz4_level=v("compression.lz4.level"),
+        compression_zstd_level=v("compression.zstd.level"),
         delete_retention_ms=v("delete.retention.ms"),
         min_cleanable_dirty_ratio=v("min.cleanable.dirty.ratio"),
         min_compaction_lag_ms=v("min.compaction.lag.ms"),
