@@ -407,6 +407,10 @@ class KafkaApis:
 
     # -- Fetch ----------------------------------------------------------------------------------
 
+    def _zstd_topic(self, topic: str, partition: int) -> bool:
+        p = self.replica_manager.partitions.get((topic, partition))
+        return p is not None and p.log is not None and p.log.config.compression_type == "zstd"
+
     def handle_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         version = ctx.version
         session_id, session_epoch = req["session_id"], req["session_epoch"]
@@ -454,6 +458,22 @@ class KafkaApis:
             by_topic: dict[str, list[dict[str, Any]]] = {}
             for r in results:
                 res = r.result
+                if version < 10 and self._zstd_topic(r.request.topic, r.request.partition):
+                    # As Kafka: consumers older than Fetch v10 cannot read zstd, so a topic
+                    # whose compression.type is zstd answers them UNSUPPORTED_COMPRESSION_TYPE.
+                    by_topic.setdefault(r.request.topic, []).append(
+                        {
+                            "partition_index": r.request.partition,
+                            "error_code": Errors.UNSUPPORTED_COMPRESSION_TYPE,
+                            "high_watermark": -1,
+                            "last_stable_offset": -1,
+                            "log_start_offset": -1,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "records": b"",
+                        }
+                    )
+                    continue
                 by_topic.setdefault(r.request.topic, []).append(
                     {
                         "partition_index": r.request.partition,
