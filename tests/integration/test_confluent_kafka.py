@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from odradek.embedded import EmbeddedBroker
+from odradek.records.batch import iter_batches
 
 from .support import (
     BASE_TIMESTAMP_MS,
@@ -339,6 +341,22 @@ def test_topic_compression_config(broker: EmbeddedBroker, topic_name: str) -> No
     records = make_records(2_000, 2, topic_name)
     produce_all(Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"}), topic_name, records)
     check_exactly_once(records, consume_to_end(bootstrap, topic_name, 2))
+
+
+def test_topic_compression_type_recompresses(broker: EmbeddedBroker, topic_name: str) -> None:
+    """lz4 batches produced to a compression.type=zstd topic are stored as zstd (levels set), and
+    librdkafka reads every record back unchanged."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic_name, 2, {"compression.type": "zstd", "compression.zstd.level": "6"})
+    records = make_records(5_000, 2, topic_name)
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 20})
+    produce_all(producer, topic_name, records)
+    check_exactly_once(records, consume_to_end(bootstrap, topic_name, 2))
+    codecs: list[int] = []
+    for p in range(2):
+        for seg in (Path(broker.log_dir) / f"{topic_name}-{p}").glob("*.log"):
+            codecs.extend(h.compression for h in iter_batches(seg.read_bytes()))
+    assert codecs and set(codecs) == {4}, codecs  # zstd, not the producer's lz4
 
 
 # ---- offsets ----------------------------------------------------------------------------------
