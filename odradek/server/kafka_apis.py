@@ -31,6 +31,13 @@ from odradek.protocol.header import (
     peek_request_header,
 )
 from odradek.protocol.schema import Api, SchemaError
+from odradek.records.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    COMPRESSION_ZSTD,
+    LOG_OVERHEAD,
+)
 from odradek.server import config_defs
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
@@ -360,6 +367,12 @@ class KafkaApis:
                     entries.pop(tp, None)
                 elif topic_name_error(name) is not None:
                     statuses[tp] = ProducePartitionStatus(error=Errors.INVALID_TOPIC_EXCEPTION)
+                elif ctx.version < 7 and _uses_zstd(p["records"]):
+                    statuses[tp] = ProducePartitionStatus(
+                        error=Errors.UNSUPPORTED_COMPRESSION_TYPE,
+                        message=f"Produce requests with version {ctx.version} are not allowed "
+                        "to use ZStandard compression",
+                    )
                 else:
                     entries[tp] = p["records"]
         result = self.replica_manager.append_records(req["timeout_ms"], acks, entries) if entries else {}
@@ -851,3 +864,24 @@ class KafkaApis:
                 }
             )
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
+
+
+def _uses_zstd(records: Any) -> bool:
+    """Whether any batch of a produce request's records is zstd-compressed (Produce v7+ only).
+
+    Reads only the length and attributes of each batch header; malformed bytes are left to the
+    log's validation."""
+    if not records:
+        return False
+    mv = memoryview(records)
+    pos = 0
+    end = len(mv)
+    while pos + ATTRIBUTES_OFFSET + 2 <= end:
+        attributes = int.from_bytes(mv[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
+        if attributes & COMPRESSION_CODEC_MASK == COMPRESSION_ZSTD:
+            return True
+        length = int.from_bytes(mv[pos + BATCH_LENGTH_OFFSET : pos + BATCH_LENGTH_OFFSET + 4], "big", signed=True)
+        if length <= 0:
+            return False
+        pos += LOG_OVERHEAD + length
+    return False

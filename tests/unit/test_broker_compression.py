@@ -188,3 +188,20 @@ def test_zstd_topic_refuses_fetch_versions_older_than_10(tmp_path: Path) -> None
             assert other["error_code"] == 0 and content(records_of(other["records"])) == EXPECTED
 
     run(go)
+
+
+def test_zstd_produce_needs_produce_v7(tmp_path: Path) -> None:
+    """Kafka refuses zstd batches in Produce requests older than v7 (clients that old cannot
+    read them back); other codecs are fine at any version, and nothing is appended."""
+    async def go() -> None:
+        async with broker(tmp_path) as (_s, c):
+            await create(c, "t", 1)
+            old = await produce(c, "t", 0, sent(4), version=6)
+            assert old["error_code"] == Errors.UNSUPPORTED_COMPRESSION_TYPE
+            assert old["base_offset"] == -1
+            assert (await produce(c, "t", 0, sent(1), version=3))["error_code"] == 0
+            assert (await produce(c, "t", 0, sent(4), version=7))["error_code"] == 0
+            got = records_of((await fetch(c, "t", 0, 0))["records"])
+            assert content(got) == EXPECTED * 2  # the v6 zstd batch was not appended
+
+    run(go)
