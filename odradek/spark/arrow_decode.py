@@ -6,21 +6,38 @@ turn them into spark-sql-kafka's columns here:
 1. :func:`scan_batches` walks the 61-byte batch headers (one Python step per *batch*).
 2. The records sections of the data batches in the wanted offset range are decompressed (C codecs)
    and concatenated into one buffer, so that one pass decodes every record of a fetch response.
+   The decoding works on that buffer through numpy views: the bytes, and overlapping views of
+   the 2, 4 and 8 bytes starting at every byte (``_Views``).
 3. Record start positions: records follow each other, so each start depends on the previous
-   record's length varint. A scalar loop reads length varints until it has seen a few records of
-   the same size, then *guesses* that a run of records has that size and checks the guess for the
-   whole run at once with numpy (each record's length varint must say exactly that size). Fixed-size
-   records, the common case, cost a handful of numpy passes; records of varying size fall back to
-   the scalar loop, one varint per record.
-4. Every other field is decoded for all records at once: varints by gathering one byte per record
-   per pass, and only for the records whose varint is still going (most take one or two passes).
-5. Keys and values become Arrow ``binary_view`` arrays (length, 4-byte prefix or inline bytes,
-   position) over the buffer, cast to ``binary`` by Arrow's C++ kernels: no per-record copy in
-   Python. Null keys/values (length -1) go into a validity bitmap.
-6. Headers (only when asked for) are read per record, but only for records that have any.
+   record's length varint. A scalar loop reads the record sizes (a table lookup on 2 bytes)
+   until it has seen three records of the same size, then *guesses* that a run of records has
+   that size and checks the guess for the whole run at once with numpy (each record's length
+   varint must be the same bytes). Fixed-size records, the common case, cost a handful of numpy
+   passes; records of varying size fall back to the scalar loop, one table lookup per record.
+4. Runs of same-size records are decoded column-wise when every record of the run has its
+   fields at the same place: one record is parsed in Python (``_layout``), and every record of
+   the run is checked to have the same length bytes, the same continuation bits in its timestamp
+   and offset deltas (so the same varint widths), the same key and value length bytes and a zero
+   header count in its last byte. A run splits where that stops holding. Then each field is a
+   column: long runs (``_MIN_FAST_RUN`` records) are read through strided views of the batch
+   while it is in the CPU's caches, one run at a time; short runs are gathered, all the runs of a
+   record size at once. Varints of one or two bytes are decoded by a table lookup on 16 bits.
+5. Every other record (varying sizes, headers, anything the checks refused) goes through the
+   general path: each field is decoded for all those records at once, gathering 2 bytes per
+   record per field (a table gives value and width; longer varints take more passes, for the
+   records that have them).
+6. Keys and values: for the records decoded column-wise, one strided copy per long run and one
+   gather per group of short runs into the ``binary`` array's data buffer. When there are others,
+   every row's bytes are copied by Arrow's C++ ``take`` from a zero-copy binary array over the
+   buffer whose rows are the keys (or values) and the gaps between them. Null keys/values
+   (length -1) go into a validity bitmap.
+7. Headers (only when asked for) are read per record, but only for records that have any.
 
 Control batches and records outside ``[start, end)`` are skipped. LogAppendTime batches give
 every record the batch's max timestamp, as :func:`odradek.records.records.decode_records` does.
+Malformed records raise :class:`~odradek.records.errors.CorruptRecordError` whichever path
+decodes them (the column-wise paths leave anything unusual to the general path, which reports
+it).
 """
 
 from __future__ import annotations
@@ -53,16 +70,22 @@ I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
 MAX_OFFSET = 2**63 - 1
-# Bytes of zeros after the decoded buffer, so that gathering a varint or 12 inline bytes near
-# its end never reads out of bounds.
+# Bytes of zeros after a buffer of decompressed records (reads through the views of a few bytes
+# past the last record stay inside it; in fetched data, only the last records need care).
 _PAD = 16
 # Records checked at once in a first speculative run; grows while guesses hold.
 _FIRST_RUN = 4096
 _MIN_RUN = 256
 _MAX_RUN = 1 << 20
+# A guess costs a few numpy calls: only for at least this many records (else one at a time).
+_MIN_GUESS = 16
+# Runs of at least this many same-size records are decoded column-wise one at a time (shorter
+# ones all at once per record size); a run may split this many times where its records' layout
+# changes.
+_MIN_FAST_RUN = 256
+_FAST_SPLITS = 8
 _BATCH_SIZE = struct.Struct(">qi")
 _UINT64_1 = np.uint64(1)
-_INLINE = np.arange(12, dtype=np.int64)
 
 HEADERS_TYPE = pa.list_(
     pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -127,8 +150,470 @@ class DecodedRecords:
         return len(self.offsets)
 
 
+class _Views(NamedTuple):
+    """The decoded buffer and overlapping little-endian views of it: ``u16[i]`` is the 2 bytes at
+    ``i``, ``u32[i]`` the 4 and ``u64[i]`` the 8 bytes at ``i``. A strided slice of a view reads
+    one field of every record of a run; indexing with positions gathers up to 8 bytes at each."""
+
+    a: U8
+    u16: npt.NDArray[np.uint16]
+    u32: npt.NDArray[np.uint32]
+    u64: npt.NDArray[np.uint64]
+
+
+def _views(a: U8) -> _Views:
+    return _Views(a, _overlapping(a, "<u2"), _overlapping(a, "<u4"), _overlapping(a, "<u8"))
+
+
+def _overlapping(a: U8, dtype: str) -> Any:
+    """``a`` seen as items of ``dtype`` starting at every byte."""
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((max(len(a) - size + 1, 0),), dtype=dtype, buffer=a, strides=(1,))
+
+
+def _view_size(width: int) -> int:
+    """Item size of the narrowest view holding ``width`` (1 to 8) bytes."""
+    return 1 if width == 1 else 2 if width == 2 else 4 if width <= 4 else 8
+
+
+def _view(v: _Views, width: int) -> Any:
+    size = _view_size(width)
+    return v.a if size == 1 else v.u16 if size == 2 else v.u32 if size == 4 else v.u64
+
+
+def _varint16_tables() -> tuple[I64, U8]:
+    """Zigzag value and width of the varint whose first two bytes are the little-endian 16 bits
+    ``x`` (width 0: it is longer than 2 bytes)."""
+    x = np.arange(1 << 16, dtype=np.int64)
+    b0 = x & 0xFF
+    b1 = x >> 8
+    one = b0 < 0x80
+    two = ~one & (b1 < 0x80)
+    raw = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
+    values: I64 = (raw >> 1) ^ -(raw & 1)
+    values[~(one | two)] = 0
+    widths = np.where(one, 1, np.where(two, 2, 0)).astype(np.uint8)
+    return values, widths
+
+
+_V16, _W16 = _varint16_tables()
+
+
+def _record_size_table() -> list[int]:
+    """Record size (length varint + length) by the little-endian 16 bits at the record's start,
+    for 1- and 2-byte length varints (0: longer). The sign of the zigzag length is ignored:
+    a record whose length is not positive fails when its fields are decoded."""
+    x = np.arange(1 << 16, dtype=np.int64)
+    b0 = x & 0xFF
+    b1 = x >> 8
+    one = b0 < 0x80
+    size = np.where(one, 1 + (b0 >> 1), 2 + (((b0 & 0x7F) | (b1 << 7)) >> 1))
+    size[~one & (b1 >= 0x80)] = 0
+    sizes: list[int] = size.tolist()
+    return sizes
+
+
+_RECORD_SIZE = _record_size_table()
+
+
+# ---- record boundaries ----------------------------------------------------------------------
+
+
+def _scan_segment(
+    data: Buffer,
+    v: _Views,
+    segment: tuple[int, int, int],
+    row: int,
+    batch: int,
+    starts: list[int],
+    runs: list[list[int]],
+    cap: int,
+) -> int:
+    """Find the records of one ``(begin, end, count)`` segment: the records section of one
+    batch, ``count`` records back to back filling ``data[begin:end]`` exactly, the first of
+    them at ``row``.
+
+    Records are read one by one (a scalar loop over their length varints), but after three of
+    the same size the next ones are *guessed* to have that size too, and the guess is checked
+    for all of them at once. Such a run of same-size records goes to ``runs`` as ``[row,
+    position, record size, count, batch]``; the other records' positions go to ``starts``.
+    Returns the size of the next guess.
+    """
+    begin, end, count = segment
+    if count > (end - begin) // 7:  # a record takes at least 7 bytes
+        raise CorruptRecordError(f"{count} records cannot fit in {end - begin} bytes")
+    base = len(starts)  # records so far: len(starts) - base + in_runs
+    in_runs = same = 0
+    pos = begin
+    prev = -1
+    run: list[int] | None = None  # the run the current same-size records are in
+    append = starts.append
+    sizes = _RECORD_SIZE
+    while pos < end:
+        # The record's size from its length varint: a table lookup for 1- and 2-byte varints
+        # (records of up to 8193 bytes). (The second byte may be the next record's.)
+        rsize = sizes[data[pos] | data[pos + 1] << 8] or _long_size(data, pos)
+        if rsize != prev:
+            append(pos)
+            prev = rsize
+            same = 0
+            run = None
+            pos += rsize
+            continue
+        same += 1
+        if run is None:
+            append(pos)
+        else:
+            run[3] += 1
+            in_runs += 1
+        pos += rsize
+        if same >= 2:
+            i = len(starts) - base + in_runs
+            # Guess that the next records have the same size; check them all at once.
+            k = min(count - i, (end - pos) // rsize, cap)
+            if k >= _MIN_GUESS:
+                m = _same_length_bytes(v, pos - rsize, rsize, k)
+                if m and run is None:  # the records of this size so far join the run
+                    del starts[len(starts) - same - 1 :]
+                    in_runs += same + 1
+                    run = [row + i - 1 - same, pos - (same + 1) * rsize, rsize, same + 1, batch]
+                    runs.append(run)
+                if run is not None:
+                    run[3] += m
+                    in_runs += m
+                pos += m * rsize
+                # Grow while guesses hold; after a miss, aim at about the run just seen.
+                cap = min(cap * 8, _MAX_RUN) if m == k else max(_MIN_RUN, 4 * m)
+    i = len(starts) - base + in_runs
+    if pos != end or i != count:
+        raise CorruptRecordError(
+            f"{i} records take {pos - begin} bytes but their batch holds {count} in "
+            f"{end - begin} bytes (bad record lengths or record count)"
+        )
+    return cap
+
+
+def _long_size(data: Buffer, pos: int) -> int:
+    """The size of the record at ``pos`` whose length varint has 3 to 5 bytes (a length that
+    is not positive is let through, see :func:`_scan_segment`)."""
+    raw = data[pos] & 0x7F
+    w = 1
+    shift = 7
+    while True:
+        b = data[pos + w]
+        w += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return w + (raw >> 1)
+        shift += 7
+        if shift > 28:
+            raise CorruptRecordError("record length varint too long")
+
+
+def _same_length_bytes(v: _Views, first: int, stride: int, k: int) -> int:
+    """How many of the ``k`` records after the one at ``first`` (every ``stride`` bytes) start
+    with the same length-varint bytes as it: strided views, no gather."""
+    a = v.a
+    width = 1
+    while a[first + width - 1] & 0x80:
+        width += 1
+    start = first + stride
+    stop = start + (k - 1) * stride + 1
+    if width <= 2:
+        view = _view(v, width)
+        ok = view[start:stop:stride] == view[first]
+    else:
+        ok = a[start:stop:stride] == a[first]
+        for j in range(1, width):
+            ok &= a[start + j : stop + j : stride] == a[first + j]
+    return k if ok.all() else int(ok.argmin())
+
+
+# ---- column-wise decoding of runs -----------------------------------------------------------
+
+
+class _Layout(NamedTuple):
+    """Where the fields of the records of a run are, relative to each record's start."""
+
+    ts_col: int
+    ts_width: int
+    offset_col: int
+    offset_width: int
+    key_col: int
+    key_len: int  # -1: null
+    value_col: int
+    value_len: int  # -1: null
+    # (column, width, mask or None, expected): what must hold in every record of the run
+    checks: tuple[tuple[int, int, int | None, int], ...]
+    reach: int  # bytes from a record's start that the views read
+
+
+def _layout(data: Buffer, pos: int, size: int) -> _Layout | None:
+    """The layout of the record at ``pos`` if the column-wise path can decode a run of records
+    like it: a valid record without headers, with a timestamp delta of at most 8 bytes. ``None``
+    otherwise (the general path decodes the run then, and says what is wrong with it)."""
+    end = pos + size
+    fields: list[int] = []  # column and width of each varint; value of the last three
+    values: list[int] = []
+    p = pos
+    for limit in (5, 0, 8, 5, 5, 5):  # length, attributes, ts, offset, key length, value length
+        if limit == 0:
+            p += 1
+            continue
+        raw = shift = 0
+        q = p
+        while True:
+            if q >= end or q - p >= limit:
+                return None
+            b = data[q]
+            q += 1
+            raw |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+        value = (raw >> 1) ^ -(raw & 1)
+        fields.append(p - pos)
+        fields.append(q - p)
+        values.append(value)
+        p = q
+        if len(values) == 4:  # key length: skip the key
+            if value < -1:
+                return None
+            p += max(value, 0)
+    length, _ts, _off, key_len, value_len = values
+    if value_len < -1:
+        return None
+    p += max(value_len, 0)
+    if length != size - fields[1] or p != end - 1 or data[p] != 0:  # no headers, and the end
+        return None
+    width = fields[1]
+    ts_col, ts_width, offset_col, offset_width, key_len_col, key_len_width = fields[2:8]
+    value_len_col, value_len_width = fields[8:10]
+    key_col = key_len_col + key_len_width
+    # Same length bytes, same continuation bits of the timestamp and offset deltas (so the
+    # same widths), same key length bytes; then the same value length bytes, and a 0 header
+    # count in the last byte.
+    mask = bytearray(key_col)
+    mask[:width] = b"\xff" * width
+    mask[ts_col:key_len_col] = b"\x80" * (key_len_col - ts_col)
+    mask[key_len_col:] = b"\xff" * key_len_width
+    checks: list[tuple[int, int, int | None, int]] = []
+    for off in range(0, key_col, 8):
+        n = min(8, key_col - off)
+        chunk_mask = int.from_bytes(mask[off : off + n], "little")
+        expected = int.from_bytes(data[pos + off : pos + off + n], "little") & chunk_mask
+        checks.append((off, n, chunk_mask, expected))
+    value_col = value_len_col + value_len_width
+    expected = int.from_bytes(data[pos + value_len_col : pos + value_col], "little")
+    checks.append((value_len_col, value_len_width, None, expected))
+    checks.append((size - 1, 1, None, 0))
+    reach = max(col + _view_size(w) for col, w, _, _ in checks)
+    reach = max(reach, ts_col + _view_size(ts_width), offset_col + _view_size(offset_width))
+    return _Layout(
+        ts_col,
+        ts_width,
+        offset_col,
+        offset_width,
+        key_col,
+        key_len,
+        value_col,
+        value_len,
+        tuple(checks),
+        reach,
+    )
+
+
+def _matches(x: npt.NDArray[Any], width: int, mask: int | None, expected: int) -> Any:
+    """Per item of ``x`` (read through the view for ``width`` bytes): do its first ``width``
+    bytes, masked, equal ``expected``?"""
+    if mask is None:
+        mask = (1 << 8 * width) - 1
+    if mask != (1 << 8 * _view_size(width)) - 1:
+        x = x & mask
+    return x == expected
+
+
+def _check_run(v: _Views, pos: int, size: int, k: int, lay: _Layout) -> int:
+    """How many records of the run (from the first) follow ``lay``."""
+    if lay.reach > size:  # the views would read past the last records of the buffer
+        k = min(k, (len(v.a) - pos - lay.reach) // size + 1)
+        if k <= 0:
+            return 0
+    ok: npt.NDArray[np.bool_] | None = None
+    for col, width, mask, expected in lay.checks:
+        start = pos + col
+        same = _matches(_view(v, width)[start : start + (k - 1) * size + 1 : size], width, mask,
+                        expected)
+        if ok is None:
+            ok = same
+        else:
+            ok &= same
+    assert ok is not None
+    return k if ok.all() else int(ok.argmin())
+
+
+def _varint_items(x: npt.NDArray[Any], width: int, out: I64 | None = None) -> I64:
+    """The zigzag varints of ``width`` bytes that start the items of ``x`` (read through the
+    view for ``width`` bytes, their continuation bits checked)."""
+    if width <= 2:
+        values: I64 = _V16.take(x, out=out)
+        return values
+    x = x.astype(np.int64)
+    raw = x & 0x7F
+    for j in range(1, width):
+        raw |= (x >> j) & (0x7F << 7 * j)
+    signed: I64 = np.bitwise_xor(raw >> 1, -(raw & 1), out=out)
+    return signed
+
+
+def _column_varints(
+    v: _Views, pos: int, stride: int, k: int, width: int, add: int, out: I64
+) -> None:
+    """``add`` + the zigzag varints of ``width`` bytes at ``pos``, ``pos + stride``, ... (``k``
+    of them) into ``out``."""
+    _varint_items(_view(v, width)[pos : pos + (k - 1) * stride + 1 : stride], width, out)
+    out += add
+
+
+class _Batches(NamedTuple):
+    """Per data batch (= segment)."""
+
+    base_offsets: list[int]
+    base_ts: list[int]
+    max_ts: list[int]
+    ts_types: list[int]
+
+
+# (row, count, position, record size, key column, key length, value column, value length)
+_FastRun = tuple[int, int, int, int, int, int, int, int]
+# (row, position, record size, count, batch)
+_Run = tuple[int, int, int, int, int]
+
+
+def _decode_run(
+    data: Buffer,
+    v: _Views,
+    run: _Run,
+    batches: _Batches,
+    offsets: I64,
+    timestamps: I64,
+    fast: list[_FastRun],
+    rest: list[_Run],
+) -> None:
+    """Decode a run of same-size records column-wise for as long as its records' layout holds
+    (the run splits where it changes); the rest of it goes to ``rest``."""
+    row, pos, size, count, batch = run
+    for _ in range(_FAST_SPLITS):
+        lay = _layout(data, pos, size)
+        m = 0 if lay is None else _check_run(v, pos, size, count, lay)
+        if lay is None or m < _MIN_FAST_RUN:
+            break
+        at = slice(row, row + m)
+        _column_varints(
+            v, pos + lay.offset_col, size, m, lay.offset_width, batches.base_offsets[batch],
+            offsets[at],
+        )
+        if batches.ts_types[batch]:
+            timestamps[at] = batches.max_ts[batch]
+        else:
+            _column_varints(
+                v, pos + lay.ts_col, size, m, lay.ts_width, batches.base_ts[batch],
+                timestamps[at],
+            )
+        fast.append((row, m, pos, size, lay.key_col, lay.key_len, lay.value_col, lay.value_len))
+        row += m
+        pos += m * size
+        count -= m
+        if count < _MIN_FAST_RUN:
+            break
+    if count:
+        rest.append((row, pos, size, count, batch))
+
+
+# (rows, record positions, column, length): keys or values of records decoded column-wise
+_Group = tuple[I64, I64, int, int]
+
+
+def _decode_short_runs(
+    data: Buffer,
+    v: _Views,
+    runs: list[_Run],
+    batches: _Batches,
+    offsets: I64,
+    timestamps: I64,
+    key_groups: list[_Group],
+    value_groups: list[_Group],
+) -> tuple[I64, I64, I64] | None:
+    """Decode the records of short runs of same-size records (too short for one strided pass
+    each to pay off): all the runs of one record size at once, gathering each field from every
+    record, if they have the layout of the first (then the next layout, a few times).
+
+    Writes offsets and timestamps in place, appends where keys and values are to the groups,
+    and returns (rows, positions, batches) of the records left to the general path."""
+    arr = np.array(runs, dtype=np.int64)
+    arr = arr[np.argsort(arr[:, 2], kind="stable")]  # by record size
+    row, pos, size, count, batch = arr.T
+    total = int(count.sum())
+    rid = np.repeat(np.arange(len(count)), count)
+    within = np.arange(total, dtype=np.int64) - (np.cumsum(count) - count)[rid]
+    rows = row[rid] + within
+    starts: I64 = (pos[rid] + within * size[rid]).astype(np.int64, copy=False)
+    batch_of = batch[rid]
+    # the records of each size: [bounds[j], bounds[j + 1])
+    sizes, first = np.unique(size[rid], return_index=True)
+    bounds = [*first.tolist(), total]
+    base_offsets = np.array(batches.base_offsets, dtype=np.int64)
+    base_ts = np.array(batches.base_ts, dtype=np.int64)
+    log_append = np.array(batches.ts_types, dtype=bool)
+    max_ts = np.array(batches.max_ts, dtype=np.int64)
+    limit = len(v.a)
+    left: list[I64] = []
+    for j, rsize in enumerate(sizes.tolist()):
+        todo = np.arange(bounds[j], bounds[j + 1])
+        for _ in range(_FAST_SPLITS):
+            lay = _layout(data, int(starts[todo[0]]), rsize)
+            if lay is None:
+                break
+            st = starts[todo]
+            ok = st <= limit - lay.reach  # the views' reads stay in the buffer
+            safe = np.minimum(st, limit - lay.reach)
+            for col, width, mask, expected in lay.checks:
+                ok &= _matches(_view(v, width)[safe + col], width, mask, expected)
+            if not ok[0]:
+                break
+            good = todo[ok]
+            todo = todo[~ok]
+            g_rows, g_starts, g_batch = rows[good], starts[good], batch_of[good]
+            offsets[g_rows] = base_offsets[g_batch] + _varint_items(
+                _view(v, lay.offset_width)[g_starts + lay.offset_col], lay.offset_width
+            )
+            ts = base_ts[g_batch] + _varint_items(
+                _view(v, lay.ts_width)[g_starts + lay.ts_col], lay.ts_width
+            )
+            if log_append.any():
+                at = log_append[g_batch]
+                ts[at] = max_ts[g_batch[at]]
+            timestamps[g_rows] = ts
+            key_groups.append((g_rows, g_starts, lay.key_col, lay.key_len))
+            value_groups.append((g_rows, g_starts, lay.value_col, lay.value_len))
+            if not todo.size:
+                break
+        if todo.size:
+            left.append(todo)
+    if not left:
+        return None
+    rest = np.concatenate(left)
+    return rows[rest], starts[rest], batch_of[rest]
+
+
+# ---- the general path -----------------------------------------------------------------------
+
+
 def _varints(a: U8, pos: I64, max_bytes: int) -> tuple[I64, I64]:
-    """Zigzag varints starting at each of ``pos``: (values, positions after them)."""
+    """Zigzag varints starting at each of ``pos``: (values, positions after them).
+
+    One gather of one byte per record per pass, for the records whose varint is still going.
+    """
     b = a[pos]
     # int64 holds up to 9 varint bytes (63 bits); only 10-byte varlongs need uint64.
     wide = max_bytes > 9
@@ -154,122 +639,211 @@ def _varints(a: U8, pos: I64, max_bytes: int) -> tuple[I64, I64]:
     return signed, after
 
 
-def _record_starts(data: Buffer, a: U8, segments: list[tuple[int, int, int]], total: int) -> I64:
-    """Start positions of the records of each ``(begin, end, count)`` segment of ``data``.
-
-    A segment is the records section of one batch: ``count`` records back to back, filling
-    ``data[begin:end]`` exactly.
-    """
-    run_pos: list[int] = []
-    run_size: list[int] = []
-    run_len: list[int] = []
-    cap = _FIRST_RUN
-    for begin, size, count in segments:
-        i = same = 0
-        pos = begin
-        prev = -1
-        while i < count:
-            if pos >= size:
-                raise CorruptRecordError(f"records end after {i} of {count}")
-            # One record's length varint, scalar.
-            raw = data[pos]
-            p = pos + 1
-            if raw & 0x80:
-                raw &= 0x7F
-                shift = 7
-                while True:
-                    b = data[p]
-                    p += 1
-                    raw |= (b & 0x7F) << shift
-                    if not b & 0x80:
-                        break
-                    shift += 7
-                    if shift > 28:
-                        raise CorruptRecordError("record length varint too long")
-            length = (raw >> 1) ^ -(raw & 1)
-            if length <= 0:
-                raise CorruptRecordError(f"impossible record length {length}")
-            rsize = p - pos + length
-            if rsize == prev:
-                run_len[-1] += 1
-                same += 1
-            else:
-                run_pos.append(pos)
-                run_size.append(rsize)
-                run_len.append(1)
-                prev = rsize
-                same = 0
-            i += 1
-            pos += rsize
-            if same >= 2 and i < count:
-                # Guess that the next records have the same size; check them all at once.
-                k = min(count - i, (size - pos) // rsize, cap)
-                if k > 0:
-                    # Same size means the same length varint bytes: compare them through
-                    # strided views, one per varint byte (no gather).
-                    ok = a[pos : pos + k * rsize : rsize] == data[pos - rsize]
-                    for j in range(1, p - (pos - rsize)):
-                        ok &= a[pos + j : pos + j + k * rsize : rsize] == data[pos - rsize + j]
-                    m = k if ok.all() else int(ok.argmin())
-                    run_len[-1] += m
-                    i += m
-                    pos += m * rsize
-                    # Grow while guesses hold; after a miss, aim at about the run just seen.
-                    cap = min(cap * 8, _MAX_RUN) if m == k else max(_MIN_RUN, 4 * m)
-        if pos != size:
-            raise CorruptRecordError(
-                f"records take {pos - begin} bytes but their batch holds {size - begin} "
-                "(bad record lengths or record count)"
-            )
-    if len(run_pos) == 1:
-        return run_pos[0] + np.arange(total, dtype=np.int64) * run_size[0]
-    rp = np.array(run_pos, dtype=np.int64)
-    rs = np.array(run_size, dtype=np.int64)
-    rl = np.array(run_len, dtype=np.int64)
-    run_id = np.repeat(np.arange(len(rl)), rl)
-    first = np.cumsum(rl) - rl
-    within = np.arange(total, dtype=np.int64) - first[run_id]
-    starts: I64 = (rp[run_id] + within * rs[run_id]).astype(np.int64, copy=False)
-    return starts
+def _gather16(v: _Views, pos: I64) -> npt.NDArray[np.uint16]:
+    """The 2 bytes at each of ``pos``; at the buffer's last byte, that byte and 0x80 (so that a
+    varint going on past the buffer is read further, and fails there)."""
+    try:
+        return v.u16[pos]
+    except IndexError:
+        pass
+    a = v.a
+    last = len(a) - 1
+    if len(pos) and (int(pos.max()) > last or int(pos.min()) < 0):
+        raise IndexError("varint past the end of the records")
+    x = np.full(len(pos), 0x8000, dtype=np.uint16)
+    inside = pos < last
+    x[inside] = v.u16[pos[inside]]
+    x[~inside] |= a[last]
+    return x
 
 
-def _binary_column(buffer: pa.Buffer, a: U8, starts: I64, lengths: I64) -> pa.Array:
-    """Binary array of ``a[start:start+length]`` per row; length -1 is null."""
-    n = len(starts)
-    valid = lengths >= 0
-    all_valid = bool(valid.all())
-    if all_valid and n and (lengths == lengths[0]).all():
-        # Same length everywhere (fixed-size keys/values): one 2-D gather.
-        width = int(lengths[0])
-        if width == 0:
-            data = np.zeros(0, np.uint8)
+def _varints16(v: _Views, pos: I64, max_bytes: int) -> tuple[I64, I64]:
+    """:func:`_varints`, reading 2 bytes per record at once: varints of 1 or 2 bytes (nearly
+    all) cost one gather and two table lookups; longer ones go through :func:`_varints`."""
+    x = _gather16(v, pos)
+    values: I64 = _V16.take(x)
+    widths = _W16.take(x)
+    after: I64 = pos + widths
+    if not widths.all():
+        long = np.flatnonzero(widths == 0)
+        values[long], after[long] = _varints(v.a, pos[long], max_bytes)
+    return values, after
+
+
+class _General(NamedTuple):
+    """Fields of the records decoded by the general path."""
+
+    rows: I64 | None  # ascending; None: all rows, in order
+    key_start: I64
+    key_len: I64
+    value_start: I64
+    value_len: I64
+    header_count: I64
+    header_pos: I64
+    ends: I64
+
+
+def _decode_general(
+    v: _Views,
+    rows: I64 | None,
+    starts: I64,
+    batch_of: I64,
+    batches: _Batches,
+    offsets: I64,
+    timestamps: I64,
+) -> _General:
+    """Decode the records at ``starts`` (rows ``rows``, ascending; None: all rows) of batches
+    ``batch_of``, one field at a time for all of them. Writes their offsets and timestamps in
+    place."""
+    try:
+        # The record sizes are known (and were checked against the batches), but not how each
+        # divides into length varint and the rest.
+        length, p = _varints16(v, starts, 5)
+        if length.min() <= 0:
+            raise CorruptRecordError(f"impossible record length {int(length.min())}")
+        ends = p + length
+        p += 1  # record attributes
+        ts_delta, p = _varints16(v, p, 10)
+        offset_delta, p = _varints16(v, p, 5)
+        key_len, key_start = _varints16(v, p, 5)
+        value_len, value_start = _varints16(v, key_start + np.maximum(key_len, 0), 5)
+        header_count, header_pos = _varints16(v, value_start + np.maximum(value_len, 0), 5)
+    except IndexError as e:  # a length pointing past the buffer
+        raise CorruptRecordError(f"malformed record: {e}") from e
+    if key_len.min() < -1 or value_len.min() < -1 or header_count.min() < 0:
+        raise CorruptRecordError("negative length in a record")
+    left = ends - header_pos  # the headers' bytes
+    if left.any():
+        if left.min() < 0:
+            raise CorruptRecordError("record content runs past its length")
+        if ((left != 0) & (header_count == 0)).any():
+            raise CorruptRecordError("record length does not match its content")
+
+    base_offsets = np.array(batches.base_offsets, dtype=np.int64)
+    base_ts = np.array(batches.base_ts, dtype=np.int64)
+    if len(base_offsets) == 1:
+        offset_delta += base_offsets[0]
+        if batches.ts_types[0]:
+            ts_delta[:] = batches.max_ts[0]
         else:
-            data = np.lib.stride_tricks.sliding_window_view(a, width)[starts].reshape(-1)
-        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
-        return pa.Array.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-        )
-    # Arrow binary views (16 bytes each): int32 length, then either up to 12 inline bytes or a
-    # 4-byte prefix, buffer index and offset. Arrow's cast to binary then copies the bytes.
-    lens = np.maximum(lengths, 0)
-    index = starts[:, None] + _INLINE
-    near_end = np.flatnonzero(starts > len(a) - 12)
-    if near_end.size:
-        index[near_end] = np.minimum(index[near_end], len(a) - 1)
-    inline = a[index]  # (n, 12) uint8
-    short = lens <= 12
-    inline[short[:, None] & (_INLINE[None, :] >= lens[:, None])] = 0
-    views = np.empty((n, 4), dtype=np.int32)
-    views[:, 0] = lens
-    views[:, 1:] = inline.view(np.int32)
-    long_rows = np.flatnonzero(~short)
-    views[long_rows, 2] = 0
-    views[long_rows, 3] = starts[long_rows]
-    validity = None if all_valid else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    view_array = pa.Array.from_buffers(
-        pa.binary_view(), n, [validity, pa.py_buffer(views), buffer]
+            ts_delta += base_ts[0]
+    else:
+        offset_delta += base_offsets.take(batch_of)
+        ts_delta += base_ts.take(batch_of)
+        if any(batches.ts_types):
+            log_append = np.array(batches.ts_types, dtype=bool).take(batch_of)
+            ts_delta[log_append] = np.array(batches.max_ts, dtype=np.int64).take(
+                batch_of[log_append]
+            )
+    if rows is None:
+        offsets[:] = offset_delta
+        timestamps[:] = ts_delta
+    else:
+        offsets[rows] = offset_delta
+        timestamps[rows] = ts_delta
+    return _General(
+        rows, key_start, key_len, value_start, value_len, header_count, header_pos, ends
     )
-    return view_array.cast(pa.binary())
+
+
+# ---- keys, values and headers ---------------------------------------------------------------
+
+
+def _binary_column(buffer: pa.Buffer, starts: I64, lengths: I64) -> pa.Array:
+    """Binary array of ``buffer[start:start+length]`` per row; length -1 is null. ``starts``
+    ascend, and the slices do not overlap.
+
+    The rows and the gaps between them are the 2n rows of a binary array over ``buffer`` (no
+    copy: offsets only); taking its even rows makes Arrow's C++ kernel copy the bytes.
+    """
+    n = len(starts)
+    if n == 0:
+        return pa.array([], pa.binary())
+    lens = np.maximum(lengths, 0)
+    offsets = np.empty(2 * n + 1, dtype=np.int32)
+    offsets[0 : 2 * n : 2] = starts
+    offsets[1 : 2 * n : 2] = starts + lens
+    offsets[2 * n] = offsets[2 * n - 1]
+    spans = pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(offsets), buffer])
+    column = spans.take(pa.array(np.arange(0, 2 * n, 2)))
+    valid = lengths >= 0
+    if valid.all():
+        return column
+    _, out_offsets, out_data = column.buffers()
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, out_offsets, out_data])
+
+
+def _binary_output(
+    buffer: pa.Buffer,
+    v: _Views,
+    n: int,
+    runs: list[tuple[int, int, int, int, int, int]],
+    groups: list[_Group],
+    general: tuple[I64 | None, I64, I64] | None,
+) -> pa.Array:
+    """Binary column of ``n`` rows, of the keys or values of: the long runs ``(row, count,
+    position, record size, column, length)`` (``count`` rows of ``length`` bytes at ``column``
+    of records of ``size`` bytes from ``position``), the ``groups`` (rows, record positions,
+    column, length) decoded column-wise, and the rows decoded by the general path (rows or
+    None for all, starts, lengths)."""
+    if general is not None:  # every row's bytes through Arrow's take
+        rows, g_starts, g_lens = general
+        if rows is None:
+            return _binary_column(buffer, g_starts, g_lens)
+        starts = np.empty(n, dtype=np.int64)
+        lens = np.empty(n, dtype=np.int64)
+        for row, count, pos, size, col, width in runs:
+            starts[row : row + count] = np.arange(pos + col, pos + col + count * size, size)
+            lens[row : row + count] = width
+        for g_rows, positions, col, width in groups:
+            starts[g_rows] = positions + col
+            lens[g_rows] = width
+        starts[rows] = g_starts
+        lens[rows] = g_lens
+        return _binary_column(buffer, starts, lens)
+    # Only fixed columns: one strided copy per long run, one gather per group.
+    a = v.a
+    widths = {r[5] for r in runs} | {g[3] for g in groups}
+    validity = None
+    if len(widths) == 1:
+        width = widths.pop()
+        if width < 0:
+            validity = pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))
+        offsets = np.arange(n + 1, dtype=np.int64) * max(width, 0)
+    else:
+        lens = np.empty(n, dtype=np.int64)
+        for row, count, _pos, _size, _col, width in runs:
+            lens[row : row + count] = width
+        for g_rows, _positions, _col, width in groups:
+            lens[g_rows] = width
+        valid = lens >= 0
+        if not valid.all():
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.maximum(lens, 0), out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 2**31:
+        raise CorruptRecordError(f"{total} bytes of keys or values, too many for one array")
+    data_buffer = pa.allocate_buffer(total)
+    data = np.frombuffer(data_buffer, dtype=np.uint8)
+    items: dict[int, Any] = {}  # the buffer as items of each width, starting at every byte
+    for row, count, pos, size, col, width in runs:
+        if width > 0:
+            if width not in items:
+                items[width] = _overlapping(a, f"V{width}")
+            at = int(offsets[row])
+            start = pos + col
+            dst = data[at : at + count * width].view(f"V{width}")
+            dst[...] = items[width][start : start + (count - 1) * size + 1 : size]
+    for g_rows, positions, col, width in groups:
+        if width > 0:
+            if width not in items:
+                items[width] = _overlapping(a, f"V{width}")
+            _overlapping(data, f"V{width}")[offsets[g_rows]] = items[width][positions + col]
+    return pa.Array.from_buffers(
+        pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), data_buffer]
+    )
 
 
 def _read_headers(
@@ -279,7 +853,10 @@ def _read_headers(
         klen, pos = _varint(data, pos)
         if klen < 0:
             raise CorruptRecordError("null header key")
-        keys.append(bytes(data[pos : pos + klen]).decode("utf-8"))
+        try:
+            keys.append(bytes(data[pos : pos + klen]).decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise CorruptRecordError(f"header key is not UTF-8: {e}") from e
         pos += klen
         vlen, pos = _varint(data, pos)
         if vlen < 0:
@@ -328,6 +905,9 @@ def _headers_column(
     return pa.ListArray.from_arrays(pa.array(offsets), entries, type=header_type)
 
 
+# ---- decode_records -------------------------------------------------------------------------
+
+
 def decode_records(
     data: Buffer,
     start: int = 0,
@@ -348,10 +928,7 @@ def decode_records(
     parts: list[Buffer] = []
     counts: list[int] = []
     positions: list[tuple[int, int]] = []
-    base_offsets: list[int] = []
-    base_ts: list[int] = []
-    max_ts: list[int] = []
-    ts_types: list[int] = []
+    batches = _Batches([], [], [], [])
     for h in scan.headers:
         (base_offset, length, _epoch, _magic, _crc, attributes, last_delta, first_ts, last_ts,
          _pid, _pepoch, _seq, records_count, position) = h
@@ -366,10 +943,10 @@ def decode_records(
         parts.append(payload)
         positions.append((records_count, position))
         counts.append(records_count)
-        base_offsets.append(base_offset)
-        base_ts.append(first_ts)
-        max_ts.append(last_ts)
-        ts_types.append(1 if attributes & TIMESTAMP_TYPE_MASK else 0)
+        batches.base_offsets.append(base_offset)
+        batches.base_ts.append(first_ts)
+        batches.max_ts.append(last_ts)
+        batches.ts_types.append(1 if attributes & TIMESTAMP_TYPE_MASK else 0)
     total = sum(counts)
     if total == 0:
         return _empty(include_headers, header_type)
@@ -388,73 +965,143 @@ def decode_records(
             segments.append((pos, pos + len(part), h_count))
             pos += len(part)
         buf = b"".join([*parts, bytes(_PAD)])
+    if len(buf) >= 2**31:  # positions are int32 in Arrow's binary arrays
+        raise CorruptRecordError(f"{len(buf)} bytes of records: too many to decode at once")
     a = np.frombuffer(buf, dtype=np.uint8)
-    size = len(a)
-    n_batches = len(counts)
-    cnt = np.array(counts, dtype=np.int64)
+    v = _views(a)
+    offsets = np.empty(total, dtype=np.int64)
+    timestamps = np.empty(total, dtype=np.int64)
+
+    # Per batch: find the records, and decode the long runs of same-size records whose fields
+    # all sit at the same place column-wise, while the batch is in the CPU's caches.
+    starts: list[int] = []  # records not in runs
+    seg_starts: list[int] = []  # len(starts) after each segment
+    runs: list[list[int]] = []  # [row, position, record size, count, batch]
+    fast: list[_FastRun] = []
+    rest: list[_Run] = []  # short runs, and what the column-wise pass left of long ones
+    cap = _FIRST_RUN
+    row = 0
     try:
-        starts = _record_starts(buf, a, segments, total)
-        lengths, p = _varints(a, starts, 5)
-        ends = p + lengths
-        p += 1  # record attributes
-        ts_delta, p = _varints(a, p, 10)
-        offset_delta, p = _varints(a, p, 5)
-        key_len, p = _varints(a, p, 5)
-        key_start = p
-        p = p + np.maximum(key_len, 0)
-        value_len, p = _varints(a, np.minimum(p, size), 5)
-        value_start = p
-        p = p + np.maximum(value_len, 0)
-        header_count, header_pos = _varints(a, np.minimum(p, size), 5)
-    except IndexError as e:  # a length pointing past the buffer
+        for batch, segment in enumerate(segments):
+            first_run = len(runs)
+            cap = _scan_segment(buf, v, segment, row, batch, starts, runs, cap)
+            for run in runs[first_run:]:
+                piece = (run[0], run[1], run[2], run[3], run[4])
+                if run[3] >= _MIN_FAST_RUN:
+                    _decode_run(buf, v, piece, batches, offsets, timestamps, fast, rest)
+                else:
+                    rest.append(piece)
+            seg_starts.append(len(starts))
+            row += segment[2]
+    except IndexError as e:  # a length varint running past the buffer
         raise CorruptRecordError(f"malformed record: {e}") from e
-    if (key_len < -1).any() or (value_len < -1).any() or (header_count < 0).any():
-        raise CorruptRecordError("negative length in a record")
-    if (header_pos > ends).any():
-        raise CorruptRecordError("record content runs past its length")
-    no_headers = header_count == 0
-    if not (header_pos[no_headers] == ends[no_headers]).all():
-        raise CorruptRecordError("record length does not match its content")
 
-    if n_batches == 1:
-        offsets = base_offsets[0] + offset_delta
-        if ts_types[0]:
-            timestamps = np.full(total, max_ts[0], dtype=np.int64)
-        else:
-            timestamps = base_ts[0] + ts_delta
-        types = np.full(total, ts_types[0], dtype=np.int32)
+    # The short runs, gathering each field of all their records at once.
+    key_groups: list[_Group] = []
+    value_groups: list[_Group] = []
+    left = None
+    if rest:
+        left = _decode_short_runs(
+            buf, v, rest, batches, offsets, timestamps, key_groups, value_groups
+        )
+
+    # Everything else, one field at a time for all records at once.
+    general: _General | None = None
+    if starts or left is not None:
+        g_rows, g_starts, g_batch = _general_rows(total, starts, seg_starts, runs, left)
+        general = _decode_general(v, g_rows, g_starts, g_batch, batches, offsets, timestamps)
+
+    if len(counts) == 1:
+        types = np.full(total, batches.ts_types[0], dtype=np.int32)
     else:
-        offsets = np.repeat(np.array(base_offsets, dtype=np.int64), cnt) + offset_delta
-        types_b = np.array(ts_types, dtype=np.int32)
-        types = np.repeat(types_b, cnt)
-        base = np.repeat(np.array(base_ts, dtype=np.int64), cnt) + ts_delta
-        if types_b.any():
-            timestamps = np.where(types == 1, np.repeat(np.array(max_ts, dtype=np.int64), cnt), base)
-        else:
-            timestamps = base
+        types = np.repeat(np.array(batches.ts_types, dtype=np.int32), counts)
 
-    keep = (offsets >= start) & (offsets < end)
-    if not keep.all():
-        idx = np.flatnonzero(keep)
-        offsets, timestamps, types = offsets[idx], timestamps[idx], types[idx]
-        key_start, key_len = key_start[idx], key_len[idx]
-        value_start, value_len = value_start[idx], value_len[idx]
-        header_count, header_pos, ends = header_count[idx], header_pos[idx], ends[idx]
+    # Offsets outside [start, end): left out (batches are decoded whole).
+    keep: slice | I64 | None = None
+    if int(offsets.min()) < start or int(offsets.max()) >= end:
+        idx = np.flatnonzero((offsets >= start) & (offsets < end))
         if len(idx) == 0:
             return _empty(include_headers, header_type)
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        keep = slice(lo, hi) if hi - lo == len(idx) else idx
 
     buffer = pa.py_buffer(buf)
+    g = general
+    keys = _binary_output(
+        buffer, v, total, [(f[0], f[1], f[2], f[3], f[4], f[5]) for f in fast], key_groups,
+        None if g is None else (g.rows, g.key_start, g.key_len),
+    )
+    values = _binary_output(
+        buffer, v, total, [(f[0], f[1], f[2], f[3], f[6], f[7]) for f in fast], value_groups,
+        None if g is None else (g.rows, g.value_start, g.value_len),
+    )
     headers = None
     if include_headers:
+        header_count = np.zeros(total, dtype=np.int64)
+        header_pos = np.zeros(total, dtype=np.int64)
+        ends = np.zeros(total, dtype=np.int64)
+        if g is not None:
+            at = slice(None) if g.rows is None else g.rows
+            header_count[at] = g.header_count
+            header_pos[at] = g.header_pos
+            ends[at] = g.ends
+        if keep is not None:
+            header_count, header_pos, ends = header_count[keep], header_pos[keep], ends[keep]
         headers = _headers_column(buf, header_count, header_pos, ends, header_type)
+    if keep is not None:
+        offsets, timestamps, types = offsets[keep], timestamps[keep], types[keep]
+        if isinstance(keep, slice):
+            keys = keys.slice(keep.start, keep.stop - keep.start)
+            values = values.slice(keep.start, keep.stop - keep.start)
+        else:
+            keys, values = keys.take(keep), values.take(keep)
     return DecodedRecords(
-        keys=_binary_column(buffer, a, key_start, key_len),
-        values=_binary_column(buffer, a, value_start, value_len),
+        keys=keys,
+        values=values,
         offsets=offsets,
         timestamps=timestamps,
         timestamp_types=types,
         headers=headers,
     )
+
+
+def _general_rows(
+    total: int,
+    starts: list[int],
+    seg_starts: list[int],
+    runs: list[list[int]],
+    left: tuple[I64, I64, I64] | None,
+) -> tuple[I64 | None, I64, I64]:
+    """(rows or None for all rows, positions, batches) of the records for the general path:
+    those not in ``runs`` (at ``starts``, ``seg_starts`` of them up to the end of each
+    segment), and those ``left`` (rows, positions, batches) by the column-wise paths."""
+    per_seg = np.array(seg_starts, dtype=np.int64)
+    per_seg[1:] -= per_seg[:-1].copy()
+    loose = np.array(starts, dtype=np.int64)
+    loose_batch = np.repeat(np.arange(len(per_seg), dtype=np.int64), per_seg)
+    if not runs:
+        return None, loose, loose_batch
+    # rows not in runs
+    arr = np.array(runs, dtype=np.int64)
+    edges = np.zeros(total + 1, dtype=np.int64)
+    edges[arr[:, 0]] += 1
+    edges[arr[:, 0] + arr[:, 3]] -= 1
+    general = np.cumsum(edges[:total]) == 0
+    if left is None:
+        return np.flatnonzero(general), loose, loose_batch
+    pos = np.empty(total, dtype=np.int64)
+    batch = np.empty(total, dtype=np.int64)
+    loose_rows = np.flatnonzero(general)
+    pos[loose_rows] = loose
+    batch[loose_rows] = loose_batch
+    l_rows, l_pos, l_batch = left
+    general[l_rows] = True
+    pos[l_rows] = l_pos
+    batch[l_rows] = l_batch
+    rows = np.flatnonzero(general)
+    if len(rows) == total:
+        return None, pos, batch
+    return rows, pos[rows], batch[rows]
 
 
 def _empty(include_headers: bool, header_type: pa.DataType) -> DecodedRecords:
@@ -475,14 +1122,14 @@ def to_record_batch(
     n = decoded.count
     types = decoded.timestamp_types
     if n and (types == types[0]).all():
-        ts_types = pa.repeat(pa.scalar(int(types[0]), pa.int32()), n)
+        ts_types = pa.array(np.full(n, types[0], dtype=np.int32))
     else:
         ts_types = pa.array(types, pa.int32())
     columns: list[pa.Array] = [
         decoded.keys,
         decoded.values,
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        _repeat_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(decoded.offsets, pa.int64()),
         pa.array(decoded.timestamps * 1000, pa.int64()).cast(schema.field("timestamp").type),
         ts_types,
@@ -491,6 +1138,17 @@ def to_record_batch(
         assert decoded.headers is not None, "decode with include_headers=True"
         columns.append(decoded.headers)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _repeat_string(text: str, n: int) -> pa.Array:
+    """``n`` times ``text`` as an Arrow string array (numpy-built: faster than ``pa.repeat``)."""
+    data = text.encode("utf-8")
+    if n * len(data) >= 2**31:
+        return pa.repeat(pa.scalar(text, pa.string()), n)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)]
+    )
 
 
 def split_batch(batch: pa.RecordBatch, rows: int) -> Sequence[pa.RecordBatch]:
