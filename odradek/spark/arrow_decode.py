@@ -925,10 +925,11 @@ def decode_records(
     if scan is None:
         scan = scan_batches(data)
     mv = memoryview(data)
-    parts: list[Buffer] = []
-    counts: list[int] = []
-    positions: list[tuple[int, int]] = []
+    # the records section of each data batch: (begin, end, count)
+    segments: list[tuple[int, int, int]] = []
+    codecs: list[int] = []
     batches = _Batches([], [], [], [])
+    total = 0
     for h in scan.headers:
         (base_offset, length, _epoch, _magic, _crc, attributes, last_delta, first_ts, last_ts,
          _pid, _pepoch, _seq, records_count, position) = h
@@ -936,33 +937,28 @@ def decode_records(
             continue
         if base_offset + last_delta < start or base_offset >= end:
             continue
-        payload: Buffer = mv[position + RECORD_BATCH_OVERHEAD : position + LOG_OVERHEAD + length]
-        codec = attributes & COMPRESSION_CODEC_MASK
-        if codec:
-            payload = decompress(codec, payload)
-        parts.append(payload)
-        positions.append((records_count, position))
-        counts.append(records_count)
+        segments.append(
+            (position + RECORD_BATCH_OVERHEAD, position + LOG_OVERHEAD + length, records_count)
+        )
+        codecs.append(attributes & COMPRESSION_CODEC_MASK)
+        total += records_count
         batches.base_offsets.append(base_offset)
         batches.base_ts.append(first_ts)
         batches.max_ts.append(last_ts)
         batches.ts_types.append(1 if attributes & TIMESTAMP_TYPE_MASK else 0)
-    total = sum(counts)
     if total == 0:
         return _empty(include_headers, header_type)
-
-    segments: list[tuple[int, int, int]] = []
-    buf: Buffer
-    if all(isinstance(p, memoryview) for p in parts):
-        # Nothing compressed: decode in place, positions relative to ``data``.
-        buf = mv
-        for part, (h_count, h_position) in zip(parts, positions, strict=True):
-            begin = h_position + RECORD_BATCH_OVERHEAD
-            segments.append((begin, begin + len(part), h_count))
-    else:
+    counts = [s[2] for s in segments]
+    buf: Buffer = mv  # nothing compressed: decode in place, positions relative to ``data``
+    if any(codecs):
+        # decompressed and concatenated
+        parts = [
+            decompress(codec, mv[begin:stop]) if codec else mv[begin:stop]
+            for (begin, stop, _), codec in zip(segments, codecs, strict=True)
+        ]
         pos = 0
-        for part, h_count in zip(parts, counts, strict=True):
-            segments.append((pos, pos + len(part), h_count))
+        for j, part in enumerate(parts):
+            segments[j] = (pos, pos + len(part), counts[j])
             pos += len(part)
         buf = b"".join([*parts, bytes(_PAD)])
     if len(buf) >= 2**31:  # positions are int32 in Arrow's binary arrays
@@ -983,6 +979,17 @@ def decode_records(
     row = 0
     try:
         for batch, segment in enumerate(segments):
+            if segment[2] == 1:  # one record (small batches: spare the scan's set-up)
+                begin = segment[0]
+                size = _RECORD_SIZE[buf[begin] | buf[begin + 1] << 8] or _long_size(buf, begin)
+                if size != segment[1] - begin:
+                    raise CorruptRecordError(
+                        f"a record of {size} bytes in a batch of {segment[1] - begin}"
+                    )
+                starts.append(begin)
+                seg_starts.append(len(starts))
+                row += 1
+                continue
             first_run = len(runs)
             cap = _scan_segment(buf, v, segment, row, batch, starts, runs, cap)
             for run in runs[first_run:]:
