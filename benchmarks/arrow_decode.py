@@ -23,7 +23,9 @@ of about ``--fetch-bytes`` (16 MB) each. Two variants:
   key in 100 null.
 
 Each variant is decoded ``--repeat`` (5) times; the best pass is reported as records/s, seconds
-per million records and MB/s of fetched bytes. Every pass checks that it got every record.
+per million records and MB/s of fetched bytes. Every pass checks that it got every record, and
+a first untimed pass that offsets and keys are right. The machine's other load shows in the
+numbers: compare runs made one after the other, or several of them.
 """
 
 from __future__ import annotations
@@ -100,7 +102,23 @@ def decode_all(fetches: Sequence[bytes]) -> int:
     return rows
 
 
+def verify(fetches: Sequence[bytes], records: int) -> None:
+    """The decoded offsets are 0..records-1 and each key is its record number (or null)."""
+    first = 0
+    for data in fetches:
+        decoded = decode_records(data)
+        if decoded.offsets.tolist() != list(range(first, first + decoded.count)):
+            raise SystemExit(f"wrong offsets decoded from {first}")
+        for offset, key in zip(decoded.offsets.tolist(), decoded.keys.to_pylist(), strict=True):
+            if key is not None and int.from_bytes(key, "big") != offset:
+                raise SystemExit(f"wrong key decoded at offset {offset}")
+        first += decoded.count
+    if first != records:
+        raise SystemExit(f"decoded {first} records, expected {records}")
+
+
 def measure(name: str, fetches: Sequence[bytes], records: int, repeat: int, profile: bool) -> None:
+    verify(fetches, records)
     size = sum(len(f) for f in fetches)
     best = float("inf")
     for _ in range(repeat):
@@ -113,7 +131,8 @@ def measure(name: str, fetches: Sequence[bytes], records: int, repeat: int, prof
     print(
         f"{name:<9} {records:>9,} records {size / 1e6:7.1f} MB in {len(fetches):>3} fetches: "
         f"{records / best:>12,.0f} records/s  {best / records * 1e6:6.3f} s/M  "
-        f"{size / best / 1e6:7.0f} MB/s  (best of {repeat})"
+        f"{size / best / 1e6:7.0f} MB/s  (best of {repeat})",
+        flush=True,
     )
     if profile:
         prof = cProfile.Profile()

@@ -436,3 +436,21 @@ def test_runs_decode_like_record_by_record_on_every_path(
             recs[at] = (key, value, hdrs, ts)
         specs.append((recs, codec, ts_type, False, 0))
     check_paths(build(specs), start, start + length)
+
+
+def test_wide_varints_inside_runs() -> None:
+    # offset deltas of 3 bytes (more than 8191 records), records of more than 8191 bytes
+    # (3-byte lengths), timestamp deltas of 6 and 10 bytes
+    check_paths(build_batch([(None, b"v", [], BASE_TS + i) for i in range(9000)]))
+    check_paths(build_batch([(b"k" * 20, b"v" * 9000, [], BASE_TS) for _ in range(300)]))
+    for delta in (2**40, -(2**40), 2**62, -(2**63) + BASE_TS + 1):
+        recs = [(i, delta if i % 100 < 50 else 0, b"k", b"v" * 30, []) for i in range(600)]
+        check_paths(raw_batch(recs))
+
+
+def test_one_record_batches() -> None:
+    recs = [(b"%08d" % i, b"v" * (i % 3), [], BASE_TS + i) for i in range(200)]
+    check_paths(build([([r], i % 3, 0, False, 0) for i, r in enumerate(recs)]), 17, 150)
+    data = bytearray(build_batch([(b"k", b"value", [], BASE_TS)], base_offset=4))
+    data[RECORD_BATCH_OVERHEAD] += 2  # the record's length: one byte more than the batch holds
+    raises_on_every_path(bytes(data) + build_batch([(b"k", b"v", [], BASE_TS)], base_offset=5))
