@@ -810,7 +810,9 @@ def _binary_output(
         width = widths.pop()
         if width < 0:
             validity = pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))
-        offsets = np.arange(n + 1, dtype=np.int64) * max(width, 0)
+        # (keys and values are parts of the buffer, which holds less than 2 GiB)
+        offsets = np.arange(n + 1, dtype=np.int32)
+        offsets *= max(width, 0)
     else:
         lens = np.empty(n, dtype=np.int64)
         for row, count, _pos, _size, _col, width in runs:
@@ -820,11 +822,9 @@ def _binary_output(
         valid = lens >= 0
         if not valid.all():
             validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        offsets = np.zeros(n + 1, dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(np.maximum(lens, 0), out=offsets[1:])
     total = int(offsets[-1])
-    if total >= 2**31:
-        raise CorruptRecordError(f"{total} bytes of keys or values, too many for one array")
     data_buffer = pa.allocate_buffer(total)
     data = np.frombuffer(data_buffer, dtype=np.uint8)
     items: dict[int, Any] = {}  # the buffer as items of each width, starting at every byte
@@ -841,9 +841,7 @@ def _binary_output(
             if width not in items:
                 items[width] = _overlapping(a, f"V{width}")
             _overlapping(data, f"V{width}")[offsets[g_rows]] = items[width][positions + col]
-    return pa.Array.from_buffers(
-        pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), data_buffer]
-    )
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), data_buffer])
 
 
 def _read_headers(
