@@ -12,6 +12,7 @@ import bisect
 import os
 import re
 import shutil
+import struct
 import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -40,13 +41,19 @@ from odradek.log.segment import (
     filename_prefix,
 )
 from odradek.records.batch import (
+    BASE_TIMESTAMP_OFFSET,
+    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     AppendInfo,
     parse_header,
     validate,
     validate_and_assign,
 )
-from odradek.records.errors import InvalidRecordError, RecordBatchTooLargeError
+from odradek.records.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordBatchTooLargeError,
+)
 from odradek.records.recompress import recompress_batches
 from odradek.records.records import decode_batch
 
@@ -104,6 +111,39 @@ class FetchDataInfo:
                 pos += n
                 remaining -= n
         return out
+
+
+_TIMESTAMP = struct.Struct(">q")
+
+
+def _check_timestamps(buf: bytearray, info: AppendInfo, config: LogConfig, now_ms: int) -> None:
+    """Refuse CreateTime batches outside ``message.timestamp.before.max.ms`` /
+    ``message.timestamp.after.max.ms`` of the broker clock (INVALID_TIMESTAMP), as Kafka does.
+
+    Only the batch header is read (the hot path never decodes records): its max timestamp
+    against the upper bound, its first record's timestamp and its max against the lower one. A
+    record in the middle of a batch older than the batch's first record is not seen.
+    """
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    lowest = now_ms - before if before < now_ms else None
+    highest = now_ms + after if after < 2**63 - 1 - now_ms else None
+    if lowest is None and highest is None:
+        return
+    unpack = _TIMESTAMP.unpack_from
+    for b in info.batches:
+        first = unpack(buf, b.position + BASE_TIMESTAMP_OFFSET)[0]
+        for ts in (first, b.max_timestamp):
+            if ts == NO_TIMESTAMP:
+                continue
+            if (lowest is not None and ts < lowest) or (highest is not None and ts > highest):
+                raise InvalidTimestampError(
+                    f"timestamp {ts} in the batch at offset {b.base_offset} is out of range: "
+                    f"with message.timestamp.before.max.ms={before} and "
+                    f"message.timestamp.after.max.ms={after} it must lie within "
+                    f"[{lowest if lowest is not None else 'any'}, "
+                    f"{highest if highest is not None else 'any'}] (broker time {now_ms})"
+                )
 
 
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
@@ -417,6 +457,8 @@ class Log:
             )
             if info.num_batches == 0:
                 return info
+            if not config.log_append_time:
+                _check_timestamps(buf, info, config, now_ms)
             if config.compact:
                 self._check_keys_for_compaction(buf, info)
             codec = config.compression_codec

@@ -30,6 +30,11 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    # CreateTime timestamps further behind / ahead of the broker clock are refused. Unbounded
+    # here (Kafka 3.x); the broker's default for message.timestamp.after.max.ms is Kafka 4.0's
+    # one hour (config_defs), which build_log_config passes in.
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 2**63 - 1
     cleanup_policy: tuple[str, ...] = ("delete",)
     compression_type: str = "producer"
     compression_gzip_level: int = GZIP_LEVEL_DEFAULT

@@ -40,6 +40,12 @@ class InvalidRecordError(RecordError):
     error_code = 87
 
 
+class InvalidTimestampError(RecordError):
+    """A CreateTime timestamp outside message.timestamp.before/after.max.ms (INVALID_TIMESTAMP)."""
+
+    error_code = 32
+
+
 class UnsupportedCompressionTypeError(RecordError):
     """Unknown compression codec id (UNSUPPORTED_COMPRESSION_TYPE)."""
 

@@ -635,3 +635,24 @@ def test_signal_shutdown_is_clean(server_process: ServerProcess) -> None:
     assert server_process.terminate() == 0
     log = server_process.log_tail()
     assert "shut down cleanly" in log, log
+
+
+def test_timestamps_more_than_an_hour_ahead_are_refused(broker: EmbeddedBroker, topic_name: str) -> None:
+    """Kafka 4.0's message.timestamp.after.max.ms default (one hour): the producer gets
+    INVALID_TIMESTAMP for a record stamped two hours ahead; one a minute ahead is stored."""
+    create_topic(broker.bootstrap_servers, topic_name, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "retries": 0})
+    results: list[KafkaError | None] = []
+    now_ms = int(time.time() * 1000)
+    for ts in (now_ms + 2 * 3600 * 1000, now_ms + 60 * 1000):
+        producer.produce(
+            topic_name, b"v", timestamp=ts, on_delivery=lambda err, _m: results.append(err)
+        )
+        assert producer.flush(30) == 0
+    first, second = results
+    assert first is not None and first.code() == KafkaError.INVALID_TIMESTAMP, first
+    assert second is None
+    c = admin(broker.bootstrap_servers)
+    resource = ConfigResource("topic", topic_name)
+    configs = c.describe_configs([resource])[resource].result(30)
+    assert configs["message.timestamp.after.max.ms"].value == "3600000"

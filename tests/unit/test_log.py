@@ -388,6 +388,34 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
     lm2.shutdown()
 
 
+def test_create_time_outside_the_timestamp_bounds_is_refused(tmp_path: Path) -> None:
+    from odradek.records.errors import InvalidTimestampError
+
+    now = 1_000_000
+    cfg = LogConfig(message_timestamp_before_max_ms=5_000, message_timestamp_after_max_ms=1_000)
+    log = Log.load(str(tmp_path / "t-0"), cfg, now_ms=0)
+    # The first and the max timestamp of a batch are both checked; the bounds are inclusive.
+    for first in (now - 5_001, now + 1_000):
+        with pytest.raises(InvalidTimestampError, match="message.timestamp"):
+            log.append_as_leader(batch(2, ts=first), leader_epoch=0, now_ms=now)
+    assert log.log_end_offset == 0  # nothing appended
+    log.append_as_leader(batch(2, ts=now - 5_000), leader_epoch=0, now_ms=now)
+    log.append_as_leader(batch(2, ts=now + 999), leader_epoch=0, now_ms=now)
+    # Records without a timestamp (-1) are not checked, as in Kafka.
+    log.append_as_leader(
+        bytearray(build_batch([(b"k", b"v", [], -1)])), leader_epoch=0, now_ms=now
+    )
+    assert log.log_end_offset == 5
+    # LogAppendTime replaces the producer's timestamps: no bounds apply.
+    lat = Log.load(
+        str(tmp_path / "u-0"),
+        LogConfig(message_timestamp_type="LogAppendTime", message_timestamp_after_max_ms=0),
+        now_ms=0,
+    )
+    lat.append_as_leader(batch(2, ts=now + 10**9), leader_epoch=0, now_ms=now)
+    assert lat.log_end_offset == 2
+
+
 def test_deleted_log_keeps_its_files_open_until_file_delete_delay(tmp_path: Path) -> None:
     """A fetch response handed to the network reads the segment's descriptor later (sendfile):
     deleting the topic unlinks the files at once but closes them file.delete.delay.ms later."""
