@@ -84,6 +84,15 @@ class _Region:
             self.owned = False
             os.close(self.fd)
 
+    def advance(self, n: int) -> bool:
+        """``n`` bytes were sent; True (and the file released) once the region is done."""
+        self.position += n
+        self.size -= n
+        if self.size > 0:
+            return False
+        self.release()
+        return True
+
 
 class _Rest:
     """A response whose sending waits for the transport to drain: bytes and regions, in order."""
@@ -491,34 +500,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         fd = None
                         n = 0
                     if n > 0:
-                        seg.position += n
-                        seg.size -= n
-                        if seg.size <= 0:
-                            seg.release()
+                        if seg.advance(n):
                             segments.popleft()
                         continue
-                    if n == 0 and fd is not None and seg.size > 0:
-                        # The socket is full: a chunk through the transport, then wait.
-                        chunk = min(seg.size, SENDFILE_CHUNK_BYTES)
-                        data = _pread_exact(seg.fd, seg.position, chunk)
-                        seg.position += chunk
-                        seg.size -= chunk
-                        if seg.size <= 0:
-                            seg.release()
-                            segments.popleft()
-                        transport.write(data)
-                        continue
-                if fd is not None:
-                    # Bytes are buffered ahead of us: one chunk, then wait for them to drain
-                    # to go on with sendfile.
-                    chunk = min(seg.size, SENDFILE_CHUNK_BYTES)
-                else:
-                    chunk = seg.size  # no sendfile on this connection: copy it all
+                # The socket is full or bytes are buffered ahead of us: one chunk through the
+                # transport, which pauses it until it has drained; then sendfile goes on. With
+                # no sendfile on this connection the whole region is copied.
+                chunk = min(seg.size, SENDFILE_CHUNK_BYTES) if fd is not None else seg.size
                 data = _pread_exact(seg.fd, seg.position, chunk)
-                seg.position += chunk
-                seg.size -= chunk
-                if seg.size <= 0:
-                    seg.release()
+                if seg.advance(chunk):
                     segments.popleft()
                 transport.write(data)
                 continue
