@@ -31,13 +31,8 @@ from odradek.protocol.header import (
     peek_request_header,
 )
 from odradek.protocol.schema import Api, SchemaError
-from odradek.records.batch import (
-    ATTRIBUTES_OFFSET,
-    BATCH_LENGTH_OFFSET,
-    COMPRESSION_CODEC_MASK,
-    COMPRESSION_ZSTD,
-    LOG_OVERHEAD,
-)
+from odradek.records.batch import COMPRESSION_ZSTD, iter_batches
+from odradek.records.errors import RecordError
 from odradek.server import config_defs
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
@@ -869,19 +864,10 @@ class KafkaApis:
 def _uses_zstd(records: Any) -> bool:
     """Whether any batch of a produce request's records is zstd-compressed (Produce v7+ only).
 
-    Reads only the length and attributes of each batch header; malformed bytes are left to the
-    log's validation."""
+    Reads batch headers only; malformed bytes are left to the log's validation."""
     if not records:
         return False
-    mv = memoryview(records)
-    pos = 0
-    end = len(mv)
-    while pos + ATTRIBUTES_OFFSET + 2 <= end:
-        attributes = int.from_bytes(mv[pos + ATTRIBUTES_OFFSET : pos + ATTRIBUTES_OFFSET + 2], "big")
-        if attributes & COMPRESSION_CODEC_MASK == COMPRESSION_ZSTD:
-            return True
-        length = int.from_bytes(mv[pos + BATCH_LENGTH_OFFSET : pos + BATCH_LENGTH_OFFSET + 4], "big", signed=True)
-        if length <= 0:
-            return False
-        pos += LOG_OVERHEAD + length
-    return False
+    try:
+        return any(h.compression == COMPRESSION_ZSTD for h in iter_batches(records))
+    except RecordError:
+        return False
