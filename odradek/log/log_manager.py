@@ -242,11 +242,15 @@ class LogManager:
 
     def _close_retired(self, now_ms: int | None) -> None:
         """Close the files of deleted logs whose delay has passed (all of them if None)."""
+        due: list[Log] = []
+        keep: list[tuple[int, Log]] = []
         with self._lock:
-            due = [log for deadline, log in self._retired if now_ms is None or now_ms >= deadline]
-            self._retired = [
-                (deadline, log) for deadline, log in self._retired if log not in due
-            ]
+            for deadline, log in self._retired:
+                if now_ms is None or now_ms >= deadline:
+                    due.append(log)
+                else:
+                    keep.append((deadline, log))
+            self._retired = keep
         for log in due:
             log.close_files()
 
