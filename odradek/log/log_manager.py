@@ -41,6 +41,7 @@ DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 METADATA_TOPIC = "__cluster_metadata"
+MAX_FILE_NAME_BYTES = 255  # NAME_MAX of the usual Linux file systems
 
 TopicPartition = tuple[str, int]
 
@@ -168,7 +169,8 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: counts[d])
 
     def delete_log(self, topic: str, partition: int, now_ms: int | None = None) -> None:
-        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`, then remove it.
+        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete` (see
+        :func:`delete_dir_name`), then remove it.
 
         The files are unlinked now but their descriptors are closed ``file.delete.delay.ms``
         later (at a retention pass), so reads already handed to the network stay valid.
@@ -186,12 +188,12 @@ class LogManager:
         log.retire()
         with self._lock:
             self._retired.append((now_ms + log.config.file_delete_delay_ms, log))
-        target = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        target = os.path.join(log_dir, delete_dir_name(topic, partition))
         try:
             log.rename_dir(target)
             fsync_dir(log_dir)
-        except OSError:
-            logger.exception("could not rename %s for deletion", log.dir)
+        except OSError as e:
+            logger.warning("could not rename %s for deletion (%s); deleting it in place", log.dir, e)
         shutil.rmtree(log.dir, ignore_errors=True)
         self._checkpoint_dir(log_dir)
 
@@ -291,6 +293,18 @@ class LogManager:
                 f.flush()
                 os.fsync(f.fileno())
             fsync_dir(log_dir)
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>.<uuid>-delete`, the topic cut short so that the whole name fits in
+    255 bytes (Kafka's LocalLog.logDeleteDirName): a 249-character topic would not fit whole.
+
+    Only the ``-delete`` suffix is ever parsed back (start-up removes such directories), so the
+    shortened topic needs no decoding."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    room = MAX_FILE_NAME_BYTES - len(suffix.encode())
+    prefix = topic.encode()[:room].decode("utf-8", "ignore")
+    return prefix + suffix
 
 
 def _read_checkpoint_quietly(path: str) -> dict[TopicPartition, int]:

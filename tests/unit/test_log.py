@@ -481,3 +481,50 @@ def test_flush_advances_recovery_point(tmp_path: Path) -> None:
     fill(log, 1)
     log.flush(11)
     assert log.recovery_point == 11
+
+
+def test_delete_dir_name_of_a_249_character_topic_fits_in_255_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka shortens the topic part of `<topic>-<partition>.<uuid>-delete` (LocalLog.
+    logDeleteDirName) so the crash-safe rename works for every legal topic name."""
+    from odradek.log import log_manager as lm_module
+
+    topic = "t" * 249
+    d = tmp_path / "d"
+    lm = LogManager([str(d)], SMALL, now_ms=0)
+    lm.load_logs()
+    log = lm.get_or_create_log(topic, 7)
+    fill(log, 5)
+    renamed: list[str] = []
+    real_rename = Log.rename_dir
+
+    def spy(self: Log, new_dir: str) -> None:
+        real_rename(self, new_dir)
+        renamed.append(new_dir)
+
+    monkeypatch.setattr(Log, "rename_dir", spy)
+    caplog.set_level("WARNING")
+    lm.delete_log(topic, 7, now_ms=0)
+    assert len(renamed) == 1, "the partition directory was not renamed before deletion"
+    name = os.path.basename(renamed[0])
+    assert name.endswith("-delete") and len(name.encode()) <= 255
+    assert name.startswith("t" * 100) and "-7." in name
+    assert "could not rename" not in caplog.text
+    assert not [n for n in os.listdir(d) if n.startswith("t")]  # removed after the rename
+
+    # A crash between the rename and the removal leaves the shortened -delete directory:
+    # the next start removes it and does not mistake it for a partition.
+    log2 = lm.get_or_create_log(topic, 8)
+    fill(log2, 3)
+    monkeypatch.setattr(lm_module.shutil, "rmtree", lambda *a, **k: None)
+    lm.delete_log(topic, 8, now_ms=0)
+    monkeypatch.undo()
+    leftovers = [n for n in os.listdir(d) if n.endswith("-delete")]
+    assert len(leftovers) == 1 and len(leftovers[0]) <= 255 and "-8." in leftovers[0]
+    lm.shutdown()
+    lm2 = LogManager([str(d)], SMALL, now_ms=0)
+    lm2.load_logs()
+    assert lm2.all_logs() == {}
+    assert not [n for n in os.listdir(d) if n.endswith("-delete") or n.startswith("t")]
+    lm2.shutdown()
