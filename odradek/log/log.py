@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import logging
 import os
 import re
 import shutil
@@ -63,6 +64,8 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+
+logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
@@ -251,9 +254,12 @@ class Log:
         segments: list[LogSegment] = []
         ordered = sorted(bases)
         truncated_at: int | None = None
+        truncated: LogSegment | None = None
+        later: list[tuple[int, int]] = []  # (base, bytes) of segments after the truncated one
         for i, base in enumerate(ordered):
             if truncated_at is not None:
                 # An earlier segment was truncated by recovery: later data is unreachable.
+                later.append((base, _file_size(os.path.join(directory, filename_prefix(base)))))
                 _remove_segment_files(directory, base)
                 continue
             seg = cls._open_segment(directory, base, config, now_ms)
@@ -272,10 +278,17 @@ class Log:
             if needs_recovery:
                 if seg.recover(config.max_message_bytes) > 0:
                     truncated_at = seg.next_offset
+                    truncated = seg
             if seg.size == 0 and segments and truncated_at is not None:
                 seg.delete()
                 continue
             segments.append(seg)
+        if truncated is not None and truncated.last_truncation is not None:
+            logger.warning(
+                "Recovery of partition %s: %s",
+                os.path.basename(directory.rstrip(os.sep)),
+                truncated.last_truncation.describe(truncated.log_path, later),
+            )
 
         epoch_cache = LeaderEpochFileCache(
             os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILENAME)
@@ -957,6 +970,13 @@ def _remove_quietly(path: str) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _file_size(prefix: str) -> int:
+    try:
+        return os.path.getsize(prefix + LOG_FILE_SUFFIX)
+    except OSError:
+        return 0
 
 
 def _remove_segment_files(directory: str, base: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from odradek.log.errors import CorruptIndexError
 from odradek.log.index import OffsetIndex, TimeIndex
@@ -30,6 +31,36 @@ TIME_INDEX_FILE_SUFFIX = ".timeindex"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What :meth:`LogSegment.recover` cut off: ``size`` bytes from byte ``position``, which
+    held offsets from ``first_offset`` (to ``last_offset`` as far as readable headers tell)."""
+
+    position: int
+    size: int
+    first_offset: int
+    last_offset: int | None
+    reason: str
+
+    def describe(self, segment_path: str, later: Sequence[tuple[int, int]] = ()) -> str:
+        """One line for the operator (Kafka's "Found invalid messages in log segment ... at
+        byte offset ..."); ``later`` lists (base offset, bytes) of later segments dropped."""
+        if self.last_offset is not None and self.last_offset >= self.first_offset:
+            lost = f"offsets {self.first_offset} to {self.last_offset}"
+        else:
+            lost = f"any offsets from {self.first_offset}"
+        text = (
+            f"found {self.reason} in log segment {segment_path} at byte position "
+            f"{self.position}: truncated {self.size} bytes, losing {lost}"
+        )
+        if later:
+            text += (
+                f", and deleted the {len(later)} later segment(s) "
+                f"({sum(n for _, n in later)} bytes, offsets from {later[0][0]})"
+            )
+        return text + f"; the log now ends at offset {self.first_offset}"
 
 
 def filename_prefix(offset: int) -> str:
@@ -78,6 +109,7 @@ class LogSegment:
         self._created_ms = now_ms
         self._last_modified_ms = now_ms
         self._closed = False
+        self.last_truncation: Truncation | None = None  # set by recover()
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -190,22 +222,31 @@ class LogSegment:
         self._rolling_base_ms = None
         pos = 0
         size = os.fstat(self._fd).st_size
+        reason = "a torn batch header at the end of the file"
         while size - pos >= RECORD_BATCH_OVERHEAD:
             raw = os.pread(self._fd, RECORD_BATCH_OVERHEAD, pos)
             if len(raw) < RECORD_BATCH_OVERHEAD:
                 break
             h = RecordBatchHeader._make((*HEADER_STRUCT.unpack_from(raw, 0), pos))
             if h.magic != MAGIC_V2 or h.batch_length < MIN_BATCH_LENGTH:
+                reason = f"an invalid batch header (magic {h.magic}, length {h.batch_length})"
                 break
             bsize = h.size
-            if pos + bsize > size or bsize > max(max_message_bytes, RECORD_BATCH_OVERHEAD):
+            if pos + bsize > size:
+                reason = f"a torn batch ({size - pos} of its {bsize} bytes written)"
+                break
+            if bsize > max(max_message_bytes, RECORD_BATCH_OVERHEAD):
+                reason = f"a batch of {bsize} bytes, over max.message.bytes {max_message_bytes}"
                 break
             if h.base_offset < self._next_offset or h.last_offset_delta < 0:
+                reason = f"out-of-order offsets (batch at offset {h.base_offset})"
                 break
             if not self.can_hold(h.last_offset):
+                reason = f"offset {h.last_offset} beyond this segment's range"
                 break
             data = os.pread(self._fd, bsize, pos)
             if len(data) != bsize or not is_batch_crc_valid(data, 0, bsize):
+                reason = f"a corrupt batch (CRC mismatch) at offset {h.base_offset}"
                 break
             if pos == 0:
                 self._rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else None
@@ -213,10 +254,36 @@ class LogSegment:
             self._next_offset = h.next_offset
             pos += bsize
         truncated = size - pos
+        self.last_truncation = None
         if truncated:
+            self.last_truncation = Truncation(
+                position=pos,
+                size=truncated,
+                first_offset=self._next_offset,
+                last_offset=self._last_offset_in(pos, size),
+                reason=reason,
+            )
             os.ftruncate(self._fd, pos)
         self._size = pos
         return truncated
+
+    def _last_offset_in(self, start: int, end: int) -> int | None:
+        """The last offset that batch headers in [start, end) claim, read without checking
+        CRCs (what recovery is about to drop); None when no header there is readable."""
+        last: int | None = None
+        pos = start
+        while end - pos >= RECORD_BATCH_OVERHEAD:
+            raw = os.pread(self._fd, RECORD_BATCH_OVERHEAD, pos)
+            if len(raw) < RECORD_BATCH_OVERHEAD:
+                break
+            h = RecordBatchHeader._make((*HEADER_STRUCT.unpack_from(raw, 0), pos))
+            if h.magic != MAGIC_V2 or h.batch_length < MIN_BATCH_LENGTH or h.last_offset_delta < 0:
+                break
+            if h.base_offset < self._next_offset or (last is not None and h.base_offset <= last):
+                break
+            last = h.last_offset
+            pos += h.size
+        return last
 
     # ------------------------------------------------------------------------------- append
     def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:

@@ -528,3 +528,59 @@ def test_delete_dir_name_of_a_249_character_topic_fits_in_255_bytes(
     assert lm2.all_logs() == {}
     assert not [n for n in os.listdir(d) if n.endswith("-delete") or n.startswith("t")]
     lm2.shutdown()
+
+
+def test_recovery_logs_what_it_truncates(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Like Kafka's "Found invalid messages in log segment ... at byte offset ...": a warning per
+    partition naming the segment, the byte position, the bytes dropped and the offsets lost."""
+    d = str(tmp_path / "orders-3")
+    log = Log.load(d, SMALL, now_ms=0)
+    fill(log, 30)
+    seg_path = log.active_segment.log_path
+    headers = list(log.active_segment.iter_batch_headers())
+    leo = log.log_end_offset
+    log.close()
+    size = os.path.getsize(seg_path)
+    last = headers[-1]
+    os.truncate(seg_path, size - 7)  # the last batch (2 records) is torn
+    caplog.set_level("WARNING", logger="odradek.log.log")
+    log = Log.load(d, SMALL, recovery_point=0, now_ms=0, clean_shutdown=False)
+    log.close()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    text = warnings[0].getMessage()
+    assert "orders-3" in text and os.path.basename(seg_path) in text
+    assert f"byte position {last.position}" in text
+    assert f"truncated {last.size - 7} bytes" in text
+    assert f"offsets {leo - 2} to {leo - 1}" in text
+    assert "torn batch" in text
+
+    # A corrupt batch in an earlier segment: the later segments go too, and the line says so.
+    caplog.clear()
+    d2 = str(tmp_path / "orders-4")
+    log = Log.load(d2, SMALL, now_ms=0)
+    fill(log, 100)
+    segs = log.segments
+    victim = segs[1]
+    h = list(victim.iter_batch_headers())[3]
+    victim_path, victim_size = victim.log_path, victim.size
+    later_bytes = sum(s.size for s in segs[2:])
+    log.close()
+    with open(victim_path, "r+b") as f:
+        f.seek(h.position + h.size - 1)
+        b = f.read(1)
+        f.seek(h.position + h.size - 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    log = Log.load(d2, SMALL, recovery_point=0, now_ms=0, clean_shutdown=False)
+    log.close()
+    text = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "orders-4" in text and os.path.basename(victim_path) in text
+    assert f"byte position {h.position}" in text and "CRC" in text
+    assert f"truncated {victim_size - h.position} bytes" in text
+    assert f"offsets {h.base_offset} to " in text
+    assert f"{len(segs) - 2} later segment(s) ({later_bytes} bytes, offsets from {segs[2].base_offset})" in text
+
+    # A clean reopen says nothing.
+    caplog.clear()
+    Log.load(d, SMALL, recovery_point=0, now_ms=0, clean_shutdown=False).close()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
