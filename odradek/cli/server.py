@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
+from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 
 log = logging.getLogger("odradek.cli.server")
@@ -148,6 +149,10 @@ async def serve(config: KafkaConfig, server_factory: ServerFactory) -> int:
             await server.startup()
         except ConfigError as e:
             print(f"odradek: invalid configuration: {e}", file=sys.stderr)
+            await _quiet_shutdown(server)
+            return 2
+        except StartupError as e:  # a data directory in use, a port taken: one line, exit 2
+            print(f"odradek: {e}", file=sys.stderr)
             await _quiet_shutdown(server)
             return 2
         except Exception:

@@ -608,7 +608,9 @@ class SocketServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self) -> None:
+    async def bind(self) -> None:
+        """Bind the listener without accepting yet, so that a taken port fails the start
+        before the broker touches its data (OSError, e.g. EADDRINUSE); :meth:`start` serves."""
         loop = asyncio.get_running_loop()
         host: str | None = self.host or None  # "" = all interfaces, as in Kafka's listeners
         self._server = await loop.create_server(
@@ -617,6 +619,7 @@ class SocketServer:
             port=self._requested_port,
             reuse_address=True,
             backlog=512,
+            start_serving=False,
         )
         ports = {
             sock.getsockname()[1]
@@ -624,6 +627,12 @@ class SocketServer:
             if sock.family in (socket.AF_INET, socket.AF_INET6)
         }
         self.port = min(ports) if ports else self._requested_port
+
+    async def start(self) -> None:
+        if self._server is None:
+            await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
         log.info(
             "listener %s accepting connections on %s:%d",
             self.listener_name, self.host or "0.0.0.0", self.port,

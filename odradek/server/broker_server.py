@@ -26,11 +26,13 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog
 from odradek.server import config_defs
+from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
@@ -43,6 +45,17 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _NotServing:
+    """The handler of a listener bound before the broker can answer (never called: a bound
+    listener accepts nothing until it is given its real handler and started)."""
+
+    def handle(self, conn: ConnectionInfo, frame: bytearray) -> None:
+        raise CloseConnection("the broker is not serving yet")
+
+
+_NOT_SERVING = _NotServing()
 
 
 class BrokerServer:
@@ -60,6 +73,7 @@ class BrokerServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.image = MetadataImage()
         self._started = False
+        self._dir_locks: list[DirLock] = []
 
     # -- configuration helpers ------------------------------------------------------------------
 
@@ -74,6 +88,19 @@ class BrokerServer:
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
         cfg = self.config
+        # 0. Lock every data directory, then bind every listener, before anything in the
+        # directories is read or written. Locks first: a second process on the same directories
+        # (usually with the same ports too) is told which directory is in use, and the lock file
+        # is all it creates. Binding next: a port that is taken fails the start while
+        # meta.properties, the clean-shutdown marker and the logs are still untouched.
+        # Nothing is accepted until step 4, when the request handlers exist.
+        self._dir_locks = lock_dirs([*cfg.log_dirs, cfg.metadata_log_dir])
+        try:
+            await self._bind_listeners()
+        except BaseException:
+            await self._close_listeners()
+            self._release_locks()
+            raise
         self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
 
         # 1. The metadata log, replayed by both roles.
@@ -104,11 +131,16 @@ class BrokerServer:
             backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
         )
-        self.log_manager = LogManager(
-            cfg.log_dirs, default_log_config, _now_ms(), cleaner_config=cleaner_config
-        )
-        lm = self.log_manager
-        await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, _now_ms()))
+        lm = LogManager(cfg.log_dirs, default_log_config, _now_ms(), cleaner_config=cleaner_config)
+        try:
+            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, _now_ms()))
+        except BaseException:
+            # Close what was loaded, but write no clean-shutdown marker: the logs not yet
+            # loaded must still be recovered next time.
+            for lg in lm.all_logs().values():
+                lg.close()
+            raise
+        self.log_manager = lm
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
@@ -163,22 +195,10 @@ class BrokerServer:
             enabled_apis=[m.API_VERSIONS],
         )
         controller_names = set(cfg.controller_listener_names)
-        for lst in cfg.listeners:
-            is_controller = lst.name in controller_names
-            if is_controller and "controller" not in cfg.process_roles:
-                continue
-            if not is_controller and "broker" not in cfg.process_roles:
-                continue
-            server = SocketServer(
-                lst.host,
-                lst.port,
-                controller_apis if is_controller else broker_apis,
-                listener_name=lst.name,
-                max_request_bytes=cfg.socket_request_max_bytes,
-            )
+        for server in self._servers:
+            is_controller = server.listener_name in controller_names
+            server.handler = controller_apis if is_controller else broker_apis
             await server.start()
-            self._servers.append(server)
-            self.bound_ports[lst.name] = server.port
 
         # 5. Register with the controller; the broker is unfenced once the records commit.
         endpoints = []
@@ -204,6 +224,45 @@ class BrokerServer:
             "Odradek broker ready: node id %d, cluster id %s, listening on %s, data in %s, broker epoch %d",
             self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs), broker_epoch,
         )
+
+    async def _bind_listeners(self) -> None:
+        """Bind (not yet serve) every listener this node's roles use; a port that cannot be
+        bound raises StartupError("cannot listen on host:port: reason")."""
+        cfg = self.config
+        controller_names = set(cfg.controller_listener_names)
+        for lst in cfg.listeners:
+            is_controller = lst.name in controller_names
+            if is_controller and "controller" not in cfg.process_roles:
+                continue
+            if not is_controller and "broker" not in cfg.process_roles:
+                continue
+            server = SocketServer(
+                lst.host,
+                lst.port,
+                _NOT_SERVING,
+                listener_name=lst.name,
+                max_request_bytes=cfg.socket_request_max_bytes,
+            )
+            try:
+                await server.bind()
+            except OSError as e:
+                reason = os.strerror(e.errno) if e.errno else str(e)
+                raise StartupError(
+                    f"cannot listen on {lst.host or '0.0.0.0'}:{lst.port} "
+                    f"(listener {lst.name}): {reason[:1].lower()}{reason[1:]}"
+                ) from e
+            self._servers.append(server)
+            self.bound_ports[lst.name] = server.port
+
+    async def _close_listeners(self) -> None:
+        for server in self._servers:
+            await server.stop()
+        self._servers.clear()
+
+    def _release_locks(self) -> None:
+        for lock in self._dir_locks:
+            lock.release()
+        self._dir_locks = []
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None
@@ -232,7 +291,8 @@ class BrokerServer:
         self._tasks.append(asyncio.get_running_loop().create_task(loop_task(), name=name))
 
     async def shutdown(self) -> None:
-        log.info("Odradek broker %d shutting down", self.node_id)
+        if self._started:
+            log.info("Odradek broker %d shutting down", self.node_id)
         # Stop taking requests, answer the ones already taken (waiting produces and fetches
         # are completed now), and only then close the connections.
         for server in self._servers:
@@ -260,4 +320,8 @@ class BrokerServer:
             raw = self._metadata_raw_log
             await loop.run_in_executor(None, raw.flush)
             raw.close()
-        log.info("Odradek broker %d shut down cleanly", self.node_id)
+            self._metadata_raw_log = None
+        self._release_locks()
+        if self._started:
+            log.info("Odradek broker %d shut down cleanly", self.node_id)
+        self._started = False
