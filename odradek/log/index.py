@@ -80,6 +80,16 @@ class _IndexFile(ABC):
     def _truncate_file(self, entries: int) -> None:
         os.ftruncate(self._fd, entries * self.entry_size)
 
+    def truncate_to_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries (undoes appends that a failed segment append made)."""
+        if n < len(self):
+            self._drop_from(n)
+            self._truncate_file(n)
+
+    @abstractmethod
+    def _drop_from(self, n: int) -> None:
+        """Remove in-memory entries from index ``n`` on."""
+
 
 class OffsetIndex(_IndexFile):
     entry_size = 8
@@ -126,6 +136,10 @@ class OffsetIndex(_IndexFile):
         )
         self._offsets.append(offset)
         self._positions.append(position)
+
+    def _drop_from(self, n: int) -> None:
+        del self._offsets[n:]
+        del self._positions[n:]
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """Largest entry with offset <= target, else (base_offset, 0)."""
@@ -192,6 +206,10 @@ class TimeIndex(_IndexFile):
         )
         self._timestamps.append(timestamp)
         self._offsets.append(offset)
+
+    def _drop_from(self, n: int) -> None:
+        del self._timestamps[n:]
+        del self._offsets[n:]
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """Largest entry with timestamp <= target, else (-1, base_offset)."""

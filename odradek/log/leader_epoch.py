@@ -19,6 +19,7 @@ class LeaderEpochFileCache:
         self.path = path
         self._lock = threading.RLock()
         self._entries: list[tuple[int, int]] = []
+        self._dirty = False  # the last write of the file failed: retry at the next change
         if path is not None:
             try:
                 lines = read_checkpoint_lines(path, 0)
@@ -52,6 +53,8 @@ class LeaderEpochFileCache:
             return
         with self._lock:
             if self._entries and self._entries[-1] == (epoch, start_offset):
+                if self._dirty:
+                    self._flush()
                 return
             if self._entries and self._entries[-1][0] == epoch:
                 # Same epoch already known: keep the earliest start offset.
@@ -112,4 +115,6 @@ class LeaderEpochFileCache:
     def _flush(self) -> None:
         if self.path is None:
             return
+        self._dirty = True
         write_checkpoint_lines(self.path, 0, [f"{e} {s}" for e, s in self._entries])
+        self._dirty = False

@@ -41,6 +41,8 @@ from odradek.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from odradek.log.storage_health import STORAGE_HEALTH
+from odradek.log.storage_health import describe as describe_os_error
 from odradek.records.batch import (
     BASE_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
@@ -192,6 +194,7 @@ class Log:
         self._recovery_point = recovery_point
         self._high_watermark = high_watermark
         self._topic_id = topic_id
+        self._topic_id_saved = True  # False while partition.metadata could not be written
         self.leader_epoch_cache = leader_epoch_cache
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
@@ -315,7 +318,10 @@ class Log:
             now_ms=now_ms,
         )
         if topic_id is not None and stored_topic_id != topic_id:
-            log.assign_topic_id(topic_id)
+            try:
+                log.assign_topic_id(topic_id)
+            except OSError as e:  # disk full: written at the first append that succeeds
+                log._storage_failure(e, "creating")
         return log
 
     @staticmethod
@@ -418,8 +424,9 @@ class Log:
     def assign_topic_id(self, topic_id: bytes) -> None:
         """Record the topic id in `partition.metadata` (`version: 0` / `topic_id: <base64>`)."""
         text = f"version: 0\ntopic_id: {topic_id_to_string(topic_id)}\n"
+        self._topic_id, self._topic_id_saved = topic_id, False
         atomic_write(os.path.join(self.dir, PARTITION_METADATA_FILENAME), text.encode("ascii"))
-        self._topic_id = topic_id
+        self._topic_id_saved = True
 
     # ============================================================================= append
     @property
@@ -491,9 +498,12 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
-            if leader_epoch > self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
-            self._append(buf, info, now_ms)
+            try:
+                if leader_epoch > self.leader_epoch_cache.latest_epoch:
+                    self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
+                self._append(buf, info, now_ms)
+            except OSError as e:
+                raise self._storage_failure(e, "appending to") from e
             if self._producer_state_loaded:
                 for b in info.batches:
                     self.producer_state.update_from_header(parse_header(buf, b.position))
@@ -532,19 +542,38 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
-            for b in info.batches:
-                if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
-                    self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
-            self._append(buf, info, now_ms)
+            try:
+                for b in info.batches:
+                    if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
+                        self.leader_epoch_cache.assign(b.partition_leader_epoch, b.base_offset)
+                self._append(buf, info, now_ms)
+            except OSError as e:
+                raise self._storage_failure(e, "appending to") from e
             self._producer_state_loaded = False
         return info
 
     def _append(
         self, buf: bytes | bytearray | memoryview, info: AppendInfo, now_ms: int | None
     ) -> None:
+        """Write the batches; on OSError (disk full, I/O error) nothing is appended: the
+        segment undoes a partial write, and the next append tries again."""
         seg = self._maybe_roll(info, now_ms)
         seg.append(memoryview(buf)[: info.valid_bytes], info.batches, now_ms)
         self._unflushed_messages += info.num_records
+        STORAGE_HEALTH.succeeded(os.path.dirname(self.dir))
+        if not self._topic_id_saved and self._topic_id is not None:
+            try:
+                self.assign_topic_id(self._topic_id)
+            except OSError:
+                pass  # the next append tries again
+
+    def _storage_failure(self, e: OSError, doing: str) -> KafkaStorageError:
+        """Report a failed write once per episode (see storage_health) and make it the
+        KAFKA_STORAGE_ERROR the client gets."""
+        STORAGE_HEALTH.failed(os.path.dirname(self.dir), f"{doing} {self.topic}-{self.partition}", e)
+        return KafkaStorageError(
+            f"Cannot write to {self.topic}-{self.partition}: {describe_os_error(e)}"
+        )
 
     def _maybe_roll(self, info: AppendInfo, now_ms: int | None) -> LogSegment:
         seg = self._segments[-1]
@@ -571,16 +600,20 @@ class Log:
         with self._lock:
             old = self._segments[-1]
             base = self.log_end_offset if new_base is None else max(new_base, self.log_end_offset)
+            if old.size == 0 and base == old.base_offset:
+                return old
+            if old.size:
+                old.on_become_inactive()
+            # The new segment is opened before the old one changes: if that fails (disk full),
+            # the log is as it was.
+            seg = self._open_segment(
+                self.dir, base, self.config, now_ms if now_ms is not None else old.last_modified_ms
+            )
             if old.size == 0:
                 # Replace an empty active segment rather than leaving an empty one behind.
                 self._segments.pop()
                 self._bases.pop()
                 old.delete()
-            else:
-                old.on_become_inactive()
-            seg = self._open_segment(
-                self.dir, base, self.config, now_ms if now_ms is not None else old.last_modified_ms
-            )
             self._segments.append(seg)
             self._bases.append(base)
             return seg
@@ -897,9 +930,9 @@ class Log:
         for s in segs:
             try:
                 s.flush()
-            except OSError:
+            except OSError as e:
                 if not s.closed:
-                    raise
+                    raise self._storage_failure(e, "flushing") from e
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = target

@@ -63,6 +63,7 @@ from odradek.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.records.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -361,6 +362,11 @@ class LogCleaner:
             except CleaningAbortedError as exc:
                 logger.info("Cleaning of %s-%d aborted: %s", ltc.tp[0], ltc.tp[1], exc)
                 return 0
+            except OSError as exc:
+                # Disk full or an I/O error: retried at the next pass; logged once until a
+                # cleaning succeeds (see storage_health).
+                STORAGE_HEALTH.failed(ltc.log_dir, f"cleaning {ltc.tp[0]}-{ltc.tp[1]}", exc)
+                return 0
             except Exception:
                 logger.exception(
                     "Cleaning of %s-%d failed; the log is marked uncleanable until restart",
@@ -374,6 +380,7 @@ class LogCleaner:
                     self._in_progress = None
                     self._cond.notify_all()
         self.last_stats = stats
+        STORAGE_HEALTH.succeeded(ltc.log_dir)
         logger.info(
             "Cleaned log %s-%d up to offset %d: %d segments -> %d, %d -> %d bytes, "
             "%d of %d records removed (%d keys in the offset map)",

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 
 from odradek.log.checkpoint import OffsetCheckpointFile, fsync_dir
+from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log, parse_topic_partition_dir
 from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_config import LogConfig
@@ -195,7 +196,11 @@ class LogManager:
         except OSError as e:
             logger.warning("could not rename %s for deletion (%s); deleting it in place", log.dir, e)
         shutil.rmtree(log.dir, ignore_errors=True)
-        self._checkpoint_dir(log_dir)
+        try:
+            self._checkpoint_dir(log_dir)
+        except OSError as e:  # disk full: the periodic checkpoint writes it later
+            logger.warning("could not rewrite the checkpoints of %s after deleting %s-%d: %s",
+                           log_dir, topic, partition, e)
 
     # ======================================================================= checkpoints
     def checkpoint_logs(self) -> None:
@@ -259,13 +264,19 @@ class LogManager:
     def flush_dirty_logs(self, now_ms: int) -> None:
         """Flush logs whose flush.ms has elapsed since their last flush, and logs with rolled
         segments not yet flushed (Kafka flushes a segment asynchronously when it rolls)."""
+        failure: Exception | None = None
         for log in self.all_logs().values():
             if log.closed:
                 continue
-            if now_ms - log.last_flush_ms >= log.config.flush_ms:
-                log.flush(now_ms=now_ms)
-            elif log.recovery_point < log.active_segment.base_offset:
-                log.flush(log.active_segment.base_offset)
+            try:
+                if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                    log.flush(now_ms=now_ms)
+                elif log.recovery_point < log.active_segment.base_offset:
+                    log.flush(log.active_segment.base_offset)
+            except (OSError, KafkaStorageError) as e:  # the others are still flushed
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
     def clean_logs(self, now_ms: int) -> int:
         """Compact every eligible compacted log once, dirtiest first (the log cleaner's work;

@@ -96,10 +96,18 @@ class LogSegment:
         self.offset_index = OffsetIndex(
             prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
         )
-        self.time_index = TimeIndex(
-            prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
-        )
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.time_index = TimeIndex(
+                prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
+            )
+            try:
+                self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                self.time_index.close()
+                raise
+        except OSError:
+            self.offset_index.close()  # no descriptor leaks when a file cannot be created
+            raise
         self._size = os.fstat(self._fd).st_size
         self._next_offset = base_offset  # one past the last offset in the segment
         self._max_timestamp_so_far = -1
@@ -308,15 +316,48 @@ class LogSegment:
         if not batches:
             return
         physical = self._size
-        _pwrite_all(self._fd, data, physical)
-        for b in batches:
-            self._index_batch(b.last_offset, b.max_timestamp, physical + b.position, b.size)
+        saved = (
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp_so_far,
+            self._bytes_since_last_index_entry,
+            len(self.offset_index),
+            len(self.time_index),
+        )
+        try:
+            _pwrite_all(self._fd, data, physical)
+            for b in batches:
+                self._index_batch(b.last_offset, b.max_timestamp, physical + b.position, b.size)
+        except OSError:
+            # Disk full or an I/O error part-way: undo, so the segment is as before the append
+            # (readers never saw the new bytes: the size moves only on success).
+            self._rollback(physical, saved)
+            raise
         if self._size == 0:
             self._rolling_base_ms = now_ms if now_ms is not None else batches[0].max_timestamp
         self._size = physical + len(data)
         self._next_offset = batches[-1].last_offset + 1
         if now_ms is not None:
             self._last_modified_ms = now_ms
+
+    def _rollback(self, size: int, saved: tuple[int, int, int, int, int]) -> None:
+        (
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp_so_far,
+            self._bytes_since_last_index_entry,
+            offset_entries,
+            time_entries,
+        ) = saved
+        # Each index drops its in-memory entries before its file shrinks; a file that cannot
+        # shrink keeps a stale tail that the next append overwrites (or recovery trims).
+        for undo in (
+            lambda: self.offset_index.truncate_to_entries(offset_entries),
+            lambda: self.time_index.truncate_to_entries(time_entries),
+            lambda: os.ftruncate(self._fd, size),  # shrinking needs no space
+        ):
+            try:
+                undo()
+            except OSError:
+                pass
 
     def on_become_inactive(self) -> None:
         """Called when rolled or closed: make the time index cover the segment's max timestamp."""

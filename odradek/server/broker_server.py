@@ -20,6 +20,7 @@ from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
@@ -45,6 +46,34 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def run_periodically(name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
+    """Run ``fn`` in a worker thread every ``interval_ms`` until cancelled. A failure is logged
+    once (a disk-full or I/O error as one line, anything else with its traceback), then quietly
+    until a run succeeds again, which is logged once too: a checkpoint that cannot be written
+    on a full disk does not log a traceback every few seconds."""
+    loop = asyncio.get_running_loop()
+    failing = 0  # consecutive failed runs
+    while True:
+        await asyncio.sleep(interval_ms / 1000.0)
+        try:
+            await loop.run_in_executor(None, fn)
+        except Exception as e:
+            failing += 1
+            if failing > 1:
+                log.debug("Background task %s failed again: %s", name, e)
+            elif isinstance(e, (OSError, KafkaStorageError)):
+                log.error(
+                    "Background task %s failed: %s; retrying every %d ms (logged again when it "
+                    "succeeds)", name, e, interval_ms,
+                )
+            else:
+                log.exception("Background task %s failed (logged once until it succeeds)", name)
+            continue
+        if failing:
+            log.info("Background task %s succeeds again after %d failed runs", name, failing)
+            failing = 0
 
 
 class _NotServing:
@@ -278,17 +307,9 @@ class BrokerServer:
     def _schedule(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
         if interval_ms <= 0 or interval_ms >= 2**62:
             return
-
-        async def loop_task() -> None:
-            loop = asyncio.get_running_loop()
-            while True:
-                await asyncio.sleep(interval_ms / 1000.0)
-                try:
-                    await loop.run_in_executor(None, fn)
-                except Exception:
-                    log.exception("Background task %s failed", name)
-
-        self._tasks.append(asyncio.get_running_loop().create_task(loop_task(), name=name))
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(run_periodically(name, interval_ms, fn), name=name)
+        )
 
     async def shutdown(self) -> None:
         if self._started:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.log.errors import LogError
+from odradek.log.errors import KafkaStorageError, LogError
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
@@ -287,6 +287,9 @@ class ReplicaManager:
             except KafkaError as e:
                 st.error, st.message = e.code, e.message
                 continue
+            except KafkaStorageError as e:  # logged once per episode by the log layer
+                st.error, st.message = Errors.KAFKA_STORAGE_ERROR, str(e)
+                continue
             except (RecordError, LogError) as e:
                 st.error, st.message = Errors(e.error_code), str(e)
                 log.warning("Rejected produce to %s: %s", p, e)
@@ -312,7 +315,17 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ProducePartitionStatus]:
         if to_flush:
             loop = asyncio.get_running_loop()
-            await asyncio.gather(*(loop.run_in_executor(None, lg.flush) for lg in to_flush))
+            results = await asyncio.gather(
+                *(loop.run_in_executor(None, lg.flush) for lg in to_flush), return_exceptions=True
+            )
+            for lg, res in zip(to_flush, results, strict=True):
+                st = statuses.get((lg.topic, lg.partition))
+                if isinstance(res, KafkaStorageError) and st is not None:
+                    # The records are written but could not be made durable (flush.messages):
+                    # not acknowledged, as Kafka does when the fsync fails.
+                    st.error, st.message = Errors.KAFKA_STORAGE_ERROR, str(res)
+                elif isinstance(res, BaseException):
+                    raise res
         if required_acks != -1:
             return statuses
         op = DelayedProduce(timeout_ms, statuses, self)
