@@ -46,6 +46,7 @@ from odradek.coordinator.group_metadata_manager import (
     TopicPartition,
 )
 from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.log.errors import KafkaStorageError
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors
 from odradek.server.kafka_config import ConfigError, KafkaConfig
@@ -230,21 +231,21 @@ class GroupCoordinator:
         cfg = self.config
         live = len(self.image.live_brokers())
         rf = max(1, min(cfg.offsets_topic_replication_factor, live))
-        results = await self.controller.create_topics(
-            [
-                {
-                    "name": OFFSETS_TOPIC,
-                    "num_partitions": cfg.offsets_topic_num_partitions,
-                    "replication_factor": rf,
-                    "configs": [
-                        {"name": "cleanup.policy", "value": "compact"},
-                        {"name": "segment.bytes", "value": str(cfg.offsets_topic_segment_bytes)},
-                        {"name": "compression.type", "value": "producer"},
-                    ],
-                }
+        topic = {
+            "name": OFFSETS_TOPIC,
+            "num_partitions": cfg.offsets_topic_num_partitions,
+            "replication_factor": rf,
+            "configs": [
+                {"name": "cleanup.policy", "value": "compact"},
+                {"name": "segment.bytes", "value": str(cfg.offsets_topic_segment_bytes)},
+                {"name": "compression.type", "value": "producer"},
             ],
-            validate_only=False,
-        )
+        }
+        try:
+            results = await self.controller.create_topics([topic], validate_only=False)
+        except KafkaStorageError as e:  # disk full (logged once by the log layer): tried again
+            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # at the next FindCoordinator
+            return
         for r in results:
             if r.error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
                 log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, r.error.name, r.message or "")

@@ -9,10 +9,12 @@ local fsync) behind this same interface.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.metadata.records import decode_metadata_record, encode_metadata_record
 from odradek.records.batch import iter_batches
@@ -22,6 +24,8 @@ from odradek.records.records import decode_batch
 MetadataRecord = tuple[str, dict[str, Any]]
 
 TOPIC = "__cluster_metadata"
+
+log = logging.getLogger(__name__)
 
 
 class MetadataLog:
@@ -51,8 +55,20 @@ class MetadataLog:
         return info.first_offset, info.last_offset
 
     def commit(self, up_to: int) -> None:
-        """Make everything below ``up_to`` durable and committed. Blocking: run off the loop."""
-        self.log.flush()
+        """Make everything below ``up_to`` durable and committed. Blocking: run off the loop.
+
+        If the fsync fails (KafkaStorageError), what was appended since the last commit is
+        removed again: the caller reports the operation failed, so a restart, which replays
+        everything on disk, must not find it."""
+        try:
+            self.log.flush()
+        except KafkaStorageError:
+            with self._lock:
+                try:
+                    self.log.truncate_to(self.log.high_watermark)
+                except OSError:
+                    log.critical("cannot remove uncommitted records from %s", self.log.dir)
+            raise
         with self._lock:
             if up_to > self.log.high_watermark:
                 self.log.high_watermark = up_to
