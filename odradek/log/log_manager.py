@@ -185,7 +185,10 @@ class LogManager:
         if log is None or log_dir is None:
             return
         self.cleaner.abort_and_wait(log)
-        self.cleaner.forget(tp, log_dir)
+        try:
+            self.cleaner.forget(tp, log_dir)
+        except OSError as e:  # disk full: a stale entry is dropped at the next cleaner update
+            logger.warning("could not update the cleaner checkpoint of %s: %s", log_dir, e)
         log.retire()
         with self._lock:
             self._retired.append((now_ms + log.config.file_delete_delay_ms, log))
@@ -291,13 +294,26 @@ class LogManager:
 
     def shutdown(self, now_ms: int | None = None) -> None:
         """Stop the cleaner, flush and close every log, checkpoint, then write the
-        clean-shutdown marker."""
+        clean-shutdown marker. If a flush or checkpoint fails (disk full, I/O error), no
+        marker is written: the next start recovers the logs instead of trusting them."""
         self.cleaner.shutdown()
         logs = self.all_logs()
-        for log in logs.values():
-            log.close()
+        failure: OSError | None = None
+        for tp, log in logs.items():
+            try:
+                log.close()
+            except OSError as e:
+                logger.error("could not flush %s-%d at shutdown: %s", tp[0], tp[1], e)
+                failure = failure or e
         self._close_retired(None)
-        self.checkpoint_logs()
+        try:
+            self.checkpoint_logs()
+        except OSError as e:
+            logger.error("could not write the checkpoints at shutdown: %s", e)
+            failure = failure or e
+        if failure is not None:
+            logger.warning("not marking the shutdown clean: the next start recovers the logs")
+            return
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             with open(marker, "wb") as f:

@@ -216,3 +216,30 @@ def test_background_task_logs_a_failure_once_and_the_recovery_once(
     assert "No space left on device" in errors[0].getMessage()
     infos = [r for r in records if r.levelno == logging.INFO]
     assert len(infos) == 1 and "succeeds again after 7 failed runs" in infos[0].getMessage()
+
+
+def test_shutdown_on_a_full_disk_writes_no_clean_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Checkpoints that cannot be written at shutdown: no clean-shutdown marker (so the next
+    start recovers rather than trusting stale checkpoints), no exception, and data intact."""
+    d = tmp_path / "d"
+    lm = LogManager([str(d)], SMALL, now_ms=0)
+    lm.load_logs()
+    fill(lm.get_or_create_log("t", 0), 30)
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    caplog.set_level(logging.WARNING)
+    lm.shutdown()
+    monkeypatch.undo()
+    assert not (d / ".kafka_cleanshutdown").exists()
+    assert "not marking the shutdown clean" in caplog.text
+    lm2 = LogManager([str(d)], SMALL, now_ms=0)
+    lm2.load_logs()
+    log = lm2.get_log("t", 0)
+    assert log is not None and read_all(log) == list(range(60))
+    lm2.shutdown()
+    assert (d / ".kafka_cleanshutdown").exists()
