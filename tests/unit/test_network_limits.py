@@ -390,6 +390,37 @@ def test_negative_idle_ms_keeps_connections_open() -> None:
     run(main())
 
 
+def test_connection_limit_config() -> None:
+    from odradek.server.kafka_config import KafkaConfig
+
+    base = {"process.roles": "broker,controller", "node.id": "1",
+            "controller.quorum.voters": "1@localhost:9093",
+            "listeners": "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+            "controller.listener.names": "CONTROLLER"}
+    c = KafkaConfig({**base, "max.connections.per.ip": "0",
+                     "max.connections.per.ip.overrides": "127.0.0.2:3,localhost:4",
+                     "queued.max.request.bytes": "1000000", "connections.max.idle.ms": "-1"})
+    assert c.max_connections_per_ip == 0
+    assert c.max_connections_per_ip_overrides["127.0.0.2"] == 3
+    assert c.max_connections_per_ip_overrides["127.0.0.1"] == 4
+    assert c.queued_max_request_bytes == 1000000
+    assert c.connections_max_idle_ms == -1
+    d = KafkaConfig(base)
+    assert (d.max_connections, d.max_connections_per_ip) == (2**31 - 1, 2**31 - 1)
+    assert d.max_connections_per_ip_overrides == {}
+    assert (d.queued_max_request_bytes, d.connections_max_idle_ms) == (-1, 600000)
+
+
+def test_impossible_connection_limits_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli.main import main
+
+    assert main(["server", "--override", "max.connections.per.ip=0"]) == 2
+    err = capsys.readouterr().err
+    assert "If max.connections.per.ip is zero, max.connections.per.ip.overrides must be set" in err
+    assert main(["server", "-o", "max.connections.per.ip.overrides=127.0.0.1:x"]) == 2
+    assert "max.connections.per.ip.overrides" in capsys.readouterr().err
+
+
 def test_parse_ip_overrides() -> None:
     assert parse_ip_overrides("") == {}
     assert parse_ip_overrides("127.0.0.2:3, ::1:5,[fe80::1]:0") == {
