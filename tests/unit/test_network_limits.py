@@ -139,11 +139,34 @@ def test_pool_counts_the_bytes_that_arrived_not_the_declared_size() -> None:
     run(main())
 
 
-@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
-def test_large_frame_arriving_in_pieces_is_read_whole(loop_kind: str) -> None:
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop", "views-kept"])
+def test_large_frame_arriving_in_pieces_is_read_whole(
+    loop_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 5 MiB frame (bigger than the first buffer, so it grows several times) in uneven pieces,
-    then a small one: both handled intact and in order."""
+    then a small one: both handled intact and in order. ``views-kept``: every buffer handed to
+    the transport stays referenced, so the frame cannot be resized in place and is copied."""
     body = random.Random(5).randbytes(5 * MiB)
+    kept: list[memoryview] = []
+    grows: list[bool] = []
+    from odradek.network.socket_server import KafkaConnection
+
+    real_get_buffer = KafkaConnection.get_buffer
+    real_grow = KafkaConnection._grow_frame
+
+    def get_buffer(self: KafkaConnection, sizehint: int) -> memoryview:
+        view = real_get_buffer(self, sizehint)
+        kept.append(view)
+        return view
+
+    def grow(self: KafkaConnection) -> None:
+        before = self._frame
+        real_grow(self)
+        grows.append(self._frame is before)  # True: resized in place
+
+    monkeypatch.setattr(KafkaConnection, "_grow_frame", grow)
+    if loop_kind == "views-kept":
+        monkeypatch.setattr(KafkaConnection, "get_buffer", get_buffer)
 
     async def main() -> None:
         server, handler = await start(max_request_bytes=100 * MiB)
@@ -169,6 +192,11 @@ def test_large_frame_arriving_in_pieces_is_read_whole(loop_kind: str) -> None:
         uvloop.run(asyncio.wait_for(main(), 20))
     else:
         run(main())
+    assert len(grows) >= 3
+    if loop_kind == "views-kept":
+        assert not any(grows)  # every growth had to copy: the fallback was taken
+    else:
+        assert all(grows)  # the transport let go of its views: resized in place
 
 
 def test_queued_max_request_bytes_pauses_reading_then_resumes_in_order(
