@@ -140,9 +140,9 @@ class ConnectionQuotas:
         if count >= limit:
             self._log.log(
                 logging.INFO, ip,
-                "Rejected connection from /%s on listener %s, address already has the "
-                "configured maximum of %d connections",
-                ip, listener_name, limit,
+                "Rejected connection from /%s, address already has the configured maximum "
+                "of %d connections (listener %s)",
+                ip, limit, listener_name,
             )
             return False
         if self.total >= self.max_connections:

@@ -344,8 +344,8 @@ def test_max_connections_per_ip_with_overrides(caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.INFO, logger="odradek.network.limits"):
         run(main())
     assert (
-        "Rejected connection from /127.0.0.1 on listener PLAINTEXT, address already has the "
-        "configured maximum of 1 connections" in caplog.text
+        "Rejected connection from /127.0.0.1, address already has the configured maximum "
+        "of 1 connections (listener PLAINTEXT)" in caplog.text
     )
     assert "configured maximum of 3 connections" in caplog.text
 
@@ -458,3 +458,86 @@ def test_parse_ip_overrides() -> None:
     for bad in ("127.0.0.1", "127.0.0.1:x", ":3", "127.0.0.1:-1", "a:1,,b:2"):
         with pytest.raises(ValueError):
             parse_ip_overrides(bad)
+
+
+# ---- sans-I/O: the pool and the quotas on their own ---------------------------------------------
+
+
+class Member:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pool_held = 0
+        self.pool_frames = 0
+        self.paused = False
+        self.can_progress = True
+
+    def pool_pause(self) -> None:
+        self.paused = True
+
+    def pool_resume(self) -> None:
+        self.paused = False
+
+    def pool_can_progress(self) -> bool:
+        return self.can_progress
+
+
+def test_memory_pool_pauses_all_but_one_partial_request() -> None:
+    pool = RequestMemoryPool(1000)
+    a, b, c = Member("a"), Member("b"), Member("c")
+    pool.update(a, 600)
+    pool.update(b, 300)
+    assert pool.used == 900 and not (a.paused or b.paused)
+    pool.update(c, 200)  # c fills the pool: it alone may read on
+    assert pool.finisher is c and not c.paused
+    pool.update(a, 650)  # a's next read: paused
+    assert a.paused and pool.used == 1150
+    pool.update(b, 0)  # b's read completed its requests: 850 bytes held, below the limit
+    assert pool.finisher is None and not a.paused and not b.paused  # everyone reads again
+    pool.update(c, 500)
+    assert pool.finisher is c
+    pool.update(a, 700)
+    assert a.paused
+    c.pool_frames += 1  # c's request was handled and the next one begun: c loses its turn
+    pool.update(c, 400)
+    assert pool.finisher is a and not a.paused and c.paused  # a holds the most
+    pool.remove(a)  # a goes away: its bytes are free, everyone reads again
+    assert pool.used == 400 and pool.finisher is None and not c.paused and not pool.paused
+
+
+def test_memory_pool_prefers_a_finisher_that_can_read() -> None:
+    pool = RequestMemoryPool(100)
+    a, b, c = Member("a"), Member("b"), Member("c")
+    pool.update(a, 60)
+    pool.update(b, 30)
+    pool.update(c, 20)
+    assert pool.finisher is c
+    pool.update(a, 70)
+    pool.update(b, 31)
+    assert a.paused and b.paused
+    a.can_progress = False  # e.g. its client does not read its responses
+    pool.remove(c)
+    assert pool.finisher is b and not b.paused and a.paused
+
+
+def test_rejections_are_logged_once_per_interval(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from odradek.network import limits
+
+    now = [1000.0]
+    monkeypatch.setattr(limits.time, "monotonic", lambda: now[0])
+    quotas = ConnectionQuotas(max_connections=5, max_connections_per_ip=1)
+    with caplog.at_level(logging.INFO, logger="odradek.network.limits"):
+        assert quotas.try_acquire("127.0.0.1", "L")
+        for _ in range(5):
+            assert not quotas.try_acquire("127.0.0.1", "L")
+        assert not quotas.try_acquire("::ffff:127.0.0.1", "L")  # the same address
+        assert quotas.try_acquire("127.0.0.2", "L")
+        now[0] += limits.REJECT_LOG_INTERVAL_S
+        assert not quotas.try_acquire("127.0.0.1", "L")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "(5 similar rejections in the last 10 s were not logged)" in lines[1]
+    quotas.release("127.0.0.1")
+    quotas.release("127.0.0.2")
+    assert quotas.total == 0 and quotas.counts == {}
