@@ -8,7 +8,10 @@ bytes that have actually arrived. When the pool is full, every connection stops 
 the read that found it full, except one connection holding part of a request (the *finisher*):
 it reads on until that request is complete, so the pool overshoots by at most one request
 (``socket.request.max.bytes``), as Kafka's non-strict pool can. Reading resumes once handled
-requests have brought the total below the limit.
+requests have brought the total below the limit. A connection not yet paused may overshoot by
+one read (at most 64 KiB). What is allocated can exceed what the pool counts by each connection's
+64 KiB staging buffer and, for a connection receiving a large request, by at most 1 MiB or what it
+has received (its buffer doubles as it fills); ``max.connections`` bounds those.
 
 :class:`ConnectionQuotas` is ``max.connections``, ``max.connections.per.ip`` and
 ``max.connections.per.ip.overrides``. Over the per-IP limit a new connection is closed at once

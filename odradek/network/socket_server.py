@@ -9,8 +9,9 @@ of memory): it starts at ``FRAME_INITIAL_BYTES`` at most and doubles, up to the 
 when what has arrived fills it, so a connection holds at most ``FRAME_INITIAL_BYTES`` or twice
 what it has sent.
 
-Limits shared by all listeners (:mod:`odradek.network.limits`): ``queued.max.request.bytes`` (a
-pool of the bytes received and not yet handled; reading pauses when it is full),
+Limits that the broker's listeners share (:mod:`odradek.network.limits`; the controller listener
+has its own): ``queued.max.request.bytes`` (a pool of the bytes received and not yet handled;
+reading pauses when it is full),
 ``max.connections`` and ``max.connections.per.ip`` (new connections over a limit are closed at
 once). ``connections.max.idle.ms``: a connection with no bytes read for that long and nothing
 owed to it (no response pending or unsent, not paused by the pool) is closed.
