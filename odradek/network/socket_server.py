@@ -3,8 +3,18 @@
 Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``). Bytes are read
 into a reusable staging buffer; every complete frame is copied once into its own ``bytearray``
 (the request layer may rewrite it in place). A frame too large for the staging buffer gets its
-own ``bytearray`` straight away and the transport reads the rest of it directly into that buffer,
-so even a 1 MB produce request is copied at most once on the way in.
+own ``bytearray`` and the transport reads the rest of it directly into that buffer. The buffer is
+never allocated from the declared size (4 bytes would otherwise claim ``socket.request.max.bytes``
+of memory): it starts at ``FRAME_INITIAL_BYTES`` at most and doubles, up to the declared size, only
+when what has arrived fills it, so a connection holds at most ``FRAME_INITIAL_BYTES`` or twice
+what it has sent.
+
+Limits that the broker's listeners share (:mod:`odradek.network.limits`; the controller listener
+has its own): ``queued.max.request.bytes`` (a pool of the bytes received and not yet handled;
+reading pauses when it is full),
+``max.connections`` and ``max.connections.per.ip`` (new connections over a limit are closed at
+once). ``connections.max.idle.ms``: a connection with no bytes read for that long and nothing
+owed to it (no response pending or unsent, not paused by the pool) is closed.
 
 The handler runs synchronously, in arrival order, for every frame. Its results (ready buffers,
 ``None`` or an awaitable) go through a per-connection FIFO so responses leave in request order
@@ -34,6 +44,7 @@ import socket
 from collections.abc import Awaitable
 from typing import Any, cast
 
+from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import (
     CloseConnection,
     ConnectionInfo,
@@ -45,6 +56,8 @@ from odradek.network.request_channel import (
 log = logging.getLogger(__name__)
 
 STAGING_BUFFER_BYTES = 64 * 1024
+# The most a frame's own buffer holds before the bytes that fill it have arrived; it then doubles.
+FRAME_INITIAL_BYTES = 1024 * 1024
 MAX_PENDING_RESPONSES = 100
 # Transport write buffer limits: pause_writing as soon as anything is left buffered (the socket
 # is full), resume_writing once it is empty again. Kafka likewise mutes a channel (reads no
@@ -142,10 +155,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._stage_view = memoryview(self._stage)
         self._start = 0
         self._end = 0
-        # A large frame being read directly into its own buffer.
+        # A large frame being read directly into its own buffer (which grows as bytes arrive).
         self._frame: bytearray | None = None
         self._frame_view: memoryview | None = None
         self._frame_pos = 0
+        self._frame_size = 0
+        # Limits shared with the other connections (see odradek.network.limits).
+        self._pool = server.memory_pool
+        self.pool_held = 0
+        self.pool_frames = 0
+        self._pool_paused = False
+        self._ip: str | None = None  # counted in the server's connection quotas
+        self._last_read = self._loop.time()
         # Responses not yet written, in request order.
         self._pending: collections.deque[Any] = collections.deque()
         self._writer: asyncio.Task[None] | None = None
@@ -163,8 +184,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # uvloop's transports do not subclass asyncio.Transport; they implement its interface.
         transport = cast(asyncio.Transport, transport)
         self._transport = transport
+        peername = transport.get_extra_info("peername")
+        quotas = self._server.quotas
+        if quotas is not None:
+            ip = str(peername[0]) if isinstance(peername, tuple) and peername else "?"
+            if not quotas.try_acquire(ip, self._server.listener_name):
+                self._closing = True
+                transport.abort()
+                return
+            self._ip = ip
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        peer = _format_address(transport.get_extra_info("peername"))
+        peer = _format_address(peername)
         local = _format_address(transport.get_extra_info("sockname"))
         conn_id = f"{local}-{peer}-{next(self._server._conn_counter)}"
         self.info = ConnectionInfo(
@@ -191,6 +221,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._drained.cancel()
         self._frame = None
         self._frame_view = None
+        if self._pool is not None:
+            self._pool.remove(self)
+        if self._ip is not None and self._server.quotas is not None:
+            self._server.quotas.release(self._ip)
+            self._ip = None
         self._server._connections.discard(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -234,7 +269,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
-            return self._frame_view[self._frame_pos :]
+            pos = self._frame_pos
+            if pos == len(self._frame_view):
+                self._grow_frame()
+            pool = self._pool
+            if pool is not None and pool.finisher is not self:
+                # Read no more than the pool has room for (at least a staging buffer's worth).
+                room = max(pool.capacity - pool.used, STAGING_BUFFER_BYTES)
+                return self._frame_view[pos : pos + room]
+            return self._frame_view[pos:]
         if self._end == len(self._stage):
             self._compact()
             if self._end == len(self._stage):  # only possible if frames are parked while paused
@@ -246,9 +289,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._closing:
             return
+        self._last_read = self._loop.time()
         if self._frame is not None:
             self._frame_pos += nbytes
-            if self._frame_pos < len(self._frame):
+            if self._frame_pos < self._frame_size:
+                if self._pool is not None:
+                    self._pool.update(self, self._frame_pos)
                 return
             frame = self._frame
             self._frame = None
@@ -258,6 +304,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:
             self._end += nbytes
         self._process()
+        if self._pool is not None:
+            self._pool.update(self, self._end - self._start + self._frame_pos)
+
+    def _grow_frame(self) -> None:
+        """The frame's buffer is full but the frame is not: double it (up to the frame's size)."""
+        frame = self._frame
+        assert frame is not None and self._frame_view is not None
+        old = len(frame)
+        new = min(self._frame_size, max(2 * old, old + STAGING_BUFFER_BYTES))
+        self._frame_view.release()
+        try:
+            frame += bytes(new - old)  # in place; bytes(n) of zeros costs no memory until read
+        except BufferError:  # a view of it is still alive somewhere: copy instead
+            grown = bytearray(new)
+            grown[:old] = frame
+            self._frame = frame = grown
+        self._frame_view = memoryview(frame)
 
     def eof_received(self) -> bool | None:
         if self._frame is not None or self._end > self._start:
@@ -295,14 +358,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._dispatch(frame)
                 continue
             if 4 + size > len(stage):
-                # Too big for the staging buffer: read the rest straight into its own buffer.
-                frame = bytearray(size)
+                # Too big for the staging buffer: read the rest straight into its own buffer,
+                # which grows as the bytes arrive (never allocated from the declared size).
                 have = avail - 4
+                frame = bytearray(min(size, max(FRAME_INITIAL_BYTES, have)))
                 frame[:have] = self._stage_view[start + 4 : self._end]
                 self._start = self._end = 0
                 self._frame = frame
                 self._frame_view = memoryview(frame)
                 self._frame_pos = have
+                self._frame_size = size
                 return
             if start + 4 + size > len(stage):
                 self._compact()
@@ -339,6 +404,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _dispatch(self, frame: bytearray) -> None:
         info = self.info
         assert info is not None
+        self.pool_frames += 1
         try:
             result = self._server.handler.handle(info, frame)
         except CloseConnection as e:
@@ -546,7 +612,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _pause_reading(self) -> None:
         if not self._read_paused and self._transport is not None:
             self._read_paused = True
-            if not self._transport.is_closing():
+            if not self._pool_paused and not self._transport.is_closing():
                 self._transport.pause_reading()
 
     def _maybe_resume_reading(self) -> None:
@@ -558,9 +624,44 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ):
             self._read_paused = False
             self._process()  # frames parked in the staging buffer first
-            if not self._read_paused and self._transport is not None:
+            if self._pool is not None:
+                self._pool.update(self, self._end - self._start + self._frame_pos)
+            if not self._read_paused and not self._pool_paused and self._transport is not None:
                 if not self._transport.is_closing():
                     self._transport.resume_reading()
+
+    # The request memory pool (queued.max.request.bytes) pauses and resumes reading too.
+
+    def pool_pause(self) -> None:
+        if not self._pool_paused:
+            self._pool_paused = True
+            transport = self._transport
+            if not self._read_paused and transport is not None and not transport.is_closing():
+                transport.pause_reading()
+
+    def pool_resume(self) -> None:
+        if self._pool_paused:
+            self._pool_paused = False
+            transport = self._transport
+            if not self._read_paused and transport is not None and not transport.is_closing():
+                transport.resume_reading()
+
+    def pool_can_progress(self) -> bool:
+        return not self._read_paused and not self._closing
+
+    def idle_since(self, now: float) -> float | None:
+        """When this connection became idle (nothing read, nothing owed), or None if busy."""
+        transport = self._transport
+        if (
+            self._pending
+            or self._writer is not None
+            or self._pool_paused
+            or transport is None
+            or transport.get_write_buffer_size()
+        ):
+            self._last_read = now  # busy: idle time counts from when it is done
+            return None
+        return self._last_read
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -593,12 +694,21 @@ class SocketServer:
         *,
         listener_name: str,
         max_request_bytes: int = 104857600,
+        memory_pool: RequestMemoryPool | None = None,
+        quotas: ConnectionQuotas | None = None,
+        connections_max_idle_ms: int = 600000,
     ) -> None:
+        """``memory_pool`` and ``quotas`` may be shared by several listeners (None: no limit);
+        ``connections_max_idle_ms`` < 0 keeps idle connections open forever, as in Kafka."""
         self.host = host
         self._requested_port = port
         self.handler = handler
         self.listener_name = listener_name
         self.max_request_bytes = max_request_bytes
+        self.memory_pool = memory_pool
+        self.quotas = quotas
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self._idle_task: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._conn_counter = itertools.count()
@@ -637,9 +747,34 @@ class SocketServer:
             "listener %s accepting connections on %s:%d",
             self.listener_name, self.host or "0.0.0.0", self.port,
         )
+        if self.connections_max_idle_ms >= 0:
+            self._idle_task = asyncio.get_running_loop().create_task(self._close_idle_connections())
+
+    async def _close_idle_connections(self) -> None:
+        """Every so often, close the connections idle for longer than connections.max.idle.ms."""
+        max_idle_s = self.connections_max_idle_ms / 1000
+        interval = min(1.0, max(0.01, max_idle_s / 4))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            for conn in list(self._connections):
+                if conn._closing:
+                    continue
+                since = conn.idle_since(now)
+                if since is not None and now - since > max_idle_s:
+                    log.debug(
+                        "closing connection %s from %s: idle for more than "
+                        "connections.max.idle.ms=%d",
+                        conn._conn_id, conn._peer, self.connections_max_idle_ms,
+                    )
+                    conn.close()
 
     def begin_shutdown(self) -> None:
         """Stop accepting and reading; connections close once their owed responses are out."""
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            self._idle_task = None
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):

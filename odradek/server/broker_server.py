@@ -27,6 +27,7 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
@@ -42,6 +43,15 @@ from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+def _network_limits(cfg: KafkaConfig) -> tuple[RequestMemoryPool | None, ConnectionQuotas]:
+    """queued.max.request.bytes (<= 0: no pool, as in Kafka) and the connection quotas."""
+    pool_bytes = cfg.queued_max_request_bytes
+    quotas = ConnectionQuotas(
+        cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
+    )
+    return (RequestMemoryPool(pool_bytes) if pool_bytes > 0 else None), quotas
 
 
 def _now_ms() -> int:
@@ -259,18 +269,25 @@ class BrokerServer:
         bound raises StartupError("cannot listen on host:port: reason")."""
         cfg = self.config
         controller_names = set(cfg.controller_listener_names)
+        # Request memory and connection limits, shared by the broker's listeners (the controller
+        # listener has its own, as Kafka's controller has its own socket server).
+        limits = {role: _network_limits(cfg) for role in ("broker", "controller")}
         for lst in cfg.listeners:
             is_controller = lst.name in controller_names
             if is_controller and "controller" not in cfg.process_roles:
                 continue
             if not is_controller and "broker" not in cfg.process_roles:
                 continue
+            pool, quotas = limits["controller" if is_controller else "broker"]
             server = SocketServer(
                 lst.host,
                 lst.port,
                 _NOT_SERVING,
                 listener_name=lst.name,
                 max_request_bytes=cfg.socket_request_max_bytes,
+                memory_pool=pool,
+                quotas=quotas,
+                connections_max_idle_ms=cfg.connections_max_idle_ms,
             )
             try:
                 await server.bind()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.network.limits import OverridesError, parse_ip_overrides
 from odradek.server.config_defs import (
     BROKER_CONFIGS,
     check_value,
@@ -323,6 +324,11 @@ class KafkaConfig:
                 f"group.min.session.timeout.ms={lo} must not exceed "
                 f"group.max.session.timeout.ms={hi}"
             )
+        ip_overrides = self.max_connections_per_ip_overrides  # parses, raises on bad syntax
+        if self.max_connections_per_ip == 0 and not ip_overrides:
+            raise ConfigError(
+                "If max.connections.per.ip is zero, max.connections.per.ip.overrides must be set"
+            )
 
     # ---- typed properties --------------------------------------------------------------
 
@@ -558,6 +564,22 @@ class KafkaConfig:
     replica_fetch_max_bytes = property(lambda self: self._int("replica.fetch.max.bytes"))
     replica_fetch_wait_max_ms = property(lambda self: self._int("replica.fetch.wait.max.ms"))
     fetch_max_bytes = property(lambda self: self._int("fetch.max.bytes"))
+    # Socket server limits (odradek.network.limits).
+    queued_max_request_bytes = property(lambda self: self._int("queued.max.request.bytes"))
+    max_connections = property(lambda self: self._int("max.connections"))
+    max_connections_per_ip = property(lambda self: self._int("max.connections.per.ip"))
+    connections_max_idle_ms = property(lambda self: self._int("connections.max.idle.ms"))
+
+    @property
+    def max_connections_per_ip_overrides(self) -> dict[str, int]:
+        """{ip: limit}; host names are resolved (every address they have)."""
+        text = self.get("max.connections.per.ip.overrides") or ""
+        try:
+            return parse_ip_overrides(text)
+        except OverridesError as e:
+            raise ConfigError(
+                f"Invalid value {text} for configuration max.connections.per.ip.overrides: {e}"
+            ) from None
     request_timeout_ms = property(lambda self: self._int("request.timeout.ms"))
     broker_heartbeat_interval_ms = property(lambda self: self._int("broker.heartbeat.interval.ms"))
     broker_session_timeout_ms = property(lambda self: self._int("broker.session.timeout.ms"))

@@ -261,6 +261,17 @@ def test_parse_properties_syntax() -> None:
             "group.min.session.timeout.ms=10",
         ),
         ({"log.segment.bytes": "10"}, "configuration log.segment.bytes: Value must be at least 14"),
+        (
+            {"max.connections.per.ip": "0"},
+            "If max.connections.per.ip is zero, max.connections.per.ip.overrides must be set",
+        ),
+        (
+            {"max.connections.per.ip.overrides": "127.0.0.1"},
+            "Invalid value 127.0.0.1 for configuration max.connections.per.ip.overrides",
+        ),
+        ({"max.connections.per.ip.overrides": "127.0.0.1:many"}, "is not an integer"),
+        ({"max.connections.per.ip.overrides": "10.0.0.1:-3"}, "between 0 and 2147483647"),
+        ({"max.connections": "-1"}, "configuration max.connections: Value must be at least 0"),
     ],
 )
 def test_invalid_values_refused(props: dict[str, str], needle: str) -> None:
