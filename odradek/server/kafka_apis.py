@@ -187,7 +187,7 @@ class KafkaApis:
         return {
             "error_code": error,
             "api_keys": [
-                {"api_key": a.api_key, "min_version": a.min_version, "max_version": a.max_version}
+                {"api_key": a.api_key, "min_version": m.advertised_min_version(a), "max_version": a.max_version}
                 for a in sorted(self.apis.values(), key=lambda a: a.api_key)
             ],
             "throttle_time_ms": 0,
