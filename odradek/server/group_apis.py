@@ -18,11 +18,11 @@ from odradek.coordinator.group_metadata import GroupMetadata, GroupState
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
+from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from odradek.server.kafka_apis import Handler, RequestContext
 
 log = logging.getLogger(__name__)
 
-AUTHORIZED_OPS_OMITTED = -(2**31)
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
@@ -291,6 +291,8 @@ class GroupApis:
                 pass
             elif g is not None:
                 entry.update(group_state=g.state_name, protocol_type=g.protocol_type or "consumer")
+            if entry["error_code"] == Errors.NONE and req.get("include_authorized_operations", False):
+                entry["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS  # no authorizer: all
             out.append(entry)
         return {"throttle_time_ms": 0, "groups": out}
 
@@ -320,10 +322,12 @@ class GroupApis:
         )
 
     def handle_consumer_group_describe(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "throttle_time_ms": 0,
-            "groups": self.coordinator.consumer_group_describe(list(req["group_ids"])),
-        }
+        groups = self.coordinator.consumer_group_describe(list(req["group_ids"]))
+        if req["include_authorized_operations"]:
+            for g in groups:
+                if g["error_code"] == Errors.NONE:
+                    g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS  # no authorizer: all
+        return {"throttle_time_ms": 0, "groups": groups}
 
     # ------------------------------------------------------------------------ Delete
 

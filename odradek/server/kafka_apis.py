@@ -34,6 +34,11 @@ from odradek.protocol.schema import Api, SchemaError
 from odradek.records.batch import COMPRESSION_ZSTD, iter_batches
 from odradek.records.errors import RecordError
 from odradek.server import config_defs
+from odradek.server.acl_operations import (
+    AUTHORIZED_OPS_OMITTED,
+    CLUSTER_AUTHORIZED_OPERATIONS,
+    TOPIC_AUTHORIZED_OPERATIONS,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import (
@@ -46,7 +51,6 @@ from odradek.server.replica_manager import (
 
 log = logging.getLogger(__name__)
 
-AUTHORIZED_OPS_OMITTED = -(2**31)
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -277,8 +281,15 @@ class KafkaApis:
                 else:
                     names.append(t["name"])
 
+        # As Kafka without an authorizer: every operation the resource supports (v8+ asks).
+        topic_ops = req.get("include_topic_authorized_operations", False)
+        cluster_ops = version <= 10 and req.get("include_cluster_authorized_operations", False)
+
         def body(errors: dict[str, Errors]) -> dict[str, Any]:
             out_topics = [self._topic_metadata(n, errors.get(n, Errors.NONE)) for n in names if n is not None]
+            if topic_ops:
+                for t in out_topics:
+                    t["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
             for tid in unknown_ids:
                 out_topics.append(
                     {
@@ -296,7 +307,9 @@ class KafkaApis:
                 "cluster_id": self.cluster_id,
                 "controller_id": self.node_id,
                 "topics": out_topics,
-                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+                "cluster_authorized_operations": (
+                    CLUSTER_AUTHORIZED_OPERATIONS if cluster_ops else AUTHORIZED_OPS_OMITTED
+                ),
             }
 
         errors: dict[str, Errors] = {}
@@ -786,7 +799,11 @@ class KafkaApis:
             "cluster_id": self.cluster_id,
             "controller_id": self.node_id,
             "brokers": [],
-            "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+            "cluster_authorized_operations": (
+                CLUSTER_AUTHORIZED_OPERATIONS
+                if req.get("include_cluster_authorized_operations", False)
+                else AUTHORIZED_OPS_OMITTED
+            ),
         }
         if endpoint_type != 1:
             body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE

@@ -1,0 +1,61 @@
+"""What real clients see where Odradek guards itself or reports what it lacks: authorized
+operations in admin describes, appends to internal topics, transactional producers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicCollection
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+
+from odradek.embedded import EmbeddedBroker
+
+from .support import unique_name
+
+pytestmark = pytest.mark.integration
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+# ---- authorized operations -------------------------------------------------------------------
+
+TOPIC_OPS = {
+    AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+    AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+}
+CLUSTER_OPS = {
+    AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE,
+}
+GROUP_OPS = {
+    AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+    AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+}
+
+
+def test_admin_describes_show_authorized_operations(broker: EmbeddedBroker, topic_name: str) -> None:
+    a = admin(broker.bootstrap_servers)
+    a.create_topics([NewTopic(topic_name, 1)])[topic_name].result(30)
+
+    desc = a.describe_topics(TopicCollection([topic_name]), include_authorized_operations=True)[topic_name].result(30)
+    assert set(desc.authorized_operations) == TOPIC_OPS
+    cluster = a.describe_cluster(include_authorized_operations=True).result(30)
+    assert set(cluster.authorized_operations) == CLUSTER_OPS
+    plain = a.describe_cluster().result(30)
+    assert not plain.authorized_operations  # not asked: "not included"
+
+    group = unique_name("g")
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.2)
+        assert c.assignment(), "the consumer never joined"
+        g = a.describe_consumer_groups([group], include_authorized_operations=True)[group].result(30)
+        assert set(g.authorized_operations) == GROUP_OPS
+    finally:
+        c.close()
