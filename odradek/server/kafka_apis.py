@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.controller.replication_control import INTERNAL_TOPICS, topic_name_error
+from odradek.controller.replication_control import (
+    INTERNAL_TOPICS,
+    RESERVED_TOPICS,
+    topic_name_error,
+)
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
@@ -53,6 +57,9 @@ log = logging.getLogger(__name__)
 
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO_UUID = uuid.UUID(int=0)
+# Topics only the broker itself writes (Kafka's Topic.isInternal, plus the metadata log): a
+# client's Produce or DeleteRecords on them is refused with INVALID_TOPIC_EXCEPTION.
+CLIENT_READ_ONLY_TOPICS = INTERNAL_TOPICS | RESERVED_TOPICS | {"__share_group_state"}
 
 Handler = Callable[["RequestContext", dict[str, Any]], Any]
 
@@ -319,7 +326,7 @@ class KafkaApis:
                 continue
             if topic_name_error(n) is not None:
                 errors[n] = Errors.INVALID_TOPIC_EXCEPTION
-            elif allow_auto and self.config.auto_create_topics_enable and n not in INTERNAL_TOPICS:
+            elif allow_auto and self.config.auto_create_topics_enable and n not in CLIENT_READ_ONLY_TOPICS:
                 to_create.append(n)
             else:
                 errors[n] = Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -375,6 +382,14 @@ class KafkaApis:
                     entries.pop(tp, None)
                 elif topic_name_error(name) is not None:
                     statuses[tp] = ProducePartitionStatus(error=Errors.INVALID_TOPIC_EXCEPTION)
+                elif name in CLIENT_READ_ONLY_TOPICS:
+                    # Kafka's ReplicaManager refuses appends to internal topics from clients
+                    # (only the coordinators write them).
+                    log.info("Produce to internal topic %s from %s refused", name, ctx.conn.peer)
+                    statuses[tp] = ProducePartitionStatus(
+                        error=Errors.INVALID_TOPIC_EXCEPTION,
+                        message=f"Cannot append to internal topic {name}",
+                    )
                 elif ctx.version < 7 and _uses_zstd(p["records"]):
                     statuses[tp] = ProducePartitionStatus(
                         error=Errors.UNSUPPORTED_COMPRESSION_TYPE,
@@ -692,6 +707,12 @@ class KafkaApis:
             parts = []
             for p in t["partitions"]:
                 entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": Errors.NONE}
+                if t["name"] in CLIENT_READ_ONLY_TOPICS:
+                    # As Kafka: "Cannot delete records of internal topic ..."
+                    log.info("DeleteRecords on internal topic %s from %s refused", t["name"], ctx.conn.peer)
+                    entry["error_code"] = Errors.INVALID_TOPIC_EXCEPTION
+                    parts.append(entry)
+                    continue
                 try:
                     part = self.replica_manager.get_partition_or_error((t["name"], p["partition_index"]))
                     entry["low_watermark"] = part.delete_records_on_leader(p["offset"])

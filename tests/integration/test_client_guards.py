@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
 from odradek.embedded import EmbeddedBroker
@@ -59,3 +59,25 @@ def test_admin_describes_show_authorized_operations(broker: EmbeddedBroker, topi
         assert set(g.authorized_operations) == GROUP_OPS
     finally:
         c.close()
+
+
+# ---- internal topics -------------------------------------------------------------------------
+
+
+def test_producer_cannot_append_to_consumer_offsets(broker: EmbeddedBroker, topic_name: str) -> None:
+    group = unique_name("g")
+    c = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group, "enable.auto.commit": False})
+    try:  # joining a group makes the coordinator create __consumer_offsets
+        c.subscribe([topic_name])
+        deadline = time.monotonic() + 30
+        while "__consumer_offsets" not in c.list_topics(timeout=30).topics and time.monotonic() < deadline:
+            c.poll(0.2)
+    finally:
+        c.close()
+    errors: list[KafkaError] = []
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "message.timeout.ms": 20000})
+    p.produce("__consumer_offsets", key=b"forged", value=b"\x00", partition=0,
+              on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(30) == 0
+    (err,) = errors
+    assert err is not None and err.code() == KafkaError.TOPIC_EXCEPTION, err
