@@ -52,6 +52,7 @@ from odradek.server.replica_manager import (
     ProducePartitionStatus,
     ReplicaManager,
 )
+from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class KafkaApis:
         extensions: Sequence[ApiExtension] = (),
     ) -> None:
         self.producer_id_manager = producer_id_manager
+        self.refused_transactions = TransactionRefusalLog()
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
@@ -359,8 +361,11 @@ class KafkaApis:
     def handle_produce(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         acks = req["acks"]
         if req["transactional_id"] is not None:
+            self.refused_transactions.refused(
+                "Produce", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
+            )
             error: Errors | None = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = "Transactions are not supported by this broker yet"
+            message = TRANSACTIONS_UNSUPPORTED
         elif acks not in (-1, 0, 1):
             error, message = Errors.INVALID_REQUIRED_ACKS, f"Invalid required acks {acks}"
         else:
@@ -846,12 +851,16 @@ class KafkaApis:
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         if req["transactional_id"] is not None:
             # Transactions need the transaction coordinator, which this broker does not have
-            # yet (FindCoordinator for transactions is not advertised either).
-            log.info(
-                "InitProducerId for transactional id %r from %s refused: transactions are not supported",
-                req["transactional_id"], ctx.conn.peer,
+            # yet: a fatal error for clients (see odradek.server.transactions).
+            self.refused_transactions.refused(
+                "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
             )
-            return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+            return {
+                "throttle_time_ms": 0,
+                "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         manager = self.producer_id_manager
         if manager is None:
             return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}

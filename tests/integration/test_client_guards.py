@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
 from odradek.embedded import EmbeddedBroker
@@ -81,3 +81,48 @@ def test_producer_cannot_append_to_consumer_offsets(broker: EmbeddedBroker, topi
     assert p.flush(30) == 0
     (err,) = errors
     assert err is not None and err.code() == KafkaError.TOPIC_EXCEPTION, err
+
+
+# ---- transactions ----------------------------------------------------------------------------
+
+
+def test_confluent_init_transactions_fails_at_once(broker: EmbeddedBroker) -> None:
+    """librdkafka treats TRANSACTIONAL_ID_AUTHORIZATION_FAILED from FindCoordinator as fatal:
+    init_transactions fails with the broker's reason instead of timing out on "coordinator not
+    available"."""
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique_name("tx")})
+    with pytest.raises(KafkaException) as info:
+        p.init_transactions(30)
+    err = info.value.args[0]
+    assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, err
+    assert err.fatal()
+    assert "not supported" in err.str(), err.str()
+
+
+def test_kafka_python_init_transactions_fails_at_once(broker: EmbeddedBroker) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, transactional_id=unique_name("tx"))
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            p.init_transactions()
+    finally:
+        p.close(timeout=5)
+
+
+def test_aiokafka_transactional_start_fails_at_once(broker: EmbeddedBroker) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import TransactionalIdAuthorizationFailed
+
+    async def main() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, transactional_id=unique_name("tx"))
+        try:
+            with pytest.raises(TransactionalIdAuthorizationFailed):
+                await asyncio.wait_for(p.start(), 30)
+        finally:
+            await p.stop()
+
+    asyncio.run(main())
