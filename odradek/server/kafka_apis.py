@@ -825,11 +825,9 @@ class KafkaApis:
             "cluster_id": self.cluster_id,
             "controller_id": self.node_id,
             "brokers": [],
-            "cluster_authorized_operations": (
-                CLUSTER_AUTHORIZED_OPERATIONS
-                if req.get("include_cluster_authorized_operations", False)
-                else AUTHORIZED_OPS_OMITTED
-            ),
+            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
+            if req["include_cluster_authorized_operations"]
+            else AUTHORIZED_OPS_OMITTED,
         }
         if endpoint_type != 1:
             body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE
@@ -855,12 +853,8 @@ class KafkaApis:
             self.refused_transactions.refused(
                 "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
             )
-            return {
-                "throttle_time_ms": 0,
-                "error_code": Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
         manager = self.producer_id_manager
         if manager is None:
             return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
