@@ -152,10 +152,11 @@ class ReplicationControlManager:
     ) -> tuple[TopicResult, list[MetadataRecord]]:
         res = TopicResult(name)
         err = topic_name_error(name)
-        if err is None and name in RESERVED_TOPICS:
-            err = f"Topic name {name} is reserved for internal use"
         if err is not None:
             res.error, res.message = Errors.INVALID_TOPIC_EXCEPTION, err
+            return res, []
+        if name in RESERVED_TOPICS:  # Kafka's ControllerApis answer
+            res.error, res.message = Errors.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited."
             return res, []
         if name in self.image.topics_by_name or name in pending_names:
             res.error, res.message = Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +165,7 @@ class GroupCoordinator:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> (lock, users)
         self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
+        self._offsets_topic_id: uuid.UUID | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -172,6 +174,7 @@ class GroupCoordinator:
     def startup(self) -> None:
         """Listen for leadership of ``__consumer_offsets`` partitions (and take up the ones this
         node already leads), and start the offset expiry task."""
+        self.offsets_topic_exists()  # takes up the partition count of an existing topic
         rm = self.replica_manager
         rm.leadership_listeners.append(self.metadata_manager.on_leadership_change)
         for (topic, p), part in list(rm.partitions.items()):
@@ -216,7 +219,28 @@ class GroupCoordinator:
         return self.metadata_manager.partition_for(group_id)
 
     def offsets_topic_exists(self) -> bool:
-        return OFFSETS_TOPIC in self.image.topics_by_name
+        """Whether ``__consumer_offsets`` exists; the first time a topic of that name is seen,
+        its groups are spread over the partitions it actually has.
+
+        As Kafka, whose coordinator takes the topic's partition count (falling back to
+        ``offsets.topic.num.partitions``) when it starts: a client may create the topic itself,
+        with any count, before the coordinator does. The count is kept while the topic lives,
+        also if partitions are added, so that no group moves to another partition.
+        """
+        t = self.image.topics_by_name.get(OFFSETS_TOPIC)
+        if t is None:
+            return False
+        if t.topic_id != self._offsets_topic_id and t.partitions:
+            self._offsets_topic_id = t.topic_id
+            count = len(t.partitions)
+            if count != self.metadata_manager.num_partitions:
+                log.warning(
+                    "%s has %d partition(s), not offsets.topic.num.partitions=%d: groups are "
+                    "spread over the %d it has",
+                    OFFSETS_TOPIC, count, self.config.offsets_topic_num_partitions, count,
+                )
+                self.metadata_manager.num_partitions = count
+        return True
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` in the background if it does not exist yet."""

@@ -319,7 +319,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("node.id", "int", "1", at_least(0), "This node's id (KRaft)"),
     C("broker.id", "int", None, at_least(0), "Legacy alias of node.id"),
     C("process.roles", "list", "broker,controller", NonEmptyList(_ROLES, allow_empty=True),
-      "broker, controller or both; set it empty for ZooKeeper mode"),
+      "broker, controller or both (empty, ZooKeeper mode, is refused)"),
     C("listeners", "list", "PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093", None,
       "NAME://host:port listeners to bind"),
     C("advertised.listeners", "list", None, None, "Listeners published to clients"),
@@ -509,7 +509,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("transaction.partition.verification.enable", "boolean", "true", None, "KIP-890"),
     C("producer.id.expiration.ms", "int", "86400000", at_least(1), "Idle producer id expiry"),
     C("producer.id.expiration.check.interval.ms", "int", "600000", at_least(1), "Expiry check"),
-    # --- security (informational until implemented) ---
+    # --- security (refused unless empty or Kafka's default: see unsupported_config) ---
     C("authorizer.class.name", "string", "", None, "Authorizer"),
     C("super.users", "string", None, None, "Super users"),
     C("allow.everyone.if.no.acl.found", "boolean", "false", None, "ACL default"),

@@ -18,11 +18,12 @@ from odradek.coordinator.group_metadata import GroupMetadata, GroupState
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
+from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from odradek.server.kafka_apis import Handler, RequestContext
+from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
 
-AUTHORIZED_OPS_OMITTED = -(2**31)
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
@@ -30,6 +31,7 @@ TRANSACTION_KEY_TYPE = 1
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
+        self.refused_transactions = TransactionRefusalLog()
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -53,7 +55,10 @@ class GroupApis:
     def _find_one(self, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
         if key_type == TRANSACTION_KEY_TYPE:
-            err, msg = Errors.COORDINATOR_NOT_AVAILABLE, "This broker has no transaction coordinator"
+            # No transaction coordinator: an error clients treat as fatal, so that
+            # init_transactions fails at once instead of retrying until its timeout.
+            self.refused_transactions.refused("FindCoordinator", key, ctx.header.client_id, ctx.conn.peer)
+            err, msg = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
         elif key_type != GROUP_KEY_TYPE:
             err, msg = Errors.INVALID_REQUEST, f"Unsupported coordinator key type {key_type}"
         elif not key:
@@ -291,6 +296,8 @@ class GroupApis:
                 pass
             elif g is not None:
                 entry.update(group_state=g.state_name, protocol_type=g.protocol_type or "consumer")
+            if entry["error_code"] == Errors.NONE and req.get("include_authorized_operations", False):
+                entry["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS  # no authorizer: all
             out.append(entry)
         return {"throttle_time_ms": 0, "groups": out}
 
@@ -320,10 +327,12 @@ class GroupApis:
         )
 
     def handle_consumer_group_describe(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "throttle_time_ms": 0,
-            "groups": self.coordinator.consumer_group_describe(list(req["group_ids"])),
-        }
+        groups = self.coordinator.consumer_group_describe(list(req["group_ids"]))
+        if req["include_authorized_operations"]:
+            for g in groups:
+                if g["error_code"] == Errors.NONE:
+                    g["authorized_operations"] = GROUP_AUTHORIZED_OPERATIONS  # no authorizer: all
+        return {"throttle_time_ms": 0, "groups": groups}
 
     # ------------------------------------------------------------------------ Delete
 

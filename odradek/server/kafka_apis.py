@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.controller.replication_control import INTERNAL_TOPICS, topic_name_error
+from odradek.controller.replication_control import (
+    INTERNAL_TOPICS,
+    RESERVED_TOPICS,
+    topic_name_error,
+)
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
@@ -34,6 +38,11 @@ from odradek.protocol.schema import Api, SchemaError
 from odradek.records.batch import COMPRESSION_ZSTD, iter_batches
 from odradek.records.errors import RecordError
 from odradek.server import config_defs
+from odradek.server.acl_operations import (
+    AUTHORIZED_OPS_OMITTED,
+    CLUSTER_AUTHORIZED_OPERATIONS,
+    TOPIC_AUTHORIZED_OPERATIONS,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import (
@@ -43,12 +52,15 @@ from odradek.server.replica_manager import (
     ProducePartitionStatus,
     ReplicaManager,
 )
+from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
 
-AUTHORIZED_OPS_OMITTED = -(2**31)
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO_UUID = uuid.UUID(int=0)
+# Topics only the broker itself writes (Kafka's Topic.isInternal, plus the metadata log): a
+# client's Produce or DeleteRecords on them is refused with INVALID_TOPIC_EXCEPTION.
+CLIENT_READ_ONLY_TOPICS = INTERNAL_TOPICS | RESERVED_TOPICS | {"__share_group_state"}
 
 Handler = Callable[["RequestContext", dict[str, Any]], Any]
 
@@ -89,6 +101,7 @@ class KafkaApis:
         extensions: Sequence[ApiExtension] = (),
     ) -> None:
         self.producer_id_manager = producer_id_manager
+        self.refused_transactions = TransactionRefusalLog()
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
@@ -187,7 +200,7 @@ class KafkaApis:
         return {
             "error_code": error,
             "api_keys": [
-                {"api_key": a.api_key, "min_version": a.min_version, "max_version": a.max_version}
+                {"api_key": a.api_key, "min_version": m.advertised_min_version(a), "max_version": a.max_version}
                 for a in sorted(self.apis.values(), key=lambda a: a.api_key)
             ],
             "throttle_time_ms": 0,
@@ -277,8 +290,15 @@ class KafkaApis:
                 else:
                     names.append(t["name"])
 
+        # As Kafka without an authorizer: every operation the resource supports (v8+ asks).
+        topic_ops = req.get("include_topic_authorized_operations", False)
+        cluster_ops = version <= 10 and req.get("include_cluster_authorized_operations", False)
+
         def body(errors: dict[str, Errors]) -> dict[str, Any]:
             out_topics = [self._topic_metadata(n, errors.get(n, Errors.NONE)) for n in names if n is not None]
+            if topic_ops:
+                for t in out_topics:
+                    t["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
             for tid in unknown_ids:
                 out_topics.append(
                     {
@@ -296,7 +316,9 @@ class KafkaApis:
                 "cluster_id": self.cluster_id,
                 "controller_id": self.node_id,
                 "topics": out_topics,
-                "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+                "cluster_authorized_operations": (
+                    CLUSTER_AUTHORIZED_OPERATIONS if cluster_ops else AUTHORIZED_OPS_OMITTED
+                ),
             }
 
         errors: dict[str, Errors] = {}
@@ -306,7 +328,7 @@ class KafkaApis:
                 continue
             if topic_name_error(n) is not None:
                 errors[n] = Errors.INVALID_TOPIC_EXCEPTION
-            elif allow_auto and self.config.auto_create_topics_enable and n not in INTERNAL_TOPICS:
+            elif allow_auto and self.config.auto_create_topics_enable and n not in CLIENT_READ_ONLY_TOPICS:
                 to_create.append(n)
             else:
                 errors[n] = Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -339,8 +361,11 @@ class KafkaApis:
     def handle_produce(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         acks = req["acks"]
         if req["transactional_id"] is not None:
+            self.refused_transactions.refused(
+                "Produce", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
+            )
             error: Errors | None = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = "Transactions are not supported by this broker yet"
+            message = TRANSACTIONS_UNSUPPORTED
         elif acks not in (-1, 0, 1):
             error, message = Errors.INVALID_REQUIRED_ACKS, f"Invalid required acks {acks}"
         else:
@@ -362,6 +387,14 @@ class KafkaApis:
                     entries.pop(tp, None)
                 elif topic_name_error(name) is not None:
                     statuses[tp] = ProducePartitionStatus(error=Errors.INVALID_TOPIC_EXCEPTION)
+                elif name in CLIENT_READ_ONLY_TOPICS:
+                    # Kafka's ReplicaManager refuses appends to internal topics from clients
+                    # (only the coordinators write them).
+                    log.info("Produce to internal topic %s from %s refused", name, ctx.conn.peer)
+                    statuses[tp] = ProducePartitionStatus(
+                        error=Errors.INVALID_TOPIC_EXCEPTION,
+                        message=f"Cannot append to internal topic {name}",
+                    )
                 elif ctx.version < 7 and _uses_zstd(p["records"]):
                     statuses[tp] = ProducePartitionStatus(
                         error=Errors.UNSUPPORTED_COMPRESSION_TYPE,
@@ -679,6 +712,12 @@ class KafkaApis:
             parts = []
             for p in t["partitions"]:
                 entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": Errors.NONE}
+                if t["name"] in CLIENT_READ_ONLY_TOPICS:
+                    # As Kafka: "Cannot delete records of internal topic ..."
+                    log.info("DeleteRecords on internal topic %s from %s refused", t["name"], ctx.conn.peer)
+                    entry["error_code"] = Errors.INVALID_TOPIC_EXCEPTION
+                    parts.append(entry)
+                    continue
                 try:
                     part = self.replica_manager.get_partition_or_error((t["name"], p["partition_index"]))
                     entry["low_watermark"] = part.delete_records_on_leader(p["offset"])
@@ -786,7 +825,9 @@ class KafkaApis:
             "cluster_id": self.cluster_id,
             "controller_id": self.node_id,
             "brokers": [],
-            "cluster_authorized_operations": AUTHORIZED_OPS_OMITTED,
+            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
+            if req["include_cluster_authorized_operations"]
+            else AUTHORIZED_OPS_OMITTED,
         }
         if endpoint_type != 1:
             body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE
@@ -808,12 +849,12 @@ class KafkaApis:
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         if req["transactional_id"] is not None:
             # Transactions need the transaction coordinator, which this broker does not have
-            # yet (FindCoordinator for transactions is not advertised either).
-            log.info(
-                "InitProducerId for transactional id %r from %s refused: transactions are not supported",
-                req["transactional_id"], ctx.conn.peer,
+            # yet: a fatal error for clients (see odradek.server.transactions).
+            self.refused_transactions.refused(
+                "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
             )
-            return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
         manager = self.producer_id_manager
         if manager is None:
             return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}

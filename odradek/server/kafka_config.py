@@ -20,6 +20,7 @@ from odradek.server.config_defs import (
     is_informational,
     parse_value,
 )
+from odradek.server.unsupported_config import unsupported_settings
 
 
 class ConfigError(Exception):
@@ -235,14 +236,22 @@ class KafkaConfig:
                     "set only node.id"
                 )
         roles = self.process_roles
-        if not roles and not self.get("zookeeper.connect"):
+        if not roles:
             raise ConfigError(
-                "process.roles is empty (ZooKeeper mode) but zookeeper.connect is not set"
+                "process.roles is empty, which means ZooKeeper mode: ZooKeeper mode is not "
+                "supported yet; set process.roles=broker,controller (KRaft)"
             )
-        if roles and self.get("zookeeper.connect") and self.is_set("process.roles"):
+        if self.get("zookeeper.connect"):
+            if self.is_set("process.roles"):
+                raise ConfigError(
+                    "zookeeper.connect cannot be combined with process.roles (KRaft mode): "
+                    "ZooKeeper mode and migration from it are not supported yet; remove "
+                    "zookeeper.connect"
+                )
             raise ConfigError(
-                "zookeeper.connect cannot be combined with process.roles (KRaft mode); "
-                "set process.roles= (empty) to run in ZooKeeper mode"
+                "zookeeper.connect is set and process.roles is not, which means ZooKeeper mode: "
+                "ZooKeeper mode is not supported yet; remove zookeeper.connect and set "
+                "process.roles=broker,controller (KRaft)"
             )
         dirs = self.log_dirs
         if not dirs:
@@ -262,6 +271,9 @@ class KafkaConfig:
                 f"Invalid value {self.raw('listeners')} for configuration listeners: "
                 f"each listener must have a different port (duplicate: {sorted(dup_ports)[0]})"
             )
+        unsupported = unsupported_settings(self)  # before the checks SSL/SASL listeners would fail
+        if unsupported:
+            raise ConfigError("not supported: " + "; ".join(unsupported))
         ctrl = self.controller_listener_names
         if "controller" in roles:
             if not ctrl or ctrl[0] not in names:

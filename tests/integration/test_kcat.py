@@ -13,11 +13,19 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.embedded import EmbeddedBroker
+from odradek.records.batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    iter_batches,
+)
 
 from .support import CODECS, Rec, check_exactly_once
 
@@ -163,6 +171,27 @@ def test_produce_to_unknown_partition(broker: EmbeddedBroker, topic_name: str) -
 def test_produce_consume(broker: EmbeddedBroker, topic_name: str, codec: str) -> None:
     create_topic(broker.bootstrap_servers, topic_name, 3)
     produce_and_check(broker.bootstrap_servers, topic_name, 3, 3_000, "-z", codec)
+
+
+STORED_CODEC = {"gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY, "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+
+
+@pytest.mark.parametrize("codec", sorted(STORED_CODEC))
+def test_produced_batches_are_stored_compressed(broker: EmbeddedBroker, topic_name: str, codec: str) -> None:
+    """librdkafka before 2.11.1 (Debian 12's kcat has 2.0.2) compresses with gzip, snappy or lz4
+    only if the broker's advertised Produce range reaches v0 (KAFKA-18659); otherwise it logs
+    "Broker does not support compression type" and sends the batch uncompressed."""
+    create_topic(broker.bootstrap_servers, topic_name, 1)
+    lines = b"".join(b"compressible-record-%05d-%s\n" % (i, b"x" * 64) for i in range(200))
+    result = kcat(broker.bootstrap_servers, "-P", "-t", topic_name, "-p", "0", "-z", codec, stdin=lines)
+    assert b"does not support compression" not in result.stderr, result.stderr.decode()
+    seen: list[int] = []
+    directory = Path(broker.log_dir) / f"{topic_name}-0"
+    for segment in sorted(directory.glob("*.log")):
+        seen.extend(h.compression for h in iter_batches(segment.read_bytes()))
+    assert seen, f"no batches stored in {directory}"
+    assert set(seen) == {STORED_CODEC[codec]}, f"{codec}: stored codecs {seen}"
+    assert len(consume_all(broker.bootstrap_servers, topic_name)) == 200
 
 
 def test_json_envelope(broker: EmbeddedBroker, topic_name: str) -> None:

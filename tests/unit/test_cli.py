@@ -93,6 +93,29 @@ def test_invalid_config_subprocess() -> None:
     assert "listeners" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["listeners=SASL_SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0", "inter.broker.listener.name=SASL_SSL"],
+         "uses security protocol SASL_SSL; TLS and SASL are not supported yet"),
+        (["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
+         "ACL authorization is not supported yet"),
+        (["zookeeper.connect=localhost:2181"], "ZooKeeper mode is not supported yet"),
+    ],
+)
+def test_unsupported_security_and_zookeeper_exit_2(tmp_path: Path, overrides: list[str], needle: str) -> None:
+    """Refused before anything is opened: no listener, no data directory written."""
+    data = tmp_path / "data"
+    args = [sys.executable, "-m", "odradek.cli.main", "server", "-o", f"log.dirs={data}"]
+    for o in overrides:
+        args += ["-o", o]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "odradek: invalid configuration: not supported" in proc.stderr or "ZooKeeper mode" in proc.stderr
+    assert needle in proc.stderr
+    assert not data.exists()
+
+
 def test_run_server_until_sigterm(tmp_path: Path) -> None:
     config = KafkaConfig(
         {

@@ -152,7 +152,8 @@ def test_retention_precedence() -> None:
 
 
 def test_unknown_key_warning_and_informational_keys() -> None:
-    c = KafkaConfig({"no.such.key": "1", "ssl.keystore.location": "/x", "num.io.threads": "4"})
+    # ssl.* at Kafka's default is informational (a set keystore is refused: see below)
+    c = KafkaConfig({"no.such.key": "1", "ssl.keystore.type": "JKS", "num.io.threads": "4"})
     assert c.unknown_keys == ["no.such.key"]
     assert c.get("no.such.key") == "1"
 
@@ -255,7 +256,7 @@ def test_parse_properties_syntax() -> None:
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "nonroutable"),
         ({"inter.broker.listener.name": "INTERNAL"}, "inter.broker.listener.name=INTERNAL"),
         ({"node.id": "1", "broker.id": "2"}, "broker.id=2 and node.id=1 differ"),
-        ({"process.roles": ""}, "zookeeper.connect"),
+        ({"process.roles": ""}, "ZooKeeper mode is not supported yet"),
         (
             {"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"},
             "group.min.session.timeout.ms=10",
@@ -280,10 +281,7 @@ def test_invalid_values_refused(props: dict[str, str], needle: str) -> None:
     assert needle in str(info.value)
 
 
-def test_zookeeper_mode_and_broker_only() -> None:
-    c = KafkaConfig({"process.roles": "", "zookeeper.connect": "localhost:2181",
-                     "listeners": "PLAINTEXT://localhost:9092"})
-    assert not c.is_kraft and c.zookeeper_connect == "localhost:2181"
+def test_broker_only() -> None:
     c = KafkaConfig({"process.roles": "broker", "node.id": "2",
                      "listeners": "PLAINTEXT://localhost:9094",
                      "controller.quorum.bootstrap.servers": "localhost:9093"})
@@ -433,3 +431,115 @@ def test_meta_properties_cluster_id_mismatch(tmp_path: Path) -> None:
     ensure_formatted([b], 1)
     with pytest.raises(ConfigError, match="different clusters"):
         ensure_formatted([a, b], 1)
+
+
+# ---- modes and protocols not implemented are refused --------------------------------------
+
+ZK_SERVER_PROPERTIES = """
+broker.id=0
+listeners=PLAINTEXT://:9092
+log.dirs=/tmp/kafka-logs
+zookeeper.connect=localhost:2181
+zookeeper.connection.timeout.ms=18000
+"""
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"process.roles": "", "zookeeper.connect": "localhost:2181", "listeners": "PLAINTEXT://localhost:9092"},
+        {"zookeeper.connect": "localhost:2181"},
+        {"zookeeper.connect": "localhost:2181", "process.roles": "broker,controller"},
+        {"process.roles": ""},
+    ],
+)
+def test_zookeeper_mode_is_refused(props: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="ZooKeeper mode"):
+        KafkaConfig(props)
+
+
+def test_zookeeper_server_properties_refused(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(ZK_SERVER_PROPERTIES)
+    with pytest.raises(ConfigError, match="ZooKeeper mode is not supported yet"):
+        KafkaConfig.from_file(str(path))
+
+
+_SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
+
+
+@pytest.mark.parametrize(
+    ("props", "needle"),
+    [
+        ({"listeners": "SSL://localhost:9092,CONTROLLER://localhost:9093"},
+         "listener SSL://localhost:9092 uses security protocol SSL"),
+        ({"listeners": "SASL_PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
+          "inter.broker.listener.name": "SASL_PLAINTEXT"},
+         "uses security protocol SASL_PLAINTEXT"),
+        ({"listeners": "SASL_SSL://localhost:9092,CONTROLLER://localhost:9093",
+          "inter.broker.listener.name": "SASL_SSL"},
+         "uses security protocol SASL_SSL"),
+        # a name mapped to SASL in listener.security.protocol.map
+        ({"listeners": "PLAINTEXT://localhost:9092,INTERNAL://localhost:9094,CONTROLLER://localhost:9093",
+          "listener.security.protocol.map": _SASL_MAP},
+         "listener INTERNAL://localhost:9094 uses security protocol SASL_PLAINTEXT"),
+        # the controller listener too
+        ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL"},
+         "listener CONTROLLER://localhost:9093 uses security protocol SSL"),
+        ({"advertised.listeners": "INTERNAL://localhost:9092",
+          "listener.security.protocol.map": _SASL_MAP},
+         "advertised.listeners: listener INTERNAL://localhost:9092"),
+        ({"security.inter.broker.protocol": "SSL", "inter.broker.listener.name": "PLAINTEXT"},
+         "security.inter.broker.protocol=SSL"),
+        ({"ssl.keystore.location": "/etc/kafka/keystore.jks"}, "ssl.keystore.location=/etc/kafka/keystore.jks"),
+        ({"ssl.keystore.password": "secret"}, "ssl.keystore.password=(hidden)"),
+        ({"ssl.client.auth": "required"}, "ssl.client.auth=required"),
+        ({"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"}, "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512"),
+        ({"listener.name.plaintext.plain.sasl.jaas.config": "org.apache...PlainLoginModule required;"},
+         "listener.name.plaintext.plain.sasl.jaas.config=(hidden)"),
+        ({"listener.name.internal.ssl.truststore.location": "/ts.jks"}, "truststore.location=/ts.jks"),
+        ({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
+         "ACL authorization is not supported yet"),
+        ({"principal.builder.class": "com.example.Builder"}, "principal.builder.class"),
+        ({"delegation.token.secret.key": "s3cret"}, "delegation.token.secret.key=(hidden)"),
+        ({"create.topic.policy.class.name": "com.example.Policy"}, "topic policies"),
+        ({"alter.config.policy.class.name": "com.example.Policy"}, "config policies"),
+        ({"remote.log.storage.system.enable": "true"}, "tiered storage"),
+        ({"control.plane.listener.name": "CONTROLLER"}, "control.plane.listener.name"),
+    ],
+)
+def test_security_and_unimplemented_modes_refused(props: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig(props)
+    message = str(info.value)
+    assert message.startswith("not supported: ")
+    assert needle in message
+    assert "s3cret" not in message and "=secret" not in message
+
+
+def test_all_unsupported_settings_named_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig({"listeners": "SSL://localhost:9092,CONTROLLER://localhost:9093",
+                     "inter.broker.listener.name": "SSL",
+                     "authorizer.class.name": "x.Authorizer", "sasl.jaas.config": "x"})
+    message = str(info.value)
+    for needle in ("security protocol SSL", "authorizer.class.name", "sasl.jaas.config=(hidden)"):
+        assert needle in message
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        # the defaults of Kafka's server.properties, set explicitly, configure nothing
+        {"ssl.endpoint.identification.algorithm": "https", "ssl.client.auth": "none",
+         "sasl.enabled.mechanisms": "GSSAPI", "ssl.enabled.protocols": "TLSv1.2, TLSv1.3",
+         "sasl.mechanism.inter.broker.protocol": "GSSAPI", "ssl.keystore.location": "",
+         "authorizer.class.name": "", "remote.log.storage.system.enable": "false",
+         "security.inter.broker.protocol": "PLAINTEXT"},
+        # a map naming SSL and SASL listeners that are not used (Kafka's default map)
+        {"listener.security.protocol.map":
+         "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"},
+    ],
+)
+def test_security_defaults_accepted(props: dict[str, str]) -> None:
+    KafkaConfig(props)

@@ -72,6 +72,19 @@ ALL_APIS: list[Api] = [
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
 
+# The lowest version ApiVersions advertises, where it differs from the lowest version served.
+# Produce: Kafka 4.0 serves v3+ (KIP-896) but advertises v0+ (KAFKA-18659): librdkafka before
+# 2.11.1 checks that the broker's Produce range overlaps v0 before it compresses with gzip,
+# snappy or lz4, and otherwise sends every batch uncompressed. A Produce v0-v2 request still
+# closes the connection, as in Kafka 4.0.
+ADVERTISED_MIN_VERSIONS: dict[int, int] = {PRODUCE.api_key: 0}
+
+
+def advertised_min_version(api: Api) -> int:
+    """The min version ApiVersions advertises for ``api``."""
+    return ADVERTISED_MIN_VERSIONS.get(api.api_key, api.min_version)
+
+
 __all__ = [
     "CONSUMER_GROUP_DESCRIBE",
     "CONSUMER_GROUP_HEARTBEAT",
@@ -86,8 +99,10 @@ __all__ = [
     "OFFSET_DELETE",
     "OFFSET_FETCH",
     "SYNC_GROUP",
+    "ADVERTISED_MIN_VERSIONS",
     "ALL_APIS",
     "APIS",
+    "advertised_min_version",
     "ALTER_CONFIGS",
     "API_VERSIONS",
     "CREATE_PARTITIONS",

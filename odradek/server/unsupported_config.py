@@ -1,0 +1,123 @@
+"""Settings for modes and protocols Odradek does not implement yet, refused at start-up.
+
+Accepting them would look as if they worked: an ``SSL://`` or ``SASL_*`` listener would serve
+plaintext with no login, an authorizer would allow everything, a CreateTopicPolicy would never
+run. :func:`unsupported_settings` names each such setting; :class:`KafkaConfig` refuses the
+configuration with all of them (the CLI exits with code 2). ZooKeeper mode is refused in
+:class:`KafkaConfig` itself.
+
+``ssl.*`` and ``sasl.*`` keys (also per listener, ``listener.name.<name>.ssl.*`` and
+``listener.name.<name>.<mechanism>.sasl.*``) are refused when set to anything but empty or
+Kafka's default: a server.properties written for a plaintext Kafka may carry defaults, but key
+stores, JAAS configurations or mechanisms mean security was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from odradek.server.kafka_config import KafkaConfig
+
+SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT",)
+
+# Kafka's defaults of the ssl.*/sasl.* broker settings that have one (SslConfigs, SaslConfigs,
+# BrokerSecurityConfigs); setting one of these to its default configures nothing.
+KAFKA_SECURITY_DEFAULTS: dict[str, str] = {
+    "ssl.protocol": "TLSv1.3",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.keystore.type": "JKS",
+    "ssl.truststore.type": "JKS",
+    "ssl.keymanager.algorithm": "SunX509",
+    "ssl.trustmanager.algorithm": "PKIX",
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.client.auth": "none",
+    "ssl.principal.mapping.rules": "DEFAULT",
+    "ssl.allow.dn.changes": "false",
+    "ssl.allow.san.changes": "false",
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "sasl.mechanism.controller.protocol": "GSSAPI",
+    "sasl.kerberos.principal.to.local.rules": "DEFAULT",
+    "sasl.kerberos.kinit.cmd": "/usr/bin/kinit",
+    "sasl.kerberos.min.time.before.relogin": "60000",
+    "sasl.kerberos.ticket.renew.jitter": "0.05",
+    "sasl.kerberos.ticket.renew.window.factor": "0.8",
+    "sasl.login.refresh.window.factor": "0.8",
+    "sasl.login.refresh.window.jitter": "0.05",
+    "sasl.login.refresh.min.period.seconds": "60",
+    "sasl.login.refresh.buffer.seconds": "300",
+    "sasl.server.max.receive.size": "524288",
+}
+
+# listener.name.<listener>.ssl.* / .sasl.* and listener.name.<listener>.<mechanism>.sasl.*
+_PER_LISTENER = re.compile(r"^listener\.name\.[^.]+\.(?:[^.]+\.)?((?:ssl|sasl)\..+)$", re.IGNORECASE)
+
+# Plug-ins and features configured by setting a key at all.
+_REFUSED_IF_SET: dict[str, str] = {
+    "authorizer.class.name": "ACL authorization is not supported yet (every request would be allowed)",
+    "principal.builder.class": "authentication is not supported yet (there are no principals)",
+    "delegation.token.secret.key": "delegation tokens are not supported yet",
+    "delegation.token.master.key": "delegation tokens are not supported yet",
+    "create.topic.policy.class.name": "topic policies are not supported yet (it would never run)",
+    "alter.config.policy.class.name": "config policies are not supported yet (it would never run)",
+    "control.plane.listener.name": "a control plane listener is ZooKeeper mode only (Kafka refuses it in KRaft mode)",
+}
+
+
+def _shown(key: str, value: str) -> str:
+    """``value`` for a message, unless it is (or may contain) a secret."""
+    lowered = key.lower()
+    secret = ("password", "jaas", "certificate", "secret", "master.key")
+    return "(hidden)" if any(s in lowered for s in secret) or lowered.endswith(".key") else value
+
+
+def _normalize(value: str) -> str:
+    return ",".join(p.strip() for p in value.split(",")).lower()
+
+
+def _security_key(key: str) -> str | None:
+    """The ssl.*/sasl.* setting ``key`` configures, or None."""
+    lowered = key.lower()
+    if lowered.startswith(("ssl.", "sasl.")):
+        return lowered
+    m = _PER_LISTENER.match(key)
+    return m.group(1).lower() if m else None
+
+
+def unsupported_settings(config: KafkaConfig) -> list[str]:
+    """One sentence per setting of ``config`` that asks for what is not implemented."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for key, listeners in (("listeners", config.listeners), ("advertised.listeners", config.advertised_listeners)):
+        for lst in listeners:
+            if lst.security_protocol not in SECURITY_PROTOCOLS_SERVED and str(lst) not in seen:
+                seen.add(str(lst))
+                out.append(
+                    f"{key}: listener {lst} uses security protocol {lst.security_protocol}; TLS and "
+                    "SASL are not supported yet (it would serve plaintext without authentication), "
+                    "use PLAINTEXT listeners"
+                )
+    if config.is_set("security.inter.broker.protocol"):
+        proto = str(config.get("security.inter.broker.protocol")).upper()
+        if proto not in SECURITY_PROTOCOLS_SERVED:
+            out.append(f"security.inter.broker.protocol={proto}: TLS and SASL are not supported yet")
+    originals = config.originals
+    for key in sorted(originals):
+        value = originals[key].strip()
+        reason = _REFUSED_IF_SET.get(key)
+        if reason is not None and value:
+            out.append(f"{key}={_shown(key, value)}: {reason}")
+            continue
+        if key == "remote.log.storage.system.enable" and value.lower() == "true":
+            out.append(f"{key}=true: tiered storage is not supported yet")
+            continue
+        setting = _security_key(key)
+        if setting is None or not value:
+            continue
+        default = KAFKA_SECURITY_DEFAULTS.get(setting)
+        if default is not None and _normalize(value) == _normalize(default):
+            continue
+        out.append(f"{key}={_shown(key, value)}: TLS and SASL are not supported yet")
+    return out
