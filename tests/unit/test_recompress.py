@@ -260,7 +260,7 @@ def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("records decoded on a path that must not decode them")
 
     for mod, names in (
-        (recompress_mod, ("decompress", "compress", "check_records", "recompress_batch")),
+        (recompress_mod, ("iter_decompress", "StreamCompressor", "check_records", "recompress_batch")),
         (records_mod, ("decompress", "decode_records")),
     ):
         for name in names:
@@ -370,13 +370,13 @@ def test_malformed_records_refused_only_when_rewriting(tmp_path: Path) -> None:
 
 def test_configured_levels_reach_the_codec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[int, int | None]] = []
-    real = recompress_mod.compress
+    real = recompress_mod.StreamCompressor
 
-    def spy(codec: int, data: Any, level: int | None = None) -> bytes:
+    def spy(codec: int, level: int | None = None) -> Any:
         seen.append((codec, level))
-        return real(codec, data, level)
+        return real(codec, level)
 
-    monkeypatch.setattr(recompress_mod, "compress", spy)
+    monkeypatch.setattr(recompress_mod, "StreamCompressor", spy)
     cases = [
         ("gzip", {"compression_gzip_level": 1}, (1, 1)),
         ("gzip", {}, (1, -1)),
