@@ -73,10 +73,12 @@ class _Stream:
             self.pos = 0
         return len(self.buf) - self.pos >= n
 
-    def varint(self) -> int:
+    def varint(self) -> tuple[int, int]:
+        """(value, bytes it took) of the varint at ``pos``."""
         self.fill(_VARINT_MAX)
-        value, self.pos = _varint(self.buf, self.pos, len(self.buf))
-        return value
+        start = self.pos
+        value, self.pos = _varint(self.buf, start, len(self.buf))
+        return value, self.pos - start
 
     def skip(self, n: int) -> None:
         while True:
@@ -137,9 +139,8 @@ def _parse_streaming(s: _Stream, length: int, index: int) -> tuple[int, int, int
 
     def varint() -> int:
         nonlocal consumed
-        before = s.pos
-        value = s.varint()
-        consumed += s.pos - before
+        value, n = s.varint()
+        consumed += n
         if consumed > length:
             raise InvalidRecordError(f"record {index} is longer than its length says")
         return value
