@@ -308,3 +308,46 @@ def test_cleaner_gives_up_on_a_bomb_and_the_log_keeps_serving(tmp_path: Path) ->
         assert log.log_end_offset == 3
     finally:
         lm.shutdown()
+
+
+# ------------------------------------------------------------------ __consumer_offsets
+
+
+def test_offsets_topic_load_skips_a_bomb_in_bounded_memory(tmp_path: Path) -> None:
+    """A bomb that got into __consumer_offsets (written before client appends to internal
+    topics were refused) is skipped when the partition loads; the groups around it load."""
+    from test_group_coordinator import FakeReplicaManager, load, manager
+
+    from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC
+    from odradek.coordinator.records import OffsetAndMetadata
+
+    async def run() -> None:
+        clock = [1000]
+        rm = FakeReplicaManager(tmp_path, 1)
+        mgr = manager(rm, clock)
+        await load(mgr)
+        g = mgr.get_or_create_classic_group("before")
+        assert await mgr.store_offsets(g, {("t", 0): OffsetAndMetadata(7, -1, "", 1000)}) == 0
+        offsets_log = rm.partitions[(OFFSETS_TOPIC, 0)].log
+        b = bomb(ZSTD)
+        struct.pack_into(">q", b, 0, offsets_log.log_end_offset)
+        struct.pack_into(">I", b, CRC_OFFSET, crc32c(bytes(b[ATTRIBUTES_OFFSET:])))
+        offsets_log.append_as_follower(b)
+        offsets_log.high_watermark = offsets_log.log_end_offset
+        h = mgr.get_or_create_classic_group("after")
+        assert await mgr.store_offsets(h, {("t", 0): OffsetAndMetadata(9, -1, "", 1000)}) == 0
+
+        mgr2 = manager(rm, clock)
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            await load(mgr2)
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        assert peak < BOMB - 4 * MiB, peak  # stopped at the bound, never the whole 40 MB
+        for name, offset in (("before", 7), ("after", 9)):
+            group = mgr2.get_group(name)
+            assert group is not None and group.offsets[("t", 0)].offset == offset
+
+    asyncio.run(run())
