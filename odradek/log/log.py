@@ -463,7 +463,9 @@ class Log:
                 except InvalidTimestampError:
                     # Name the records that are out (KIP-467); the header's error stands if
                     # none is (its max timestamp can disagree with the records).
-                    check_records(buf, info, config, now_ms, tp, keys=True, timestamps=True)
+                    check_records(
+                        buf, info, config, now_ms, tp, keys=config.compact, timestamps=True
+                    )
                     raise
             if config.compact:
                 check_records(

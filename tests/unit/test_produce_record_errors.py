@@ -75,12 +75,12 @@ def test_out_of_range_timestamps_are_named_with_invalid_timestamp(tmp_path: Path
             await create(c, "ts", 1, {"message.timestamp.after.max.ms": "60000"})
             late = NOW_MS + 24 * 3600 * 1000
             batch = build_batch(
-                [(b"k", b"a", [], NOW_MS), (b"k", b"b", [], late), (b"k", b"c", [], NOW_MS)]
+                [(None, b"a", [], NOW_MS), (b"k", b"b", [], late), (None, b"c", [], NOW_MS)]
             )
             r = await produce(c, "ts", 0, batch)
             assert r["error_code"] == 32  # INVALID_TIMESTAMP
             assert r["error_message"] == "One or more records have been rejected due to invalid timestamp"
-            [e] = r["record_errors"]
+            [e] = r["record_errors"]  # keyless records are fine on a topic that is not compacted
             assert e["batch_index"] == 1
             assert e["batch_index_error_message"].startswith(
                 f"Timestamp {late} of message with offset 1 is out of range. "

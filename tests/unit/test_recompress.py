@@ -219,6 +219,12 @@ def test_lz4_frames_have_independent_blocks_for_java_readers() -> None:
     assert info["block_linked"] is False and info["content_size"] == 0
     assert decompress(3, frame) == data
     assert decompress(3, compress(3, data, 12)) == data
+    # and so do the frames of batches the broker recompresses (streamed, level or not)
+    for level in (None, 12):
+        rewritten = recompress_batch(_batch(1, recs=[(b"k", data, [], 1000)]), 3, level)
+        info = lz4.frame.get_frame_info(rewritten[RECORD_BATCH_OVERHEAD:])
+        assert info["block_linked"] is False and info["content_size"] == 0
+        assert decode_batch(rewritten)[0].value == data
 
 
 # ------------------------------------------------------------------ the leader append
