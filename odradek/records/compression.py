@@ -246,6 +246,8 @@ def _iter_lz4(data: bytes) -> Iterator[bytes]:
         if d.needs_input:
             raise CorruptRecordError("truncated lz4 frame")
         chunk = d.decompress(b"", max_length=DECOMPRESS_CHUNK)
+        if not chunk and not d.eof and not d.needs_input:
+            raise CorruptRecordError("lz4 frame makes no progress")
 
 
 def _iter_zstd(data: bytes) -> Iterator[bytes]:
