@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from odradek.coordinator.consumer_group import (
@@ -57,7 +57,8 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
 from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
 from odradek.records.builder import build_batch
-from odradek.records.records import decode_batch
+from odradek.records.errors import RecordError
+from odradek.records.records import Record, iter_batch_records
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +399,7 @@ class GroupMetadataManager:
                 pos = h.next_offset
                 if h.attributes & CONTROL_FLAG_MASK:
                     continue
-                for rec in decode_batch(memoryview(data)[h.position : h.position + h.size]):
+                for rec in _readable_records(data, h.position, h.size, partition):
                     count += 1
                     if rec.key is None:
                         continue
@@ -524,3 +525,15 @@ class GroupMetadataManager:
                 if err != Errors.NONE:
                     log.warning("Writing tombstones for group %s failed: %s", group.group_id, err.name)
         return removed
+
+
+def _readable_records(data: bytes | bytearray, position: int, size: int, partition: int) -> Iterator[Record]:
+    """The records of one batch of the offsets topic, one at a time; a batch that cannot be
+    read (corrupt, or decompressing beyond the bound) is skipped with a warning rather than
+    stopping the load."""
+    try:
+        yield from iter_batch_records(memoryview(data)[position : position + size])
+    except RecordError as e:
+        log.warning(
+            "Skipping unreadable batch at position %d of %s-%d: %s", position, OFFSETS_TOPIC, partition, e
+        )

@@ -32,6 +32,7 @@ from odradek.log.leader_epoch import (
 )
 from odradek.log.log_config import LogConfig
 from odradek.log.producer_state import ProducerStateManager, last_sequence
+from odradek.log.record_validation import check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
@@ -53,12 +54,10 @@ from odradek.records.batch import (
     validate_and_assign,
 )
 from odradek.records.errors import (
-    InvalidRecordError,
     InvalidTimestampError,
     RecordBatchTooLargeError,
 )
 from odradek.records.recompress import recompress_batches
-from odradek.records.records import decode_batch
 
 PARTITION_METADATA_FILENAME = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
@@ -477,10 +476,21 @@ class Log:
             )
             if info.num_batches == 0:
                 return info
+            tp = f"{self.topic}-{self.partition}"
             if not config.log_append_time:
-                _check_timestamps(buf, info, config, now_ms)
+                try:
+                    _check_timestamps(buf, info, config, now_ms)
+                except InvalidTimestampError:
+                    # Name the records that are out (KIP-467); the header's error stands if
+                    # none is (its max timestamp can disagree with the records).
+                    check_records(
+                        buf, info, config, now_ms, tp, keys=config.compact, timestamps=True
+                    )
+                    raise
             if config.compact:
-                self._check_keys_for_compaction(buf, info)
+                check_records(
+                    buf, info, config, now_ms, tp, keys=True, timestamps=not config.log_append_time
+                )
             codec = config.compression_codec
             if codec is not None:
                 # compression.type other than 'producer': batches in another codec are
@@ -508,21 +518,6 @@ class Log:
                 for b in info.batches:
                     self.producer_state.update_from_header(parse_header(buf, b.position))
         return info
-
-    def _check_keys_for_compaction(self, buf: bytearray, info: AppendInfo) -> None:
-        """Compacted topics only accept keyed records (Kafka's LogValidator: INVALID_RECORD).
-        The one place the produce path decodes records, and only for compacted topics."""
-        view = memoryview(buf)
-        for b in info.batches:
-            batch = view[b.position : b.position + b.size]
-            if parse_header(batch, 0).is_control:
-                continue
-            for record in decode_batch(batch):
-                if record.key is None:
-                    raise InvalidRecordError(
-                        "Compacted topic cannot accept message without key in topic partition "
-                        f"{self.topic}-{self.partition}."
-                    )
 
     def append_as_follower(
         self, buf: bytes | bytearray | memoryview, now_ms: int | None = None

@@ -82,9 +82,9 @@ from odradek.records.batch import (
     parse_header,
 )
 from odradek.records.builder import encode_record
-from odradek.records.compression import compress
+from odradek.records.compression import compress, decompressed_limit
 from odradek.records.errors import CorruptRecordError
-from odradek.records.records import Record, decode_batch
+from odradek.records.records import Record, iter_batch_records
 
 logger = logging.getLogger(__name__)
 
@@ -442,6 +442,7 @@ class LogCleaner:
         """key -> latest offset over the cleanable dirty segments, stopping at a segment
         boundary once the dedupe budget is spent. Returns the map and the segments mapped."""
         budget = self.config.dedupe_buffer_size
+        limit = decompressed_limit(ltc.log.config.max_message_bytes)
         used = 0
         offset_map: dict[bytes, int] = {}
         mapped = 0
@@ -452,7 +453,7 @@ class LogCleaner:
                 self._check_abort(ltc.log)
                 if h.is_control:
                     continue
-                for rec in decode_batch(raw):
+                for rec in iter_batch_records(raw, limit):
                     key = rec.key
                     if key is None:
                         continue
@@ -581,27 +582,37 @@ class LogCleaner:
         )
         if h.records_count == 0:  # an emptied batch: kept while it is its producer's last
             return raw if is_last_of_producer else None
-        records = decode_batch(raw)
-        ctx.stats.records_read += len(records)
         flagged = bool(h.attributes & DELETE_HORIZON_FLAG_MASK)
         horizon = h.base_timestamp if flagged else None
         offset_map = ctx.offset_map
-        retained: list[Record] = []
-        for rec in records:
+        now_ms = ctx.now_ms
+
+        def keep(rec: Record) -> bool:
             if rec.key is None:
-                continue  # not allowed in compacted topics
+                return False  # not allowed in compacted topics
             latest = offset_map.get(rec.key)
             if latest is not None and latest > rec.offset:
-                continue  # superseded
-            if rec.value is None and horizon is not None and ctx.now_ms >= horizon:
-                continue  # tombstone past its delete horizon
-            retained.append(rec)
-        has_tombstones = any(rec.value is None for rec in retained)
-        if len(retained) == len(records) and (flagged or not has_tombstones):
+                return False  # superseded
+            # a tombstone past its delete horizon goes
+            return not (rec.value is None and horizon is not None and now_ms >= horizon)
+
+        # Records are decoded one at a time and only the kept ones are held (a batch can hold
+        # millions of tiny records): a first pass decides, a second collects if anything goes.
+        limit = decompressed_limit(ctx.log.config.max_message_bytes)
+        count = kept = 0
+        has_tombstones = False
+        for rec in iter_batch_records(raw, limit):
+            count += 1
+            if keep(rec):
+                kept += 1
+                has_tombstones = has_tombstones or rec.value is None
+        ctx.stats.records_read += count
+        if kept == count and (flagged or not has_tombstones):
             if has_tombstones and horizon is not None:
                 ctx.note_horizon(horizon)
             return raw
-        ctx.stats.records_removed += len(records) - len(retained)
+        retained = [rec for rec in iter_batch_records(raw, limit) if keep(rec)] if kept else []
+        ctx.stats.records_removed += count - kept
         if not retained:
             if is_last_of_producer:
                 ctx.stats.batches_rewritten += 1

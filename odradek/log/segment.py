@@ -23,7 +23,7 @@ from odradek.records.batch import (
     is_batch_crc_valid,
 )
 from odradek.records.errors import RecordError
-from odradek.records.records import Record, decode_batch
+from odradek.records.records import Record, iter_batch_records
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -472,11 +472,13 @@ class LogSegment:
             return hdr.last_offset, target, hdr.partition_leader_epoch
         return None
 
-    def _decode(self, h: RecordBatchHeader) -> list[Record]:
+    def _decode(self, h: RecordBatchHeader) -> Iterator[Record]:
+        # One record at a time (a batch of millions of tiny records is never a list), from a
+        # decompressed section of bounded size; an unreadable batch ends the records early.
         try:
-            return decode_batch(self.read_bytes(h.position, h.size))
+            yield from iter_batch_records(self.read_bytes(h.position, h.size))
         except RecordError:
-            return []
+            return
 
     # --------------------------------------------------------------------------- mutation
     def truncate_to(self, offset: int) -> int:

@@ -50,3 +50,23 @@ class UnsupportedCompressionTypeError(RecordError):
     """Unknown compression codec id (UNSUPPORTED_COMPRESSION_TYPE)."""
 
     error_code = 76
+
+
+class RecordValidationError(RecordError):
+    """Some records of a batch are invalid and the batch is refused (Kafka's
+    RecordValidationException, KIP-467): ``record_errors`` names them, (batch index, message),
+    and the response carries them so that clients fail those records alone."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str | None]]) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class InvalidRecordsError(RecordValidationError, InvalidRecordError):
+    """Records of the batch break a record-level rule, e.g. no key on a compacted topic
+    (INVALID_RECORD)."""
+
+
+class InvalidTimestampsError(RecordValidationError, InvalidTimestampError):
+    """At least one record's timestamp is out of range (INVALID_TIMESTAMP); ``record_errors``
+    may also name records that broke other rules, as Kafka's do."""

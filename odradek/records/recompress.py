@@ -20,6 +20,7 @@ Sans-I/O: bytes in, bytes out.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from odradek.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -39,8 +40,9 @@ from odradek.records.batch import (
     compute_crc,
     parse_header,
 )
-from odradek.records.compression import compress, decompress
-from odradek.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from odradek.records.compression import StreamCompressor, decompressed_limit, iter_decompress
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
+from odradek.records.scan import scan_records
 
 # compression.type value -> codec id; None = keep the producer's codec.
 BROKER_COMPRESSION_CODECS: dict[str, int | None] = {
@@ -72,94 +74,53 @@ def check_records(data: bytes | bytearray | memoryview, records_count: int) -> N
     :class:`InvalidRecordError` (INVALID_RECORD), as Kafka does for a batch that passed its CRC
     check but holds malformed records.
     """
-    buf = data if isinstance(data, bytes) else bytes(data)
-    n = len(buf)
-    pos = 0
-    for index in range(records_count):
-        length, pos = _varint(buf, pos, n)
-        end = pos + length
-        if length <= 0 or end > n:
-            raise InvalidRecordError(
-                f"record {index} claims {length} bytes, {n - pos} remain in the batch"
-            )
-        pos += 1  # record attributes (unused in v2)
-        _ts_delta, pos = _varint(buf, pos, end)
-        offset_delta, pos = _varint(buf, pos, end)
-        if offset_delta != index:
-            raise InvalidRecordError(
-                f"record {index} of the batch has offset delta {offset_delta}, expected {index}"
-            )
-        key_len, pos = _varint(buf, pos, end)
-        if key_len >= 0:
-            pos += key_len
-        elif key_len != -1:
-            raise InvalidRecordError(f"record {index} has an invalid key length {key_len}")
-        value_len, pos = _varint(buf, pos, end)
-        if value_len >= 0:
-            pos += value_len
-        elif value_len != -1:
-            raise InvalidRecordError(f"record {index} has an invalid value length {value_len}")
-        header_count, pos = _varint(buf, pos, end)
-        if header_count < 0:
-            raise InvalidRecordError(f"record {index} has a negative header count {header_count}")
-        for _ in range(header_count):
-            hkey_len, pos = _varint(buf, pos, end)
-            if hkey_len < 0:
-                raise InvalidRecordError(f"record {index} has a null header key")
-            pos += hkey_len
-            hval_len, pos = _varint(buf, pos, end)
-            if hval_len >= 0:
-                pos += hval_len
-            elif hval_len != -1:
-                raise InvalidRecordError(
-                    f"record {index} has an invalid header value length {hval_len}"
-                )
-        if pos != end:
-            raise InvalidRecordError(
-                f"record {index} has {end - pos} bytes more or less than its length says"
-            )
-    if pos != n:
-        raise InvalidRecordError(
-            f"{n - pos} bytes follow the {records_count} records the batch declares"
-        )
-
-
-def _varint(buf: bytes, pos: int, limit: int) -> tuple[int, int]:
-    """A zigzag varint at ``pos`` that must end by ``limit``."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= limit:
-            raise InvalidRecordError("a record is truncated")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError("a record holds a varint longer than 10 bytes")
+    for _ in scan_records((data,), records_count, check_offsets=True):
+        pass
 
 
 def recompress_batch(
-    batch: bytes | bytearray | memoryview, codec: int, level: int | None = None
+    batch: bytes | bytearray | memoryview,
+    codec: int,
+    level: int | None = None,
+    *,
+    max_message_bytes: int = 2**31 - 1,
 ) -> bytes:
     """One complete, CRC-checked v2 batch re-encoded with ``codec`` (at ``level``, Kafka's scale
     for that codec; None = its default). Its records are checked on the way
     (:func:`check_records`). The caller decides whether the batch needs it (see
-    :func:`needs_recompression`); a batch already in ``codec`` is re-encoded all the same."""
+    :func:`needs_recompression`); a batch already in ``codec`` is re-encoded all the same.
+
+    Streams: the records section is decompressed, checked and compressed again piece by piece,
+    so memory holds the new batch and a piece or two, never the whole decompressed section. A
+    new batch larger than ``max_message_bytes`` raises :class:`RecordTooLargeError` as soon as
+    it is (Kafka checks the size after recompression too), and so does a section decompressing
+    to more than :func:`~odradek.records.compression.decompressed_limit` allows."""
     mv = memoryview(batch)
     h = parse_header(mv, 0)
     if h.size > len(mv):
         raise CorruptRecordError("record batch is truncated")
-    payload: bytes | memoryview = mv[RECORD_BATCH_OVERHEAD : h.size]
-    if h.compression != COMPRESSION_NONE:
-        payload = decompress(h.compression, payload)
-    check_records(payload, h.records_count)
-    if codec != COMPRESSION_NONE:
-        payload = compress(codec, payload, level)
-    size = RECORD_BATCH_OVERHEAD + len(payload)
-    out = bytearray(size)
+    limit = decompressed_limit(max_message_bytes)
+    payload_max = max_message_bytes - RECORD_BATCH_OVERHEAD
+    compressor = StreamCompressor(codec, level)
+    out = bytearray(RECORD_BATCH_OVERHEAD)
+
+    def add(piece: bytes) -> None:
+        out.extend(piece)
+        if len(out) - RECORD_BATCH_OVERHEAD > payload_max:
+            raise RecordTooLargeError(
+                f"record batch of more than {max_message_bytes} bytes after recompression "
+                f"exceeds max.message.bytes {max_message_bytes}"
+            )
+
+    def pieces() -> Iterator[bytes | memoryview]:
+        for piece in iter_decompress(h.compression, mv[RECORD_BATCH_OVERHEAD : h.size], limit):
+            add(compressor.compress(piece))
+            yield piece
+
+    for _ in scan_records(pieces(), h.records_count, check_offsets=True):
+        pass
+    add(compressor.flush())
+    size = len(out)
     HEADER_STRUCT.pack_into(
         out,
         0,
@@ -177,7 +138,6 @@ def recompress_batch(
         h.base_sequence,
         h.records_count,
     )
-    out[RECORD_BATCH_OVERHEAD:] = payload
     _CRC.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)
 
@@ -226,7 +186,7 @@ def recompress_batches(
     for b in info.batches:
         raw = mv[b.position : b.position + b.size]
         if _needs_rewrite(unpack(raw, ATTRIBUTES_OFFSET)[0], codec):
-            new = recompress_batch(raw, codec, level)
+            new = recompress_batch(raw, codec, level, max_message_bytes=max_message_bytes)
             if len(new) > max_message_bytes:
                 raise RecordTooLargeError(
                     f"record batch of {len(new)} bytes after recompression exceeds "

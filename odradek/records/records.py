@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from odradek.records.batch import (
@@ -11,7 +12,7 @@ from odradek.records.batch import (
     RecordBatchHeader,
     parse_header,
 )
-from odradek.records.compression import decompress
+from odradek.records.compression import DECOMPRESS_MIN_LIMIT, decompress
 from odradek.records.errors import CorruptRecordError
 from odradek.records.varint import decode_varint
 
@@ -27,13 +28,18 @@ class Record:
 
 def decode_records(header: RecordBatchHeader, payload: bytes | memoryview) -> list[Record]:
     """Decode the (already decompressed) records section of a batch."""
+    return list(iter_records(header, payload))
+
+
+def iter_records(header: RecordBatchHeader, payload: bytes | memoryview) -> Iterator[Record]:
+    """The records of a decompressed records section, decoded one at a time (a caller keeping
+    few of them never holds them all)."""
     data = payload
     pos = 0
     n = len(data)
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     log_append = header.timestamp_type == 1
-    out: list[Record] = []
     try:
         for _ in range(header.records_count):
             length, pos = decode_varint(data, pos)
@@ -78,16 +84,26 @@ def decode_records(header: RecordBatchHeader, payload: bytes | memoryview) -> li
             if pos != end:
                 raise CorruptRecordError("record length does not match its content")
             timestamp = header.max_timestamp if log_append else base_ts + ts_delta
-            out.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+            yield Record(base_offset + offset_delta, timestamp, key, value, headers)
     except (ValueError, UnicodeDecodeError, IndexError) as exc:
         raise CorruptRecordError(
             f"malformed record in batch at offset {base_offset}: {exc}"
         ) from exc
-    return out
 
 
-def decode_batch(batch_bytes: bytes | bytearray | memoryview) -> list[Record]:
-    """Decode all records of one complete v2 batch (decompressing if needed)."""
+def decode_batch(
+    batch_bytes: bytes | bytearray | memoryview, limit: int = DECOMPRESS_MIN_LIMIT
+) -> list[Record]:
+    """Decode all records of one complete v2 batch (decompressing if needed; a records section
+    decompressing to more than ``limit`` bytes raises :class:`RecordTooLargeError`)."""
+    return list(iter_batch_records(batch_bytes, limit))
+
+
+def iter_batch_records(
+    batch_bytes: bytes | bytearray | memoryview, limit: int = DECOMPRESS_MIN_LIMIT
+) -> Iterator[Record]:
+    """As :func:`decode_batch`, one record at a time: memory holds the decompressed section
+    (at most ``limit`` bytes) and the current record, not a Python object per record."""
     mv = memoryview(batch_bytes)
     header = parse_header(mv, 0)
     end = header.size
@@ -95,5 +111,5 @@ def decode_batch(batch_bytes: bytes | bytearray | memoryview) -> list[Record]:
         raise CorruptRecordError("batch is truncated")
     payload = mv[RECORD_BATCH_OVERHEAD:end]
     if header.compression:
-        payload = memoryview(decompress(header.compression, payload))
-    return decode_records(header, payload)
+        payload = memoryview(decompress(header.compression, payload, limit))
+    return iter_records(header, payload)

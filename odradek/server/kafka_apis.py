@@ -428,7 +428,10 @@ class KafkaApis:
                         "base_offset": s.base_offset,
                         "log_append_time_ms": s.log_append_time,
                         "log_start_offset": s.log_start_offset,
-                        "record_errors": [],
+                        "record_errors": [
+                            {"batch_index": i, "batch_index_error_message": m}
+                            for i, m in s.record_errors
+                        ],
                         "error_message": s.message if s.error != Errors.NONE else None,
                     }
                 )

@@ -23,7 +23,7 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors, KafkaError
-from odradek.records.errors import RecordError
+from odradek.records.errors import RecordError, RecordValidationError
 from odradek.server.partition import LogReadResult, Partition
 from odradek.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 
@@ -292,6 +292,8 @@ class ReplicaManager:
                 continue
             except (RecordError, LogError) as e:
                 st.error, st.message = Errors(e.error_code), str(e)
+                if isinstance(e, RecordValidationError):
+                    st.record_errors = e.record_errors
                 log.warning("Rejected produce to %s: %s", p, e)
                 continue
             st.base_offset = info.first_offset

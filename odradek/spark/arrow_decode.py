@@ -905,6 +905,8 @@ def _headers_column(
 
 # ---- decode_records -------------------------------------------------------------------------
 
+_NO_LIMIT = 2**63 - 1
+
 
 def decode_records(
     data: Buffer,
@@ -949,9 +951,10 @@ def decode_records(
     counts = [s[2] for s in segments]
     buf: Buffer = mv  # nothing compressed: decode in place, positions relative to ``data``
     if any(codecs):
-        # decompressed and concatenated
+        # decompressed and concatenated (no bound beyond the broker's: a consumer takes what
+        # the topic holds, as Kafka's do)
         parts = [
-            decompress(codec, mv[begin:stop]) if codec else mv[begin:stop]
+            decompress(codec, mv[begin:stop], _NO_LIMIT) if codec else mv[begin:stop]
             for (begin, stop, _), codec in zip(segments, codecs, strict=True)
         ]
         pos = 0

@@ -389,15 +389,22 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
 
 
 def test_create_time_outside_the_timestamp_bounds_is_refused(tmp_path: Path) -> None:
-    from odradek.records.errors import InvalidTimestampError
+    from odradek.records.errors import InvalidTimestampsError
 
     now = 1_000_000
     cfg = LogConfig(message_timestamp_before_max_ms=5_000, message_timestamp_after_max_ms=1_000)
     log = Log.load(str(tmp_path / "t-0"), cfg, now_ms=0)
     # The first and the max timestamp of a batch are both checked; the bounds are inclusive.
-    for first in (now - 5_001, now + 1_000):
-        with pytest.raises(InvalidTimestampError, match="message.timestamp"):
+    # The records out of range are named (KIP-467) with Kafka's messages.
+    for first, bad in ((now - 5_001, 0), (now + 1_000, 1)):
+        with pytest.raises(InvalidTimestampsError) as err:
             log.append_as_leader(batch(2, ts=first), leader_epoch=0, now_ms=now)
+        assert err.value.error_code == 32
+        assert str(err.value) == "One or more records have been rejected due to invalid timestamp"
+        assert err.value.record_errors == [
+            (bad, f"Timestamp {first + bad} of message with offset {bad} is out of range. "
+                  f"The timestamp should be within [{now - 5_000}, {now + 1_000}]")
+        ]
     assert log.log_end_offset == 0  # nothing appended
     log.append_as_leader(batch(2, ts=now - 5_000), leader_epoch=0, now_ms=now)
     log.append_as_leader(batch(2, ts=now + 999), leader_epoch=0, now_ms=now)

@@ -219,6 +219,12 @@ def test_lz4_frames_have_independent_blocks_for_java_readers() -> None:
     assert info["block_linked"] is False and info["content_size"] == 0
     assert decompress(3, frame) == data
     assert decompress(3, compress(3, data, 12)) == data
+    # and so do the frames of batches the broker recompresses (streamed, level or not)
+    for level in (None, 12):
+        rewritten = recompress_batch(_batch(1, recs=[(b"k", data, [], 1000)]), 3, level)
+        info = lz4.frame.get_frame_info(rewritten[RECORD_BATCH_OVERHEAD:])
+        assert info["block_linked"] is False and info["content_size"] == 0
+        assert decode_batch(rewritten)[0].value == data
 
 
 # ------------------------------------------------------------------ the leader append
@@ -260,7 +266,7 @@ def _forbid_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("records decoded on a path that must not decode them")
 
     for mod, names in (
-        (recompress_mod, ("decompress", "compress", "check_records", "recompress_batch")),
+        (recompress_mod, ("iter_decompress", "StreamCompressor", "check_records", "recompress_batch")),
         (records_mod, ("decompress", "decode_records")),
     ):
         for name in names:
@@ -370,13 +376,13 @@ def test_malformed_records_refused_only_when_rewriting(tmp_path: Path) -> None:
 
 def test_configured_levels_reach_the_codec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[int, int | None]] = []
-    real = recompress_mod.compress
+    real = recompress_mod.StreamCompressor
 
-    def spy(codec: int, data: Any, level: int | None = None) -> bytes:
+    def spy(codec: int, level: int | None = None) -> Any:
         seen.append((codec, level))
-        return real(codec, data, level)
+        return real(codec, level)
 
-    monkeypatch.setattr(recompress_mod, "compress", spy)
+    monkeypatch.setattr(recompress_mod, "StreamCompressor", spy)
     cases = [
         ("gzip", {"compression_gzip_level": 1}, (1, 1)),
         ("gzip", {}, (1, -1)),

@@ -1,0 +1,97 @@
+"""Record-level checks of a leader append (Kafka's LogValidator.validateRecord), naming every bad
+record (KIP-467).
+
+Only run where a record-level rule applies: on compacted topics (every record needs a key) and,
+for timestamps, when the batch headers already showed a CreateTime timestamp out of range (the
+headers give the batch's first and largest timestamps; the records tell which ones are out). The
+records are streamed (:func:`odradek.records.scan.scan_records` over
+:func:`odradek.records.compression.iter_decompress`): memory holds a piece of the batch at a
+time however far it decompresses, and a batch decompressing beyond
+:func:`~odradek.records.compression.decompressed_limit` is refused (RECORD_TOO_LARGE) without
+decompressing the rest.
+"""
+
+from __future__ import annotations
+
+from odradek.log.log_config import LogConfig
+from odradek.records.batch import (
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    AppendInfo,
+    parse_header,
+)
+from odradek.records.compression import decompressed_limit, iter_decompress
+from odradek.records.errors import InvalidRecordsError, InvalidTimestampsError
+from odradek.records.scan import scan_records
+
+# At most this many bad records are named in a response (each entry repeats Kafka's message;
+# librdkafka batches up to 10,000 messages by default). Every bad record is still counted, and
+# the batch is refused whole either way.
+MAX_RECORD_ERRORS = 10_000
+
+
+
+def check_records(
+    buf: bytes | bytearray | memoryview,
+    info: AppendInfo,
+    config: LogConfig,
+    now_ms: int,
+    topic_partition: str,
+    *,
+    keys: bool,
+    timestamps: bool,
+) -> None:
+    """Check every record of the (non-control) batches in ``buf``: with ``keys`` that it has a
+    key, with ``timestamps`` that its CreateTime timestamp lies within
+    ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms`` of ``now_ms``.
+
+    Raises :class:`~odradek.records.errors.RecordValidationError` naming the bad records by batch
+    index with Kafka's messages: :class:`InvalidTimestampsError` (INVALID_TIMESTAMP) if any
+    timestamp is out, else :class:`InvalidRecordsError` (INVALID_RECORD). Decompression and
+    structure errors raise as :func:`iter_decompress` and :func:`scan_records` do."""
+    limit = decompressed_limit(config.max_message_bytes)
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    view = memoryview(buf)
+    errors: list[tuple[int, str | None]] = []
+    total = 0
+    bad_timestamp = False
+    for b in info.batches:
+        h = parse_header(view, b.position)
+        if h.is_control:
+            continue
+        section = view[b.position + RECORD_BATCH_OVERHEAD : b.position + b.size]
+        log_append = h.timestamp_type == 1
+        for rec in scan_records(iter_decompress(h.compression, section, limit), h.records_count):
+            message: str | None = None
+            if keys and not rec.has_key:
+                message = (
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{topic_partition}"
+                )
+            elif timestamps:
+                ts = h.max_timestamp if log_append else h.base_timestamp + rec.timestamp_delta
+                if ts != NO_TIMESTAMP and (now_ms - ts > before or ts - now_ms > after):
+                    bad_timestamp = True
+                    message = (
+                        f"Timestamp {ts} of message with offset {rec.offset_delta} is out of "
+                        f"range. The timestamp should be within [{now_ms - before}, "
+                        f"{now_ms + after}]"
+                    )
+            if message is not None:
+                total += 1
+                if len(errors) < MAX_RECORD_ERRORS:
+                    errors.append((rec.batch_index, message))
+    if not total:
+        return
+    if bad_timestamp:
+        raise InvalidTimestampsError(
+            "One or more records have been rejected due to invalid timestamp",
+            errors,
+        )
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise InvalidRecordsError(
+        f"One or more records have been rejected due to {total} record errors in total, and "
+        f"only showing the first three errors at most: [{shown}]",
+        errors,
+    )
