@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -17,8 +18,11 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
+
+from odradek.embedded import EmbeddedBroker
 
 from .support import ServerProcess, unique_name, wait_until
 
@@ -82,14 +86,16 @@ def test_info_says_what_changed_and_not_per_partition_chatter(server: ServerProc
         incremental_configs=[ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)],
     )
     admin.incremental_alter_configs([alter])[alter].result(30)
-    wait_until(lambda: any("Altered the configuration" in line for line in _lines(server, start)))
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+    admin.delete_topics([topic])[topic].result(30)
+    wait_until(lambda: any("Deleting topic" in line for line in _lines(server, start)))
 
     everything = _lines(server)
     assert not [line for line in _info(everything) if "became leader" in line or "Loaded __consumer_offsets" in line]
     assert len(_info(everything)) <= 20, "\n".join(_info(everything))
     # __consumer_offsets was created during this window: at most a handful of INFO lines
     window = _info(_lines(server, start))
-    assert len(window) <= 8, "\n".join(window)
+    assert len(window) <= 10, "\n".join(window)
     assert [line for line in window if "Created topic __consumer_offsets" in line and "50 partition(s)" in line]
     generations = [line for line in window if f"Classic group {group}: generation 1," in line]
     assert len(generations) == 1, window
@@ -98,6 +104,10 @@ def test_info_says_what_changed_and_not_per_partition_chatter(server: ServerProc
     assert len([line for line in window if f"Classic group {group}: generation 2, no members" in line]) == 1
     altered = [line for line in window if "Altered the configuration" in line]
     assert altered == [altered[0]] and altered[0].endswith(f"of topic {topic}: retention.ms=3600000")
+    assert [line for line in window if line.endswith(f"Increased the partitions of topic {topic} from 3 to 4")]
+    deleted = [line for line in window if f"Deleting topic {topic} with topic ID" in line]
+    assert len(deleted) == 1 and deleted[0].endswith(", 4 partition(s)")
+    assert len([line for line in everything if "Formatted new log directory" in line]) == 1
     # The per-partition detail is still there at DEBUG: nothing above is lost, only quieter.
     assert not [line for line in everything if " DEBUG " in line]
 
@@ -169,3 +179,25 @@ def test_log_level_options(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert bad.returncode == 2 and "unknown log level 'LOUD'" in bad.stderr
+
+
+def test_embedded_broker_records_are_escaped_in_the_applications_handlers(
+    broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Embedded, the records go to whatever handlers the application (here pytest) has: the
+    refused config name is still one line there."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    topic = unique_name("embedded-forge")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    bad = ConfigResource(
+        "topic", topic,
+        incremental_configs=[ConfigEntry("x" + FORGED, "1", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with caplog.at_level(logging.INFO, logger="odradek"):
+        with pytest.raises(KafkaException):
+            admin.incremental_alter_configs([bad])[bad].result(30)
+        wait_until(lambda: "forged line" in caplog.text)
+    refused = [r for r in caplog.records if "forged line" in r.getMessage()]
+    assert refused and all("\n" not in r.getMessage() for r in refused)
+    assert "x\\n[2026-01-01 00:00:00,000] INFO odradek.fake: forged line" in refused[0].getMessage()
+    assert not [line for line in caplog.text.splitlines() if line.startswith("[2026-01-01")]
