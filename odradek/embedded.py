@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from odradek.logs import install_record_escaping
 from odradek.server.kafka_config import KafkaConfig
 
 TEST_DEFAULTS: dict[str, str] = {
@@ -129,6 +130,8 @@ class EmbeddedBroker:
         """Start the node and block until it serves requests; raises its startup error."""
         if self._thread is not None:
             raise RuntimeError("the embedded broker is already running")
+        # Its records go to the application's handlers: client text in them stays on one line.
+        install_record_escaping()
         try:
             self.config = config = self._build_config()
             factory = self._factory()

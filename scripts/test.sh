@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine (Python 3.11) and run every check: ruff, mypy, pytest.
-# Run as root or as a user with sudo. Needs network access to the package registries only.
+# Run as root or as a user with sudo (for apt-get only). Needs network access to the package
+# registries only. Python packages go to a virtual environment (see below), never the system's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,18 +51,24 @@ else
     echo "scripts/test.sh: apt-get not found; skipping system packages" >&2
 fi
 
-# Debian 12 marks the system Python as externally managed (PEP 668).
-pip_flags=()
-if "$PYTHON" -m pip install --help 2>/dev/null | grep -q -- '--break-system-packages'; then
-    if [ -z "${VIRTUAL_ENV:-}" ] && "$PYTHON" -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
-        pip_flags+=(--break-system-packages)
+# Python dependencies go into a virtual environment (Debian 12 marks its Python as externally
+# managed, PEP 668): the active one if any, else one at a fixed place outside the checkout that
+# later runs (and other clones) reuse, so pyspark (~450 MB) is downloaded once.
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+    venv=$VIRTUAL_ENV
+else
+    venv=${ODRADEK_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/odradek-venv}
+    want=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    have=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+    if [ "$have" != "$want" ]; then  # missing, broken, or made by another Python
+        echo "== creating the virtual environment $venv (Python $want)"
+        "$PYTHON" -m venv --clear "$venv"
     fi
 fi
-if [ "$(id -u)" -ne 0 ] && [ -z "${VIRTUAL_ENV:-}" ]; then
-    pip_flags+=(--user)
-    export PATH="$HOME/.local/bin:$PATH"
-fi
-"$PYTHON" -m pip install "${pip_flags[@]}" -e '.[test]'
+PYTHON=$venv/bin/python
+export VIRTUAL_ENV=$venv
+export PATH="$venv/bin:$PATH"
+"$PYTHON" -m pip install -e '.[test]'
 
 status=0
 echo "== ruff check ." && "$PYTHON" -m ruff check . || status=1

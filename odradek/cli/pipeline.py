@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
 import time
 from typing import Any
+
+from odradek.logs import add_log_level_argument, configure_logging, levels_from_args
 
 INPUT_TOPIC = "clicks"
 OUTPUT_TOPIC = "clicks-per-minute"
@@ -46,6 +49,7 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--trigger", default="2 seconds", help="micro-batch trigger (2 seconds)")
     demo.add_argument("--workdir", help="where the table and checkpoints go (default: a temp dir)")
     demo.add_argument("--master", default="local[2]", help="Spark master (local[2])")
+    add_log_level_argument(demo, default="WARNING")
     demo.set_defaults(func=run_demo)
 
     def usage(args: argparse.Namespace) -> int:
@@ -68,7 +72,10 @@ def _create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> Non
                 raise
 
 
-def _console_consumer(bootstrap: str, topic: str, stop: threading.Event) -> int:
+def _console_consumer(
+    bootstrap: str, topic: str, stop: threading.Event, counter: list[int] | None = None
+) -> int:
+    """Print the rows of ``topic``; ``counter[0]`` follows how many were printed."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -95,46 +102,101 @@ def _console_consumer(bootstrap: str, topic: str, stop: threading.Event) -> int:
                     flush=True,
                 )
                 shown += 1
+                if counter is not None:
+                    counter[0] = shown
     finally:
         consumer.close()
     return shown
 
 
+class _Interrupt:
+    """Ctrl-C during the demo: the first asks for a clean stop, a second one forces it."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._previous: Any = None
+
+    def install(self) -> None:
+        """(Re)install: PySpark's SparkContext sets its own SIGINT handler (it cancels the jobs
+        and raises KeyboardInterrupt wherever the driver is), so this is called again after."""
+        previous = signal.signal(signal.SIGINT, self._handle)
+        if self._previous is None:
+            self._previous = previous
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+        _say("Ctrl-C: stopping the queries and Spark (Ctrl-C again to force)")
+
+
+def _say(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def _summary(spark: Any, table: str) -> str:
+    frame = spark.read.parquet(table)
+    rows = frame.count()
+    dates = sorted({r[0] for r in frame.select("date").distinct().collect()})
+    shown = ", ".join(d.isoformat() for d in dates) or "none"
+    return f"raw events table: {table} ({rows} rows; date partitions: {shown})"
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    configure_logging(*levels_from_args(args))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401
     except ImportError:
         print("odradek pipeline demo: needs pip install 'odradek[spark]'", file=sys.stderr)
         return 2
     from odradek.spark import demo
 
+    interrupt = _Interrupt()
+    interrupt.install()
     broker = None
     bootstrap = args.bootstrap_servers
-    if bootstrap is None:
-        from odradek.embedded import EmbeddedBroker
-
-        broker = EmbeddedBroker().start()
-        bootstrap = broker.bootstrap_servers
-        print(f"embedded broker on {bootstrap}", flush=True)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="odradek-pipeline-")
-    table = os.path.join(workdir, "clicks_table")
     stop = threading.Event()
     threads: list[threading.Thread] = []
     spark = None
+    queries: list[Any] = []
     try:
+        if bootstrap is None:
+            from odradek.embedded import EmbeddedBroker
+
+            broker = EmbeddedBroker().start()
+            bootstrap = broker.bootstrap_servers
+            _say(f"embedded broker on {bootstrap}")
+        workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="odradek-pipeline-"))
+        os.makedirs(workdir, exist_ok=True)
+        table = os.path.join(workdir, "clicks_table")
+        _say(f"table and checkpoints go to {workdir}")
         _create_topics(bootstrap, [INPUT_TOPIC, OUTPUT_TOPIC])
-        spark = (
-            SparkSession.builder.master(args.master)
-            .appName("odradek-pipeline-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
+        if interrupt.requested.is_set():
+            return 130
+        _say(f"starting Spark ({args.master}): the JVM takes 10-60 s to start")
+        began = time.monotonic()
+        spark = demo.local_spark(
+            args.master,
+            "odradek-pipeline-demo",
+            {
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.sql.session.timeZone": "UTC",
+                "spark.ui.showConsoleProgress": "false",
+            },
         )
+        interrupt.install()
         spark.sparkContext.setLogLevel("ERROR")
+        _say(f"Spark {spark.version} started in {time.monotonic() - began:.0f} s")
+        if interrupt.requested.is_set():
+            return 130
         queries = demo.start_pipeline(
             spark,
             bootstrap,
@@ -144,6 +206,7 @@ def run_demo(args: argparse.Namespace) -> int:
             checkpoint_dir=os.path.join(workdir, "checkpoints"),
             trigger=args.trigger,
         )
+        shown: list[int] = [0]
         generator = threading.Thread(
             target=demo.produce_clicks,
             args=(
@@ -155,34 +218,70 @@ def run_demo(args: argparse.Namespace) -> int:
             daemon=True,
         )
         console = threading.Thread(
-            target=_console_consumer, args=(bootstrap, OUTPUT_TOPIC, stop), daemon=True
+            target=_console_consumer, args=(bootstrap, OUTPUT_TOPIC, stop, shown), daemon=True
         )
         threads = [generator, console]
         for t in threads:
             t.start()
-        print(
+        minute_s = 60.0 / args.speedup
+        _say(
             f"generating {args.rate:g} clicks/s into '{INPUT_TOPIC}' for {args.duration:g} s; "
-            f"per-minute counts appear below as windows close",
-            flush=True,
+            f"waiting for the first micro-batch (Spark plans the query and starts its Python "
+            f"workers: 10-60 s)"
         )
-        deadline = time.monotonic() + args.duration
-        while time.monotonic() < deadline:
+        _say(
+            f"event time runs {args.speedup:g}x faster: a minute passes every {minute_s:g} s, and "
+            f"a minute's counts appear below once the 1-minute watermark passes its end "
+            f"(about {2 * minute_s:g} s later)"
+        )
+        started = time.monotonic()
+        deadline = started + args.duration
+        first_batch = False
+        next_status = started + 15
+        while time.monotonic() < deadline and not interrupt.requested.is_set():
             for q in queries:
                 if q.exception() is not None:
                     raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-            time.sleep(0.5)
+            now = time.monotonic()
+            progress = queries[0].lastProgress
+            if progress is not None and not first_batch:
+                first_batch = True
+                _say(f"first micro-batch done after {now - started:.0f} s")
+            if now >= next_status:
+                next_status = now + 15
+                if not first_batch:
+                    _say(f"{now - started:.0f} s: still waiting for the first micro-batch")
+                elif shown[0] == 0:
+                    _say(
+                        f"{now - started:.0f} s: batch {progress['batchId'] if progress else '-'} done; "
+                        "waiting for the first minute to close"
+                    )
+            interrupt.requested.wait(0.5)
+        if interrupt.requested.is_set():
+            return 130
         spark.sparkContext.setLogLevel("FATAL")  # stopping interrupts writers; not errors
         for q in queries:
             q.stop()
-        rows = spark.read.parquet(table).count()
-        dates = sorted({r[0] for r in spark.read.parquet(table).select("date").collect()})
-        print(f"raw events table: {table} ({rows} rows, date partitions {dates})", flush=True)
+        queries = []
+        _say(_summary(spark, table))
         return 0
     finally:
         stop.set()
+        if queries:
+            _say("stopping the queries")
+        if spark is not None:
+            spark.sparkContext.setLogLevel("FATAL")
+            for q in queries:
+                try:
+                    q.stop()
+                except Exception as e:  # noqa: BLE001 - stopping anyway
+                    _say(f"stopping query {q.name}: {e}")
         for t in threads:
             t.join(10)
         if spark is not None:
             spark.stop()
         if broker is not None:
             broker.stop()
+        interrupt.restore()
+        if interrupt.requested.is_set():
+            _say("stopped")

@@ -11,12 +11,11 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
+from odradek.logs import add_log_level_argument, configure_logging, levels_from_args
 from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 
 log = logging.getLogger("odradek.cli.server")
-
-LOG_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 class ServerLike(Protocol):
@@ -51,17 +50,8 @@ def add_parser(sub: Any) -> None:
         default=[],
         help="set a configuration key (repeatable; wins over --config)",
     )
+    add_log_level_argument(p)
     p.set_defaults(func=run)
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    root = logging.getLogger()
-    if not any(getattr(h, "_odradek", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        handler._odradek = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -82,7 +72,7 @@ def load_config(path: str | None, overrides: Mapping[str, str]) -> KafkaConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging(*levels_from_args(args))
     try:
         config = load_config(args.config, parse_overrides(args.override))
     except ConfigError as e:

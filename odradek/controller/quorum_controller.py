@@ -213,7 +213,10 @@ class QuorumController:
                 if t.topic_id not in done:
                     done.add(t.topic_id)
                     records.extend(self.replication.delete_topic(t.topic_id))
-                    log.info("Deleting topic %s with topic ID %s", t.name, t.topic_id)
+                    log.info(
+                        "Deleting topic %s with topic ID %s, %d partition(s)",
+                        t.name, t.topic_id, len(t.partitions),
+                    )
             return out, records
 
         return await self._write(op)
@@ -229,6 +232,11 @@ class QuorumController:
                 out.append((r["name"], code, msg))
                 if code == Errors.NONE and not validate_only:
                     records.extend(recs)
+                    t = self.image.topics_by_name.get(r["name"])
+                    log.info(
+                        "Increased the partitions of topic %s from %d to %d",
+                        r["name"], len(t.partitions) if t else -1, r["count"],
+                    )
             return out, records
 
         return await self._write(op)
@@ -249,6 +257,20 @@ class QuorumController:
                 out.append((code, msg))
                 if code == Errors.NONE and not validate_only:
                     records.extend(recs)
+                    if recs:
+                        log.info(
+                            "Altered the configuration of topic %s: %s",
+                            r["resource_name"], _config_changes(recs),
+                        )
             return out, records
 
         return await self._write(op)
+
+
+def _config_changes(records: list[MetadataRecord]) -> str:
+    """``key=value`` for each set key, ``key`` reset to its default for each removed one."""
+    parts = []
+    for _name, rec in records:
+        value = rec.get("value")
+        parts.append(f"{rec['name']} reset to default" if value is None else f"{rec['name']}={value}")
+    return ", ".join(parts)

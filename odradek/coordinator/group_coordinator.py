@@ -33,6 +33,7 @@ from typing import Any
 from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.assignors import TopicMetadata
 from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from odradek.coordinator.group_events import Membership, log_changes, membership
 from odradek.coordinator.group_metadata import (
     Effects,
     GroupConfig,
@@ -273,8 +274,8 @@ class GroupCoordinator:
         for r in results:
             if r.error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
                 log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, r.error.name, r.message or "")
-            elif r.error == Errors.NONE:
-                log.info(
+            elif r.error == Errors.NONE:  # the controller logs the creation at INFO
+                log.debug(
                     "Created %s with %d partitions, replication factor %d",
                     OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
                 )
@@ -313,7 +314,12 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------------ effects & timers
 
-    def _apply(self, group: GroupMetadata, fx: Effects) -> None:
+    def _apply(
+        self, group: GroupMetadata, fx: Effects, before: Membership | None = None, **how: bool
+    ) -> None:
+        """Deliver ``fx``; with ``before`` (taken before the call), log what changed."""
+        if before is not None:
+            log_changes(group, before, self.clock_ms(), **how)
         for waiter, result in fx.responses:
             if isinstance(waiter, asyncio.Future) and not waiter.done():
                 waiter.set_result(result)
@@ -326,7 +332,8 @@ class GroupCoordinator:
         if err != Errors.NONE:
             log.warning("Storing group %s generation %d failed: %s", group.group_id, generation, err.name)
         if self.metadata_manager.get_group(group.group_id) is group:
-            self._apply(group, group.on_group_stored(generation, err, self.clock_ms()))
+            before = membership(group)
+            self._apply(group, group.on_group_stored(generation, err, self.clock_ms()), before)
 
     def _schedule(self, group: Any) -> None:
         """(Re-)arm the one timer of ``group`` at its next deadline."""
@@ -354,7 +361,8 @@ class GroupCoordinator:
         self._timers.pop(group.group_id, None)
         if self.metadata_manager.get_group(group.group_id) is not group:
             return
-        self._apply(group, group.poll(self.clock_ms()))
+        before = membership(group)
+        self._apply(group, group.poll(self.clock_ms()), before, timers=True)
 
     def _on_unloaded(self, group: Any) -> None:
         self._cancel_timer(group.group_id)
@@ -611,6 +619,7 @@ class GroupCoordinator:
         if isinstance(g, Errors):
             return JoinResult(g, member_id)
         fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        before = membership(g)
         fx = g.join(
             fut,
             member_id=member_id,
@@ -624,7 +633,7 @@ class GroupCoordinator:
             protocols=protocols,
             now_ms=self.clock_ms(),
         )
-        self._apply(g, fx)
+        self._apply(g, fx, before)
         result = await fut
         assert isinstance(result, JoinResult)
         return result
@@ -695,8 +704,9 @@ class GroupCoordinator:
             return Errors.NONE, [Errors.UNKNOWN_MEMBER_ID] * len(members)
         if isinstance(g, Errors):
             return g, []
+        before = membership(g)
         top, errors, fx = g.leave(members, self.clock_ms())
-        self._apply(g, fx)
+        self._apply(g, fx, before, leaving=True)
         return top, errors
 
     # ------------------------------------------------------------------------ offsets

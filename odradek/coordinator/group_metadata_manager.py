@@ -364,7 +364,9 @@ class GroupMetadataManager:
         self.owned[partition] = epoch
         for g in loaded:
             self.on_group_loaded(g)
-        log.info(
+        # An operator wants to hear about restored groups, not about 50 empty partitions.
+        log.log(
+            logging.INFO if loaded else logging.DEBUG,
             "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s) in %.0f ms",
             OFFSETS_TOPIC, partition, epoch, n, len(loaded), (time.monotonic() - started) * 1000,
         )
@@ -459,11 +461,16 @@ class GroupMetadataManager:
             task.cancel()
         self.loading.pop(partition, None)
         was_owned = self.owned.pop(partition, None) is not None
-        for gid in [g for g in self.groups if self.partition_for(g) == partition]:
+        gids = [g for g in self.groups if self.partition_for(g) == partition]
+        for gid in gids:
             g = self.groups.pop(gid)
             self.on_group_unloaded(g)
         if was_owned:
-            log.info("Unloaded the groups of %s-%d: this node no longer leads it", OFFSETS_TOPIC, partition)
+            log.log(
+                logging.INFO if gids else logging.DEBUG,
+                "Unloaded %d group(s) of %s-%d: this node no longer leads it",
+                len(gids), OFFSETS_TOPIC, partition,
+            )
 
     def shutdown(self) -> None:
         for t in self._load_tasks.values():

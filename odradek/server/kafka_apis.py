@@ -795,8 +795,10 @@ class KafkaApis:
             for r, (code, msg) in zip(req["resources"], outcomes, strict=True):
                 if code != Errors.NONE:
                     log.info(
-                        "%sAlterConfigs on %s %r refused: %s",
-                        "Incremental" if incremental else "", r["resource_type"], r["resource_name"], msg,
+                        "%sAlterConfigs of %s %r refused: %s",
+                        "Incremental" if incremental else "",
+                        {2: "topic", 4: "broker", 8: "broker logger"}.get(r["resource_type"], r["resource_type"]),
+                        r["resource_name"], msg,
                     )
                 responses.append(
                     {

@@ -17,6 +17,7 @@ mismatch.
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import time
 import uuid
@@ -24,6 +25,8 @@ import uuid
 from odradek.server.kafka_config import ConfigError, parse_properties
 
 META_PROPERTIES = "meta.properties"
+
+log = logging.getLogger(__name__)
 
 
 def random_uuid_base64() -> str:
@@ -113,13 +116,18 @@ def ensure_formatted(log_dirs: list[str], node_id: int, cluster_id: str | None =
         cluster_id = random_uuid_base64()
     for d in log_dirs:
         if d not in existing:
+            directory_id = random_uuid_base64()
             write_meta_properties(
                 d,
                 {
                     "cluster.id": cluster_id,
-                    "directory.id": random_uuid_base64(),
+                    "directory.id": directory_id,
                     "node.id": str(node_id),
                     "version": "1",
                 },
+            )
+            log.info(
+                "Formatted new log directory %s: cluster id %s, node id %d, directory id %s",
+                os.path.abspath(d), cluster_id, node_id, directory_id,
             )
     return cluster_id

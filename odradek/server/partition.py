@@ -78,7 +78,7 @@ class Partition:
         if is_new:
             # Followers must report again before they count towards the HW.
             self.remote_leos = {r: -1 for r in self.replicas if r != self.local_broker_id}
-            log.info(
+            log.debug(
                 "%s: became leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
                 self, reg.leader_epoch, self.isr, log_.log_end_offset, log_.high_watermark,
             )

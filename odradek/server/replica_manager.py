@@ -220,7 +220,7 @@ class ReplicaManager:
                 # Without a replica fetcher yet, a follower keeps its log up to the HW (Kafka
                 # truncates to the HW before fetching from the new leader).
                 log_.truncate_to(log_.high_watermark)
-                log.info("%s: became follower of broker %d at epoch %d", p, reg.leader, reg.leader_epoch)
+                log.debug("%s: became follower of broker %d at epoch %d", p, reg.leader, reg.leader_epoch)
             self._complete_delayed(tp)
 
     def stop_replicas(self, tps: list[TopicPartition], delete: bool) -> None:

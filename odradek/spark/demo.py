@@ -6,6 +6,9 @@
   written once, when the watermark passes its end) to an output topic as JSON keyed by page;
   and the raw parsed events to a Parquet table partitioned by ``date``.
 
+- :func:`local_spark` starts a local SparkSession whose JVM is out of the terminal's reach, so
+  Ctrl-C reaches only the driver, which stops the queries and the session cleanly.
+
 Used by ``odradek pipeline demo`` and ``examples/clickstream_pipeline.py`` (spark-submit).
 """
 
@@ -143,6 +146,36 @@ def start_pipeline(
         .start()
     )
     return [aggregates, raw]
+
+
+def local_spark(master: str, app_name: str, conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession whose JVM runs in its own session (process group).
+
+    Ctrl-C in a terminal signals the whole foreground process group. PySpark keeps the JVM
+    from dying of it, but not the Python workers the JVM starts (they restore SIGINT): each
+    prints a KeyboardInterrupt traceback and the JVM logs the failed tasks with them, hundreds
+    of lines. Out of the group, only the driver sees Ctrl-C and can stop the queries itself.
+    Under spark-submit (the JVM already runs and started this driver) the usual session is used.
+    """
+    import os
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._active_spark_context is not None:
+        builder = SparkSession.builder.appName(app_name)  # spark-submit's --master applies
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    from pyspark.java_gateway import launch_gateway
+
+    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in (conf or {}).items():
+        spark_conf.set(key, value)
+
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext(conf=spark_conf, gateway=gateway)
+    return SparkSession.builder.getOrCreate()
 
 
 def expected_counts(events: Iterable[dict[str, str]]) -> dict[tuple[str, str], int]:

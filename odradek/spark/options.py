@@ -71,6 +71,11 @@ SOURCE_REFUSED_KAFKA_KEYS = {
     "enable.auto.commit": "offsets are tracked by Spark's checkpoint, not committed to Kafka",
     "interceptor.classes": "not supported by the Python data source",
 }
+# kafka.* keys of the Java consumer that spark-sql-kafka jobs commonly set and that mean nothing
+# here: accepted (so such a job runs unchanged) and not handed to librdkafka (which, depending
+# on its version, would refuse them). max.poll.records caps one poll() of the Java consumer;
+# Spark's batch sizes come from maxOffsetsPerTrigger and the planned offset ranges.
+IGNORED_KAFKA_KEYS = frozenset({"max.poll.records"})
 SINK_REFUSED_KAFKA_KEYS = {
     "key.serializer": "keys are always written as bytes; serialize the 'key' column yourself",
     "value.serializer": "values are always written as bytes; serialize the 'value' column yourself",
@@ -306,6 +311,8 @@ def _kafka_params(opts: dict[str, str], original: Mapping[str, str], *, sink: bo
         reason = refused.get(prop.lower())
         if reason is not None:
             raise OdradekOptionError(f"option '{key}' is not supported: {reason}")
+        if prop.lower() in IGNORED_KAFKA_KEYS:
+            continue
         params.append((prop, str(value)))
     return bootstrap, tuple(params)
 

@@ -86,3 +86,17 @@ def test_reader_option_picks_the_executor_read_path() -> None:
         parse_read_options({**BOOT, "subscribe": "t", "odradek.reader": "java"})
     with pytest.raises(OdradekOptionError, match="only applies to reading"):
         parse_write_options({**BOOT, "topic": "t", "odradek.reader": "odradek"})
+
+
+def test_java_consumer_only_keys() -> None:
+    """kafka.max.poll.records (a spark-sql-kafka habit) is accepted and not handed to librdkafka;
+    a key librdkafka does not know is refused when the source loads, naming the option."""
+    from odradek.spark.source import _check_client_config
+
+    opts = parse_read_options({**BOOT, "subscribe": "t", "kafka.max.poll.records": "500"})
+    assert opts.client_config() == {"bootstrap.servers": "localhost:9092"}
+    wopts = parse_write_options({**BOOT, "topic": "t", "kafka.MAX.POLL.RECORDS": "500"})
+    assert "max.poll.records" not in {k.lower() for k in wopts.client_config()}
+    bad = parse_read_options({**BOOT, "subscribe": "t", "kafka.default.api.timeout.ms": "1000"})
+    with pytest.raises(OdradekOptionError, match="option 'kafka.default.api.timeout.ms' is not accepted"):
+        _check_client_config(bad.client_config(), consumer=True)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -11,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from odradek.cli.pipeline import _summary
 from odradek.embedded import EmbeddedBroker
 from odradek.spark import demo
 
@@ -86,3 +91,45 @@ def test_demo_pipeline_counts_per_minute_and_writes_the_table(
         "date=2026-03-01",
         "date=2026-03-02",
     ]
+    # the demo's closing line shows ISO dates, not Python reprs
+    assert _summary(spark, str(tmp_path / "table")).endswith(
+        "(16 rows; date partitions: 2026-03-01, 2026-03-02)"
+    )
+
+
+def test_demo_cli_says_what_it_waits_for_and_stops_cleanly_on_ctrl_c(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``odradek pipeline demo``: progress lines while Spark starts and the first micro-batch
+    runs, its files under --workdir, and Ctrl-C (SIGINT to the whole process group, as a
+    terminal sends it) stops the queries and Spark: exit code 130, no traceback."""
+    workdir = tmp_path / "demo"
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "odradek.cli.main", "pipeline", "demo", "--duration", "600",
+             "--rate", "50", "--trigger", "1 second", "--workdir", str(workdir)],
+            stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "first micro-batch done" not in out_path.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, out_path.read_text() + err_path.read_text()
+            time.sleep(1)
+        output = out_path.read_text()
+        assert "first micro-batch done" in output, output + err_path.read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    output, errors = out_path.read_text(), err_path.read_text()
+    assert code == 130, output + errors
+    for said in ("starting Spark (local[2]): the JVM takes", "waiting for the first micro-batch",
+                 f"table and checkpoints go to {workdir}", "Ctrl-C: stopping the queries", "stopped"):
+        assert said in output, output
+    assert "Traceback" not in errors and "KeyboardInterrupt" not in errors, errors
+    assert len(errors.splitlines()) < 30, errors  # Spark's own start-up warnings only
+    assert (workdir / "checkpoints").is_dir()
