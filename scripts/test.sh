@@ -30,7 +30,7 @@ if command -v apt-get >/dev/null 2>&1; then
         packages+=(maven)  # fetches Apache Kafka, the reference (scripts/kafka_reference.sh)
     fi
     if ! java_ok; then
-        packages+=(openjdk-17-jre-headless)
+        packages+=(openjdk-17-jdk-headless)  # a JDK: tests run single-file Java clients
     fi
     export DEBIAN_FRONTEND=noninteractive
     # Never start services while installing (zookeeper, redis): tests start their own.
