@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +92,117 @@ def find_kafka_tools(line: str = "4") -> KafkaTools:
             pytest.fail(f"{missing}; CI fetches it and fails without it")
         pytest.skip(missing)
     return KafkaTools(home, line)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KafkaServer:
+    """A single-node Apache Kafka (KRaft, broker and controller in one JVM) on loopback.
+
+    The reference broker beside Odradek in differential tests and benchmarks: formatted into its
+    own directory, started with ``kafka.Kafka``, stopped with SIGTERM (SIGKILL after a timeout).
+    """
+
+    def __init__(self, tools: KafkaTools, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.tools = tools
+        self.data_dir = data_dir
+        self.port = _free_port()
+        self.controller_port = _free_port()
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-kafka.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _properties(self) -> str:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "logs"),
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            **self.overrides,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def start(self, timeout: float = 120.0) -> KafkaServer:
+        assert self.proc is None, "already running"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "server.properties"
+        config.write_text(self._properties())
+        launcher = str(self.tools.home / "bin" / "kafka-run")
+        fmt = subprocess.run(
+            [launcher, "--line", self.tools.line, "kafka.tools.StorageTool", "format",
+             "--cluster-id", "Odradek-Reference-Q1", "--config", str(config), "--ignore-formatted"],
+            capture_output=True, text=True, timeout=120,
+        )
+        if fmt.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+        env = dict(os.environ)
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx1g -Xms1g")
+        env.setdefault("KAFKA_JVM_OPTS", "-XX:+UseG1GC -XX:MaxGCPauseMillis=20")
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [launcher, "--line", self.tools.line, "kafka.Kafka", str(config)],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+            except OSError:
+                time.sleep(0.2)
+                continue
+            if self._answers_metadata():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"Kafka not ready in {timeout}s:\n{self.log_tail()}")
+
+    def _answers_metadata(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        try:
+            return len(admin.list_topics(timeout=5).brokers) == 1
+        except Exception:
+            return False
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text("utf-8", "replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 60.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    def __enter__(self) -> KafkaServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
