@@ -26,9 +26,12 @@ java_ok() {
 }
 
 if command -v apt-get >/dev/null 2>&1; then
-    packages=(kcat redis-server redis-tools zookeeper python3-pip python3-venv)
+    packages=(kcat redis-server redis-tools zookeeper python3-pip python3-venv curl)
+    if ! command -v mvn >/dev/null 2>&1; then
+        packages+=(maven)  # fetches Apache Kafka, the reference (scripts/kafka_reference.sh)
+    fi
     if ! java_ok; then
-        packages+=(openjdk-17-jre-headless)
+        packages+=(openjdk-17-jdk-headless)  # a JDK: tests run single-file Java clients
     fi
     export DEBIAN_FRONTEND=noninteractive
     # Never start services while installing (zookeeper, redis): tests start their own.
@@ -71,6 +74,9 @@ export PATH="$venv/bin:$PATH"
 "$PYTHON" -m pip install -e '.[test]'
 
 status=0
+# Apache Kafka's jars and tools, cached outside the checkout; its tests fail here if this does.
+echo "== Apache Kafka (reference)"
+bash scripts/kafka_reference.sh || status=1
 echo "== ruff check ." && "$PYTHON" -m ruff check . || status=1
 echo "== mypy odradek benchmarks" && "$PYTHON" -m mypy odradek benchmarks || status=1
 echo "== pytest"

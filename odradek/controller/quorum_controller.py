@@ -31,6 +31,11 @@ T = TypeVar("T")
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
+MIN_METADATA_VERSION = 7  # 3.3-IV3, the oldest metadata.version Kafka 4.x runs
+# KIP-584 features a node of this version can run: name -> (min, max) level.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "metadata.version": (MIN_METADATA_VERSION, METADATA_VERSION),
+}
 
 
 class QuorumController:
@@ -123,7 +128,7 @@ class QuorumController:
                         "features": [
                             {
                                 "name": "metadata.version",
-                                "min_supported_version": 7,
+                                "min_supported_version": MIN_METADATA_VERSION,
                                 "max_supported_version": METADATA_VERSION,
                             }
                         ],

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from odradek.controller.quorum_controller import QuorumController
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES, QuorumController
 from odradek.controller.replication_control import (
     INTERNAL_TOPICS,
     RESERVED_TOPICS,
@@ -204,7 +204,17 @@ class KafkaApis:
                 for a in sorted(self.apis.values(), key=lambda a: a.api_key)
             ],
             "throttle_time_ms": 0,
-            "finalized_features_epoch": -1,
+            # KIP-584 features (v3+): what this broker can run, and what the cluster has finalized
+            # in the metadata log (the epoch is the image's offset, as Kafka's broker reports it).
+            "supported_features": [
+                {"name": name, "min_version": lo, "max_version": hi}
+                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+            ],
+            "finalized_features_epoch": self.image.offset if self.image.features else -1,
+            "finalized_features": [
+                {"name": name, "max_version_level": level, "min_version_level": level}
+                for name, level in sorted(self.image.features.items())
+            ],
         }
 
     def handle_api_versions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
