@@ -558,6 +558,9 @@ class KafkaConfig:
     replica_fetch_max_bytes = property(lambda self: self._int("replica.fetch.max.bytes"))
     replica_fetch_wait_max_ms = property(lambda self: self._int("replica.fetch.wait.max.ms"))
     fetch_max_bytes = property(lambda self: self._int("fetch.max.bytes"))
+    max_incremental_fetch_session_cache_slots = property(
+        lambda self: self._int("max.incremental.fetch.session.cache.slots")
+    )
     request_timeout_ms = property(lambda self: self._int("request.timeout.ms"))
     broker_heartbeat_interval_ms = property(lambda self: self._int("broker.heartbeat.interval.ms"))
     broker_session_timeout_ms = property(lambda self: self._int("broker.session.timeout.ms"))
