@@ -153,13 +153,13 @@ def parse_fetch_request(
             topic_id = _ZERO_UUID
         for p in t["partitions"]:
             key = (ident, p["partition"])
+            # The decoder fills in the defaults of fields older versions lack.
             fetch_data[key] = CachedPartition(
                 key, name, topic_id, p["partition"], p["fetch_offset"], p["partition_max_bytes"],
-                p.get("current_leader_epoch", -1), p.get("log_start_offset", -1),
-                p.get("last_fetched_epoch", -1),
+                p["current_leader_epoch"], p["log_start_offset"], p["last_fetched_epoch"],
             )
     to_forget: list[PartitionKey] = []
-    for t in req.get("forgotten_topics_data") or ():
+    for t in req["forgotten_topics_data"]:
         ident = t["topic_id"] if use_ids else t["topic"]
         to_forget.extend((ident, p) for p in t["partitions"])
     return fetch_data, to_forget

@@ -56,7 +56,10 @@ def req(
             {
                 **tkey(t),
                 "partitions": [
-                    {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20}
+                    {
+                        "partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20,
+                        "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1,
+                    }
                     for p, o in ps.items()
                 ],
             }
@@ -267,7 +270,9 @@ def test_unknown_topic_id_is_cached_and_resolved_later() -> None:
     b = Broker()
     tid_c = uuid.UUID(int=0xC)
     fetch_data, forget = parse_fetch_request(
-        {"topics": [{"topic_id": tid_c, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1}]}],
+        {"topics": [{"topic_id": tid_c, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1, "current_leader_epoch": -1,
+             "log_start_offset": -1, "last_fetched_epoch": -1}]}],
          "forgotten_topics_data": []},
         13, NAMES.get,
     )
