@@ -110,6 +110,7 @@ class BrokerServer:
         self.replica_manager: ReplicaManager | None = None
         self.controller: QuorumController | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.broker_apis: KafkaApis | None = None
         self.image = MetadataImage()
         self._started = False
         self._dir_locks: list[DirLock] = []
@@ -223,6 +224,7 @@ class BrokerServer:
             log_manager=lm,
             extensions=[GroupApis(self.group_coordinator)],
         )
+        self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         controller_apis = KafkaApis(
             node_id=self.node_id,
             cluster_id=self.cluster_id,

@@ -410,6 +410,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("num.replica.alter.log.dirs.threads", "int", None, None, "Informational"),
     C("request.timeout.ms", "int", "30000", at_least(0), "Inter-broker request timeout"),
     C("fetch.max.bytes", "int", "57671680", at_least(1024), "Max bytes per fetch response"),
+    C("max.incremental.fetch.session.cache.slots", "int", "1000", at_least(0),
+      "Incremental fetch sessions (KIP-227) the broker keeps"),
     C("fetch.purgatory.purge.interval.requests", "int", "1000", None, "Purgatory purge"),
     C("producer.purgatory.purge.interval.requests", "int", "1000", None, "Purgatory purge"),
     C("delete.records.purgatory.purge.interval.requests", "int", "1", None, "Purgatory purge"),

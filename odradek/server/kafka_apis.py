@@ -43,6 +43,12 @@ from odradek.server.acl_operations import (
     CLUSTER_AUTHORIZED_OPERATIONS,
     TOPIC_AUTHORIZED_OPERATIONS,
 )
+from odradek.server.fetch_session import (
+    CachedPartition,
+    FetchManager,
+    FetchSessionCache,
+    parse_fetch_request,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import (
@@ -109,6 +115,10 @@ class KafkaApis:
         self.replica_manager = replica_manager
         self.controller = controller
         self.log_manager = log_manager
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
+            replica_manager.clock_ms,
+        )
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
         self.handlers: dict[int, Handler] = {
@@ -467,39 +477,36 @@ class KafkaApis:
 
     def handle_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         version = ctx.version
-        session_id, session_epoch = req["session_id"], req["session_epoch"]
-        if session_id != 0 and session_epoch not in (0, -1):
-            # We never hand out fetch sessions (we answer session id 0: "no session"), so an
-            # incremental fetch names a session we do not know.
-            return {
-                "throttle_time_ms": 0,
-                "error_code": Errors.FETCH_SESSION_ID_NOT_FOUND,
-                "session_id": 0,
-                "responses": [],
-            }
+        image = self.image
+
+        def resolve(topic_id: uuid.UUID) -> str | None:
+            t = image.topics_by_id.get(topic_id)
+            return t.name if t is not None else None
+
+        fetch_data, to_forget = parse_fetch_request(req, version, resolve)
+        replica_id = req.get("replica_id", -1)
+        if version >= 15:
+            replica_id = req.get("replica_state", {}).get("replica_id", -1)
+        context = self.fetch_manager.new_context(
+            version, req["session_id"], req["session_epoch"], replica_id >= 0, fetch_data, to_forget,
+            resolve,
+        )
         requests: list[FetchPartitionRequest] = []
-        errors: list[tuple[dict[str, Any], dict[str, Any], Errors]] = []
-        use_ids = version >= 13
-        for t in req["topics"]:
-            if use_ids:
-                topic = self.image.topics_by_id.get(t["topic_id"])
-                name = topic.name if topic is not None else None
+        read_parts: list[CachedPartition] = []
+        errors: list[tuple[CachedPartition, Errors]] = []
+        for part in context.partitions():
+            if part.topic is None:
+                errors.append((part, Errors.UNKNOWN_TOPIC_ID))
+            elif part.max_bytes < 0 or part.fetch_offset < 0:
+                errors.append(
+                    (part, Errors.OFFSET_OUT_OF_RANGE if part.fetch_offset < 0 else Errors.INVALID_REQUEST)
+                )
             else:
-                name = t["topic"]
-            for p in t["partitions"]:
-                if name is None:
-                    errors.append((t, p, Errors.UNKNOWN_TOPIC_ID))
-                    continue
-                if p["partition_max_bytes"] < 0 or p["fetch_offset"] < 0:
-                    errors.append((t, p, Errors.OFFSET_OUT_OF_RANGE if p["fetch_offset"] < 0 else Errors.INVALID_REQUEST))
-                    continue
+                read_parts.append(part)
                 requests.append(
                     FetchPartitionRequest(
-                        name,
-                        p["partition"],
-                        p["fetch_offset"],
-                        p["partition_max_bytes"],
-                        p.get("current_leader_epoch", -1),
+                        part.topic, part.partition, part.fetch_offset, part.max_bytes,
+                        part.current_leader_epoch,
                     )
                 )
         max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
@@ -509,62 +516,48 @@ class KafkaApis:
         )
 
         def body(results: list[FetchPartitionResult]) -> dict[str, Any]:
-            by_topic: dict[str, list[dict[str, Any]]] = {}
-            for r in results:
+            updates: list[tuple[CachedPartition, dict[str, Any]]] = []
+            for part, r in zip(read_parts, results, strict=True):
                 res = r.result
                 if version < 10 and self._zstd_topic(r.request.topic, r.request.partition):
                     # As Kafka: consumers older than Fetch v10 cannot read zstd, so a topic
                     # whose compression.type is zstd answers them UNSUPPORTED_COMPRESSION_TYPE.
-                    by_topic.setdefault(r.request.topic, []).append(
-                        {
-                            "partition_index": r.request.partition,
-                            "error_code": Errors.UNSUPPORTED_COMPRESSION_TYPE,
-                            "high_watermark": -1,
-                            "last_stable_offset": -1,
-                            "log_start_offset": -1,
-                            "aborted_transactions": None,
-                            "preferred_read_replica": -1,
-                            "records": b"",
-                        }
-                    )
+                    updates.append((part, _fetch_error(part.partition, Errors.UNSUPPORTED_COMPRESSION_TYPE)))
                     continue
-                by_topic.setdefault(r.request.topic, []).append(
-                    {
-                        "partition_index": r.request.partition,
-                        "error_code": res.error,
-                        "high_watermark": res.high_watermark,
-                        "last_stable_offset": res.last_stable_offset,
-                        "log_start_offset": res.log_start_offset,
-                        "aborted_transactions": None,  # no transactions yet: nothing aborted
-                        "preferred_read_replica": -1,
-                        "records": res.records if res.records is not None else b"",
+                updates.append(
+                    (
+                        part,
+                        {
+                            "partition_index": part.partition,
+                            "error_code": res.error,
+                            "high_watermark": res.high_watermark,
+                            "last_stable_offset": res.last_stable_offset,
+                            "log_start_offset": res.log_start_offset,
+                            "aborted_transactions": None,  # no transactions yet: nothing aborted
+                            "preferred_read_replica": -1,
+                            "records": res.records if res.records is not None else b"",
+                        },
+                    )
+                )
+            for part, err in errors:
+                updates.append((part, _fetch_error(part.partition, err)))
+            error, session_id, send = context.update_and_generate_response(updates)
+            by_topic: dict[Any, dict[str, Any]] = {}
+            for part, resp in send:
+                entry = by_topic.get(part.key[0])
+                if entry is None:
+                    entry = by_topic[part.key[0]] = {
+                        "topic": part.topic or "",
+                        "topic_id": part.topic_id,
+                        "partitions": [],
                     }
-                )
-            responses: list[dict[str, Any]] = []
-            for name, parts in by_topic.items():
-                timg = self.image.topics_by_name.get(name)
-                responses.append(
-                    {"topic": name, "topic_id": timg.topic_id if timg else _ZERO_UUID, "partitions": parts}
-                )
-            for treq, p, err in errors:
-                responses.append(
-                    {
-                        "topic": treq.get("topic", ""),
-                        "topic_id": treq.get("topic_id", _ZERO_UUID),
-                        "partitions": [
-                            {
-                                "partition_index": p["partition"],
-                                "error_code": err,
-                                "high_watermark": -1,
-                                "last_stable_offset": -1,
-                                "log_start_offset": -1,
-                                "preferred_read_replica": -1,
-                                "records": b"",
-                            }
-                        ],
-                    }
-                )
-            return {"throttle_time_ms": 0, "error_code": Errors.NONE, "session_id": 0, "responses": responses}
+                entry["partitions"].append(resp)
+            return {
+                "throttle_time_ms": 0,
+                "error_code": error,
+                "session_id": session_id,
+                "responses": list(by_topic.values()),
+            }
 
         if isinstance(result, DelayedFetch):
             op = result
@@ -915,6 +908,19 @@ class KafkaApis:
                 }
             )
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "results": results}
+
+
+def _fetch_error(partition: int, error: Errors) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": error,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
 
 
 def _uses_zstd(records: Any) -> bool:

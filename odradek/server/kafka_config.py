@@ -592,6 +592,9 @@ class KafkaConfig:
             raise ConfigError(
                 f"Invalid value {text} for configuration max.connections.per.ip.overrides: {e}"
             ) from None
+    max_incremental_fetch_session_cache_slots = property(
+        lambda self: self._int("max.incremental.fetch.session.cache.slots")
+    )
     request_timeout_ms = property(lambda self: self._int("request.timeout.ms"))
     broker_heartbeat_interval_ms = property(lambda self: self._int("broker.heartbeat.interval.ms"))
     broker_session_timeout_ms = property(lambda self: self._int("broker.session.timeout.ms"))
