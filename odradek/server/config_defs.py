@@ -589,7 +589,7 @@ def _broker_default_for(broker: KafkaConfig, defn: ConfigDef) -> _Resolved:
                 value = value * mult
             if defn.name == "retention.ms" and value is not None and value < 0:
                 value = -1
-            return _Resolved(value, _format(defn, value), ConfigSource.STATIC_BROKER_CONFIG, bkey)
+            return _Resolved(value, _format(defn, value), broker.source_of(bkey), bkey)
     if defn.broker_keys:
         last = defn.broker_keys[-1]
         bdef = BROKER_CONFIGS.get(last)
@@ -692,11 +692,14 @@ def describe_topic_config(
             synonyms.append(
                 ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
             )
-        for bkey in defn.broker_keys:
-            if broker.is_set(bkey):
-                synonyms.append(
-                    ConfigSynonym(bkey, broker.raw(bkey), ConfigSource.STATIC_BROKER_CONFIG)
-                )
+        for layer, layer_source in (
+            (broker.dynamic_broker_configs, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (broker.dynamic_default_configs, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (broker.static_originals, ConfigSource.STATIC_BROKER_CONFIG),
+        ):
+            for bkey in defn.broker_keys:
+                if bkey in layer:
+                    synonyms.append(ConfigSynonym(bkey, layer[bkey], layer_source))
         if defn.broker_keys:
             last = defn.broker_keys[-1]
             bdef = BROKER_CONFIGS.get(last)
@@ -705,35 +708,6 @@ def describe_topic_config(
         else:
             synonyms.append(ConfigSynonym(name, defn.default, ConfigSource.DEFAULT_CONFIG))
         entries.append(ConfigEntry(name, raw, False, int(source), defn.sensitive, synonyms))
-    return entries
-
-
-def describe_broker_config(
-    broker: KafkaConfig, keys: Sequence[str] | None = None
-) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a broker resource. Everything is static (read-only) for now."""
-    entries: list[ConfigEntry] = []
-    for name, defn in BROKER_CONFIGS.items():
-        if keys is not None and name not in keys:
-            continue
-        sensitive = defn.sensitive or defn.type == "password"
-        synonyms: list[ConfigSynonym] = []
-        if broker.is_set(name):
-            value: str | None = broker.raw(name)
-            source = ConfigSource.STATIC_BROKER_CONFIG
-            synonyms.append(
-                ConfigSynonym(name, None if sensitive else value, ConfigSource.STATIC_BROKER_CONFIG)
-            )
-        else:
-            value = defn.default
-            source = ConfigSource.DEFAULT_CONFIG
-        if defn.default is not None:
-            synonyms.append(
-                ConfigSynonym(name, None if sensitive else defn.default, ConfigSource.DEFAULT_CONFIG)
-            )
-        entries.append(
-            ConfigEntry(name, None if sensitive else value, True, int(source), sensitive, synonyms)
-        )
     return entries
 
 

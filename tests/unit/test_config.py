@@ -12,10 +12,10 @@ from odradek.server.config_defs import (
     TOPIC_CONFIGS,
     ConfigSource,
     build_log_config,
-    describe_broker_config,
     describe_topic_config,
     validate_topic_config,
 )
+from odradek.server.dynamic_broker_config import describe_broker_config
 from odradek.server.kafka_config import (
     ConfigError,
     KafkaConfig,
