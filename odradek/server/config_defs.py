@@ -680,33 +680,29 @@ class ConfigEntry(NamedTuple):
 def describe_topic_config(
     broker: KafkaConfig, overrides: Mapping[str, str], keys: Sequence[str] | None = None
 ) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a topic resource (all keys, or just ``keys``)."""
+    """DescribeConfigs entries for a topic resource (all keys, or just ``keys``).
+
+    Synonyms as Kafka (ConfigHelper.createTopicConfigEntry) lists them: the topic's own value,
+    then the broker synonyms of the topic config's first broker key, layer by layer; when that
+    first key is set in no layer (``log.retention.ms`` with only ``log.retention.hours``), Kafka
+    lists no broker synonym and reports DEFAULT_CONFIG, and so does this.
+    """
+    from odradek.server.dynamic_broker_config import broker_synonyms
+
     eff = effective_topic_configs(broker, overrides)
     entries: list[ConfigEntry] = []
     for name, defn in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        _, raw, source = eff[name]
+        _, raw, _source = eff[name]
         synonyms: list[ConfigSynonym] = []
         if name in overrides:
             synonyms.append(
                 ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
             )
-        for layer, layer_source in (
-            (broker.dynamic_broker_configs, ConfigSource.DYNAMIC_BROKER_CONFIG),
-            (broker.dynamic_default_configs, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
-            (broker.static_originals, ConfigSource.STATIC_BROKER_CONFIG),
-        ):
-            for bkey in defn.broker_keys:
-                if bkey in layer:
-                    synonyms.append(ConfigSynonym(bkey, layer[bkey], layer_source))
         if defn.broker_keys:
-            last = defn.broker_keys[-1]
-            bdef = BROKER_CONFIGS.get(last)
-            if bdef is not None and bdef.default is not None:
-                synonyms.append(ConfigSynonym(last, bdef.default, ConfigSource.DEFAULT_CONFIG))
-        else:
-            synonyms.append(ConfigSynonym(name, defn.default, ConfigSource.DEFAULT_CONFIG))
+            synonyms += broker_synonyms(broker, defn.broker_keys[0], defn.sensitive)
+        source = synonyms[0].source if synonyms else int(ConfigSource.DEFAULT_CONFIG)
         entries.append(ConfigEntry(name, raw, False, int(source), defn.sensitive, synonyms))
     return entries
 

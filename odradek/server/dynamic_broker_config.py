@@ -20,7 +20,7 @@ actually applies when it changes:
 
 Everything else (including keys Kafka can change dynamically but Odradek does not apply, such as
 the thread pools, the connection limits, listeners and SSL) is refused with Kafka's
-``Cannot update these configs dynamically: Set(...)`` (INVALID_REQUEST). None of the accepted keys
+``Cannot update these configs dynamically: [...]`` (INVALID_REQUEST). None of the accepted keys
 is per-broker-only in Kafka (those are the listener and SSL ones), so all are accepted both as
 cluster default and per broker.
 """
@@ -88,8 +88,8 @@ def layered_props(
     return props
 
 
-def _scala_set(names: Iterable[str]) -> str:
-    return "Set(" + ", ".join(names) + ")"
+def _java_set(names: Iterable[str]) -> str:
+    return "[" + ", ".join(names) + "]"
 
 
 def check_broker_resource(name: str, node_id: int) -> str | None:
@@ -113,10 +113,14 @@ def validate_dynamic_configs(
     applied, or None. Kafka answers these with INVALID_REQUEST."""
     from odradek.server.kafka_config import ConfigError, KafkaConfig
 
-    refused = [k for k in new_props if k not in DYNAMIC_CONFIGS]
+    # Only what this request changes is judged: a key already stored (say by an Apache Kafka
+    # whose metadata log Odradek took over) does not block other changes.
+    current = config.dynamic_default_configs if resource_name == "" else config.dynamic_broker_configs
+    changed = {k: v for k, v in new_props.items() if current.get(k) != v}
+    refused = [k for k in changed if k not in DYNAMIC_CONFIGS]
     if refused:
-        return f"Cannot update these configs dynamically: {_scala_set(refused)}"
-    for key, value in new_props.items():
+        return f"Cannot update these configs dynamically: {_java_set(refused)}"
+    for key, value in changed.items():
         _, err = check_value(BROKER_CONFIGS[key], value)
         if err is not None:
             return err
@@ -144,7 +148,7 @@ class DynamicBrokerConfigPolicy:
         return validate_dynamic_configs(self.config, name, new_configs)
 
 
-def _synonyms(config: KafkaConfig, name: str, sensitive: bool) -> list[ConfigSynonym]:
+def broker_synonyms(config: KafkaConfig, name: str, sensitive: bool = False) -> list[ConfigSynonym]:
     """Kafka's ConfigHelper.configSynonyms: every layer holding a synonym of ``name``, layer by
     layer (per broker, cluster default, static, default), dropping those before ``name``."""
     names = broker_config_synonyms(name)
@@ -187,7 +191,7 @@ def describe_broker_config(
             continue
         defn = BROKER_CONFIGS.get(name)
         sensitive = defn is not None and (defn.sensitive or defn.type == "password")
-        synonyms = _synonyms(config, name, sensitive)
+        synonyms = broker_synonyms(config, name, sensitive)
         if per_broker:
             value = merged.get(name, defn.default if defn is not None else None)
         else:

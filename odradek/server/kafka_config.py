@@ -215,7 +215,7 @@ class KafkaConfig:
     def update_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> list[str]:
         """Lay the dynamic configs over the static ones (static < cluster default < per broker,
         a dynamic key hiding its static synonyms). Values that do not parse are ignored, as Kafka
-        does; returns the keys ignored. Readers see the old or the new configuration, never a mix.
+        does; returns the keys ignored. Called on the event loop, where the configuration is read.
         """
         from odradek.server.dynamic_broker_config import layered_props
 

@@ -64,9 +64,9 @@ def test_layering_precedence_and_revert() -> None:
     cfg.update_dynamic({}, {})
     assert build_log_config(cfg, {}).retention_ms == HOUR_MS
     assert cfg.static_originals["log.retention.hours"] == "1"
-    assert {e.name: e for e in describe_topic_config(cfg, {})}["retention.ms"].source == (
-        ConfigSource.STATIC_BROKER_CONFIG
-    )
+    # as Kafka: log.retention.ms set nowhere, so no broker synonym and DEFAULT_CONFIG
+    ret = {e.name: e for e in describe_topic_config(cfg, {})}["retention.ms"]
+    assert (ret.value, ret.source, ret.synonyms) == ("3600000", ConfigSource.DEFAULT_CONFIG, [])
 
 
 def test_dynamic_key_hides_static_synonym() -> None:
@@ -91,11 +91,11 @@ def test_validation_messages() -> None:
     cfg = _static()
     assert validate_dynamic_configs(cfg, "", {"log.retention.ms": "1000", "log.cleaner.backoff.ms": "5"}) is None
     assert validate_dynamic_configs(cfg, "1", {"log.dirs": "/x", "num.io.threads": "4"}) == (
-        "Cannot update these configs dynamically: Set(log.dirs, num.io.threads)"
+        "Cannot update these configs dynamically: [log.dirs, num.io.threads]"
     )
     # not dynamic in Kafka either: only the first synonym of a topic default is
     assert validate_dynamic_configs(cfg, "", {"log.retention.hours": "2"}) == (
-        "Cannot update these configs dynamically: Set(log.retention.hours)"
+        "Cannot update these configs dynamically: [log.retention.hours]"
     )
     err = validate_dynamic_configs(cfg, "", {"log.retention.ms": "abc"})
     assert err is not None and err.startswith("Invalid value abc for configuration log.retention.ms")
@@ -153,7 +153,7 @@ def test_controller_refusals_for_broker_resources() -> None:
     cases = [
         ("2", "log.retention.ms", "1", "Unexpected broker id, expected 1, but received 2"),
         ("one", "log.retention.ms", "1", "Node id must be an integer, but it is: one"),
-        ("", "log.cleaner.threads", "2", "Cannot update these configs dynamically: Set(log.cleaner.threads)"),
+        ("", "log.cleaner.threads", "2", "Cannot update these configs dynamically: [log.cleaner.threads]"),
     ]
     for name, key, value, message in cases:
         for fn in (mgr.incremental_alter_configs, mgr.alter_configs):
@@ -199,3 +199,19 @@ def test_describe_broker_resources() -> None:
     ]
     assert hours.read_only and mine["num.partitions"].read_only
     assert mine["num.partitions"].source == ConfigSource.DEFAULT_CONFIG
+
+
+def test_stored_foreign_key_does_not_block_other_changes() -> None:
+    # e.g. Apache Kafka's metadata log with log.cleaner.threads set dynamically
+    cfg = _static()
+    cfg.update_dynamic({"log.cleaner.threads": "2"}, {})
+    mgr, image = _manager(cfg)
+    image.configs[(BROKER_RESOURCE, "")] = {"log.cleaner.threads": "2"}
+    code, msg, recs = mgr.incremental_alter_configs(
+        BROKER_RESOURCE, "", [{"name": "log.retention.ms", "config_operation": OP_SET, "value": "1000"}]
+    )
+    assert (code, msg) == (Errors.NONE, None) and [r[1]["name"] for r in recs] == ["log.retention.ms"]
+    code, msg, _ = mgr.incremental_alter_configs(
+        BROKER_RESOURCE, "", [{"name": "log.cleaner.threads", "config_operation": OP_SET, "value": "3"}]
+    )
+    assert (code, msg) == (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: [log.cleaner.threads]")
