@@ -19,7 +19,8 @@ actually applies when it changes:
   buffer and throttle settings) have no counterpart in Odradek's single cleaner thread).
 
 Everything else (including keys Kafka can change dynamically but Odradek does not apply, such as
-the thread pools, the connection limits, listeners and SSL) is refused with Kafka's
+the thread pools, the connection limits, listeners and SSL, and names Kafka does not know, which
+Kafka keeps as custom configs) is refused with Kafka's
 ``Cannot update these configs dynamically: [...]`` (INVALID_REQUEST). None of the accepted keys
 is per-broker-only in Kafka (those are the listener and SSL ones), so all are accepted both as
 cluster default and per broker.

@@ -117,6 +117,8 @@ def test_kafka_configs_broker_default_and_per_broker(kafka: KafkaTools, server: 
     assert "log.retention.ms=3600000" in desc
     desc = _configs(kafka, bs, "--describe", "--entity-type", "brokers", "--entity-name", "1")
     assert "log.segment.bytes=1024" in desc
+    tdesc = _configs(kafka, bs, "--describe", "--all", "--entity-type", "topics", "--entity-name", topic)
+    assert "segment.bytes=1024 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.segment.bytes=1024" in tdesc
 
     # Deleting reverts to the static / default value.
     _configs(kafka, bs, "--alter", "--entity-type", "brokers", "--entity-default", "--delete-config", "log.retention.ms")
@@ -182,6 +184,13 @@ def test_confluent_incremental_alter_configs_on_broker(own_broker: EmbeddedBroke
                 {"name": "compression.type", "config_operation": 0, "value": "lz4"}]}], "validate_only": False}
             r = conn.request(m.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"][0]
             assert (r["error_code"], r["error_message"]) == (Errors.INVALID_REQUEST, message)
+
+    # the cleaner's settings reach the running cleaner
+    alter("1", "log.cleaner.backoff.ms", "250")
+    alter("1", "log.cleaner.dedupe.buffer.size", "1048576")
+    cleaner = own_broker.server.log_manager.cleaner
+    assert (cleaner.config.backoff_ms, cleaner.config.dedupe_buffer_size) == (250, 1048576)
+    assert describe("BROKER", "1")["log.cleaner.backoff.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
 
     alter("1", "compression.type", None)
     assert describe("BROKER", "1")["compression.type"].source == ConfigSource.DEFAULT_CONFIG.value
