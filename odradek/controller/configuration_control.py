@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.controller.replication_control import MetadataRecord
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
@@ -17,10 +17,26 @@ LIST_CONFIGS = frozenset(
 )
 
 
+class BrokerConfigPolicy(Protocol):
+    """What the node knows of dynamic broker configs (see odradek.server.dynamic_broker_config)."""
+
+    def check_resource(self, name: str) -> str | None:
+        """Why BROKER resource ``name`` cannot be altered here, or None."""
+
+    def validate(self, name: str, new_configs: dict[str, str]) -> str | None:
+        """Why ``new_configs`` (the resource's whole new set) cannot be applied, or None."""
+
+
 class ConfigurationControlManager:
-    def __init__(self, image: MetadataImage, validate_config: Callable[[str, str], str | None]) -> None:
+    def __init__(
+        self,
+        image: MetadataImage,
+        validate_config: Callable[[str, str], str | None],
+        broker_configs: BrokerConfigPolicy | None = None,
+    ) -> None:
         self.image = image
         self.validate_config = validate_config
+        self.broker_configs = broker_configs
 
     def _check_resource(self, resource_type: int, name: str) -> tuple[Errors, str | None]:
         if resource_type == TOPIC_RESOURCE:
@@ -28,14 +44,27 @@ class ConfigurationControlManager:
                 return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
             return Errors.NONE, None
         if resource_type == BROKER_RESOURCE:
-            return (
-                Errors.INVALID_REQUEST,
-                "Dynamic broker configs are not supported by this broker; set them in "
-                "server.properties or with --override",
-            )
+            if self.broker_configs is None:
+                return (
+                    Errors.INVALID_REQUEST,
+                    "Dynamic broker configs are not supported by this broker; set them in "
+                    "server.properties or with --override",
+                )
+            msg = self.broker_configs.check_resource(name)
+            return (Errors.NONE, None) if msg is None else (Errors.INVALID_REQUEST, msg)
         return Errors.INVALID_REQUEST, f"Unsupported resource type {resource_type}"
 
-    def _records(self, name: str, old: dict[str, str], new: dict[str, str]) -> list[MetadataRecord]:
+    def _old(self, resource_type: int, name: str) -> dict[str, str]:
+        return self.image.configs.get((resource_type, name), {})
+
+    def _finish(
+        self, resource_type: int, name: str, old: dict[str, str], new: dict[str, str]
+    ) -> tuple[Errors, str | None, list[MetadataRecord]]:
+        if resource_type == BROKER_RESOURCE and self.broker_configs is not None:
+            # Kafka (ConfigAdminManager) answers every refused broker config with INVALID_REQUEST.
+            msg = self.broker_configs.validate(name, new)
+            if msg is not None:
+                return Errors.INVALID_REQUEST, msg, []
         out: list[MetadataRecord] = []
         for k in sorted(set(old) | set(new)):
             if old.get(k) != new.get(k):
@@ -43,14 +72,14 @@ class ConfigurationControlManager:
                     (
                         "ConfigRecord",
                         {
-                            "resource_type": TOPIC_RESOURCE,
+                            "resource_type": resource_type,
                             "resource_name": name,
                             "name": k,
                             "value": new.get(k),
                         },
                     )
                 )
-        return out
+        return Errors.NONE, None, out
 
     def alter_configs(
         self, resource_type: int, name: str, configs: list[dict[str, Any]]
@@ -59,15 +88,21 @@ class ConfigurationControlManager:
         code, msg = self._check_resource(resource_type, name)
         if code != Errors.NONE:
             return code, msg, []
+        broker = resource_type == BROKER_RESOURCE
+        if broker:
+            nulls = [c["name"] for c in configs if c["value"] is None]
+            if nulls:
+                return Errors.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls), []
         new: dict[str, str] = {}
         for c in configs:
             if c["value"] is None:
                 continue
-            err = self.validate_config(c["name"], c["value"])
-            if err is not None:
-                return Errors.INVALID_CONFIG, err, []
+            if not broker:
+                err = self.validate_config(c["name"], c["value"])
+                if err is not None:
+                    return Errors.INVALID_CONFIG, err, []
             new[c["name"]] = c["value"]
-        return Errors.NONE, None, self._records(name, self.image.topic_config(name), new)
+        return self._finish(resource_type, name, self._old(resource_type, name), new)
 
     def incremental_alter_configs(
         self, resource_type: int, name: str, configs: list[dict[str, Any]]
@@ -75,7 +110,8 @@ class ConfigurationControlManager:
         code, msg = self._check_resource(resource_type, name)
         if code != Errors.NONE:
             return code, msg, []
-        old = self.image.topic_config(name)
+        broker = resource_type == BROKER_RESOURCE
+        old = self._old(resource_type, name)
         new = dict(old)
         seen: set[str] = set()
         for c in configs:
@@ -91,17 +127,28 @@ class ConfigurationControlManager:
             if value is None:
                 return Errors.INVALID_REQUEST, f"Null value not supported for {key}", []
             if op in (OP_APPEND, OP_SUBTRACT):
-                if key not in LIST_CONFIGS:
+                from odradek.server.config_defs import BROKER_CONFIGS, TOPIC_CONFIGS
+
+                table = BROKER_CONFIGS if broker else TOPIC_CONFIGS
+                is_list = key in table and table[key].type == "list" if broker else key in LIST_CONFIGS
+                if not is_list:
+                    if broker and key not in table:
+                        return Errors.INVALID_CONFIG, f"Unknown config name: {key}", []
+                    if broker:
+                        verb = "append" if op == OP_APPEND else "subtract"
+                        return (
+                            Errors.INVALID_CONFIG,
+                            f"Config value {verb} is not allowed for config key: {key}",
+                            [],
+                        )
                     return (
                         Errors.INVALID_CONFIG,
                         f"Config {key} is not a list config; APPEND/SUBTRACT are only for lists",
                         [],
                     )
-                from odradek.server.config_defs import TOPIC_CONFIGS
-
                 current_raw = new.get(key)
                 if current_raw is None:
-                    d = TOPIC_CONFIGS[key].default if key in TOPIC_CONFIGS else ""
+                    d = table[key].default if key in table else ""
                     current_raw = d or ""
                 current = [x.strip() for x in current_raw.split(",") if x.strip()]
                 items = [x.strip() for x in value.split(",") if x.strip()]
@@ -110,8 +157,9 @@ class ConfigurationControlManager:
                 else:
                     merged = [x for x in current if x not in items]
                 value = ",".join(merged)
-            err = self.validate_config(key, value)
-            if err is not None:
-                return Errors.INVALID_CONFIG, err, []
+            if not broker:
+                err = self.validate_config(key, value)
+                if err is not None:
+                    return Errors.INVALID_CONFIG, err, []
             new[key] = value
-        return Errors.NONE, None, self._records(name, old, new)
+        return self._finish(resource_type, name, old, new)

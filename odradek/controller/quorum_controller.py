@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from odradek.controller.configuration_control import ConfigurationControlManager
+from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
 from odradek.controller.replication_control import (
     MetadataRecord,
     ReplicationControlManager,
@@ -50,6 +50,7 @@ class QuorumController:
         validate_config: Callable[[str, str], str | None],
         on_commit: Callable[[int], None],
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        broker_configs: BrokerConfigPolicy | None = None,
     ) -> None:
         self.node_id = node_id
         self.metadata_log = metadata_log
@@ -62,7 +63,7 @@ class QuorumController:
             default_replication_factor=default_replication_factor,
             validate_config=validate_config,
         )
-        self.configuration = ConfigurationControlManager(self.image, validate_config)
+        self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
         self._on_commit = on_commit
         self._clock_ms = clock_ms
         self._queue: asyncio.Lock | None = None

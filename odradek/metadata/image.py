@@ -64,6 +64,8 @@ class MetadataDelta:
     created_topics: set[str] = field(default_factory=set)
     changed_topic_configs: set[str] = field(default_factory=set)
     changed_brokers: set[int] = field(default_factory=set)
+    # BROKER config resources changed ("" = cluster default, "<id>" = one broker).
+    changed_broker_configs: set[str] = field(default_factory=set)
 
     def is_empty(self) -> bool:
         return not (
@@ -72,6 +74,7 @@ class MetadataDelta:
             or self.created_topics
             or self.changed_topic_configs
             or self.changed_brokers
+            or self.changed_broker_configs
         )
 
 
@@ -89,6 +92,10 @@ class MetadataImage:
 
     def topic_config(self, topic: str) -> dict[str, str]:
         return self.configs.get((TOPIC_RESOURCE, topic), {})
+
+    def broker_config(self, name: str) -> dict[str, str]:
+        """Dynamic configs of BROKER resource ``name`` ("" = the cluster-wide default)."""
+        return self.configs.get((BROKER_RESOURCE, name), {})
 
     def partition(self, topic: str, partition: int) -> PartitionRegistration | None:
         t = self.topics_by_name.get(topic)
@@ -168,6 +175,8 @@ class MetadataImage:
             cfg[r["name"]] = r["value"]
         if r["resource_type"] == TOPIC_RESOURCE:
             delta.changed_topic_configs.add(r["resource_name"])
+        elif r["resource_type"] == BROKER_RESOURCE:
+            delta.changed_broker_configs.add(r["resource_name"])
 
     def _apply_RegisterBrokerRecord(self, r: dict[str, Any], delta: MetadataDelta) -> None:  # noqa: N802
         endpoints = {

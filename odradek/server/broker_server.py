@@ -11,6 +11,7 @@ broker through the controller. From then on every topic change flows controller 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog
 from odradek.server import config_defs
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
+from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
@@ -58,15 +60,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def run_periodically(name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
-    """Run ``fn`` in a worker thread every ``interval_ms`` until cancelled. A failure is logged
+async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
+    """Run ``fn`` in a worker thread every ``interval_ms`` (a callable is read before each wait,
+    so a dynamic config change takes effect) until cancelled. A failure is logged
     once (a disk-full or I/O error as one line, anything else with its traceback), then quietly
     until a run succeeds again, which is logged once too: a checkpoint that cannot be written
     on a full disk does not log a traceback every few seconds."""
     loop = asyncio.get_running_loop()
     failing = 0  # consecutive failed runs
+    interval = interval_ms if callable(interval_ms) else (lambda: interval_ms)
     while True:
-        await asyncio.sleep(interval_ms / 1000.0)
+        await asyncio.sleep(min(max(interval(), 1), 2**31) / 1000.0)
         try:
             await loop.run_in_executor(None, fn)
         except Exception as e:
@@ -120,6 +124,34 @@ class BrokerServer:
     def log_config_for(self, topic: str) -> LogConfig:
         return config_defs.build_log_config(self.config, self.image.topic_config(topic))
 
+    def _apply_dynamic_configs(self) -> None:
+        """Lay the dynamic broker configs of the metadata image over the static configuration."""
+        ignored = self.config.update_dynamic(
+            self.image.broker_config(""), self.image.broker_config(str(self.node_id))
+        )
+        if ignored:
+            log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
+        if self.log_manager is not None:
+            lm = self.log_manager
+            lm.default_config = config_defs.build_log_config(self.config, {})
+            lm.cleaner.config = dataclasses.replace(
+                lm.cleaner.config,
+                backoff_ms=self.config.log_cleaner_backoff_ms,
+                dedupe_buffer_size=int(self.config.get("log.cleaner.dedupe.buffer.size")),
+            )
+
+    def _on_broker_configs(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        if not delta.changed_broker_configs & {"", str(self.node_id)}:
+            return
+        self._apply_dynamic_configs()
+        log.info(
+            "Dynamic broker configs now in effect: cluster default %s, broker %d %s",
+            self.config.dynamic_default_configs, self.node_id, self.config.dynamic_broker_configs,
+        )
+        # Every topic's log config may default from a changed broker key (Kafka's
+        # DynamicLogConfig.reconfigure updates all logs).
+        delta.changed_topic_configs.update(image.topics_by_name)
+
     def _on_metadata_commit(self, _offset: int) -> None:
         self.loader.catch_up()
 
@@ -160,9 +192,11 @@ class BrokerServer:
             delete_topic_enable=cfg.delete_topic_enable,
             validate_config=config_defs.validate_topic_config,
             on_commit=self._on_metadata_commit,
+            broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
         self.controller.replay_log()
         self.loader.catch_up()
+        self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
         default_log_config = config_defs.build_log_config(cfg, {})
@@ -190,6 +224,8 @@ class BrokerServer:
             for p in t.partitions:
                 initial.changed_partitions.add((t.name, p))
         self.replica_manager.apply_delta(initial, self.image)
+        # Dynamic broker configs first: a change reaches every log through the replica manager.
+        self.loader.publishers.append(self._on_broker_configs)
         self.loader.publishers.append(self.replica_manager.apply_delta)
 
         # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
@@ -252,7 +288,7 @@ class BrokerServer:
         # 6. Background work: retention, flushing, checkpoints.
         # Compaction runs in a worker thread, one pass at a time, off the request path.
         if cleaner_config.enable:
-            self._schedule("log-cleaner", cleaner_config.backoff_ms, lambda: lm.clean_logs(_now_ms()))
+            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lambda: lm.clean_logs(_now_ms()))
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(_now_ms()))
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(_now_ms()))
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
@@ -323,11 +359,13 @@ class BrokerServer:
                 log.info("Deleting stray log %s-%d: its topic no longer exists in the metadata", topic, part)
                 self.log_manager.delete_log(topic, part)
 
-    def _schedule(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
-        if interval_ms <= 0 or interval_ms >= 2**62:
+    def _schedule(self, name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
+        """Run ``fn`` in a worker thread every ``interval_ms`` (a callable: read before each wait)."""
+        interval = interval_ms if callable(interval_ms) else (lambda: interval_ms)
+        if not 0 < interval() < 2**62:
             return
         self._tasks.append(
-            asyncio.get_running_loop().create_task(run_periodically(name, interval_ms, fn), name=name)
+            asyncio.get_running_loop().create_task(run_periodically(name, interval, fn), name=name)
         )
 
     async def shutdown(self) -> None:

@@ -591,7 +591,7 @@ def _broker_default_for(broker: KafkaConfig, defn: ConfigDef) -> _Resolved:
                 value = value * mult
             if defn.name == "retention.ms" and value is not None and value < 0:
                 value = -1
-            return _Resolved(value, _format(defn, value), ConfigSource.STATIC_BROKER_CONFIG, bkey)
+            return _Resolved(value, _format(defn, value), broker.source_of(bkey), bkey)
     if defn.broker_keys:
         last = defn.broker_keys[-1]
         bdef = BROKER_CONFIGS.get(last)
@@ -682,60 +682,30 @@ class ConfigEntry(NamedTuple):
 def describe_topic_config(
     broker: KafkaConfig, overrides: Mapping[str, str], keys: Sequence[str] | None = None
 ) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a topic resource (all keys, or just ``keys``)."""
+    """DescribeConfigs entries for a topic resource (all keys, or just ``keys``).
+
+    Synonyms as Kafka (ConfigHelper.createTopicConfigEntry) lists them: the topic's own value,
+    then the broker synonyms of the topic config's first broker key, layer by layer; when that
+    first key is set in no layer (``log.retention.ms`` with only ``log.retention.hours``), Kafka
+    lists no broker synonym and reports DEFAULT_CONFIG, and so does this.
+    """
+    from odradek.server.dynamic_broker_config import broker_synonyms
+
     eff = effective_topic_configs(broker, overrides)
     entries: list[ConfigEntry] = []
     for name, defn in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        _, raw, source = eff[name]
+        _, raw, _source = eff[name]
         synonyms: list[ConfigSynonym] = []
         if name in overrides:
             synonyms.append(
                 ConfigSynonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG)
             )
-        for bkey in defn.broker_keys:
-            if broker.is_set(bkey):
-                synonyms.append(
-                    ConfigSynonym(bkey, broker.raw(bkey), ConfigSource.STATIC_BROKER_CONFIG)
-                )
         if defn.broker_keys:
-            last = defn.broker_keys[-1]
-            bdef = BROKER_CONFIGS.get(last)
-            if bdef is not None and bdef.default is not None:
-                synonyms.append(ConfigSynonym(last, bdef.default, ConfigSource.DEFAULT_CONFIG))
-        else:
-            synonyms.append(ConfigSynonym(name, defn.default, ConfigSource.DEFAULT_CONFIG))
+            synonyms += broker_synonyms(broker, defn.broker_keys[0], defn.sensitive)
+        source = synonyms[0].source if synonyms else int(ConfigSource.DEFAULT_CONFIG)
         entries.append(ConfigEntry(name, raw, False, int(source), defn.sensitive, synonyms))
-    return entries
-
-
-def describe_broker_config(
-    broker: KafkaConfig, keys: Sequence[str] | None = None
-) -> list[ConfigEntry]:
-    """DescribeConfigs entries for a broker resource. Everything is static (read-only) for now."""
-    entries: list[ConfigEntry] = []
-    for name, defn in BROKER_CONFIGS.items():
-        if keys is not None and name not in keys:
-            continue
-        sensitive = defn.sensitive or defn.type == "password"
-        synonyms: list[ConfigSynonym] = []
-        if broker.is_set(name):
-            value: str | None = broker.raw(name)
-            source = ConfigSource.STATIC_BROKER_CONFIG
-            synonyms.append(
-                ConfigSynonym(name, None if sensitive else value, ConfigSource.STATIC_BROKER_CONFIG)
-            )
-        else:
-            value = defn.default
-            source = ConfigSource.DEFAULT_CONFIG
-        if defn.default is not None:
-            synonyms.append(
-                ConfigSynonym(name, None if sensitive else defn.default, ConfigSource.DEFAULT_CONFIG)
-            )
-        entries.append(
-            ConfigEntry(name, None if sensitive else value, True, int(source), sensitive, synonyms)
-        )
     return entries
 
 

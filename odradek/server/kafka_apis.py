@@ -43,6 +43,7 @@ from odradek.server.acl_operations import (
     CLUSTER_AUTHORIZED_OPERATIONS,
     TOPIC_AUTHORIZED_OPERATIONS,
 )
+from odradek.server.dynamic_broker_config import describe_broker_config
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -763,11 +764,14 @@ class KafkaApis:
                         self.config, self.image.topic_config(rname), keys
                     )
             elif rtype == BROKER_RESOURCE:
-                if rname not in ("", str(self.node_id)):
+                if rname != "" and not rname.lstrip("-").isdigit():
+                    res["error_code"] = Errors.INVALID_REQUEST
+                    res["error_message"] = f"Broker id must be an integer, but it is: {rname}"
+                elif rname != "" and int(rname) != self.node_id:
                     res["error_code"] = Errors.INVALID_REQUEST
                     res["error_message"] = f"Unexpected broker id, expected {self.node_id} or empty string, but received {rname}"
                 else:
-                    entries = config_defs.describe_broker_config(self.config, keys)
+                    entries = describe_broker_config(self.config, rname, keys)
             else:
                 res["error_code"] = Errors.INVALID_REQUEST
                 res["error_message"] = f"Unsupported resource type {rtype}"

@@ -16,6 +16,7 @@ from typing import Any
 from odradek.network.limits import OverridesError, parse_ip_overrides
 from odradek.server.config_defs import (
     BROKER_CONFIGS,
+    ConfigSource,
     check_value,
     is_informational,
     parse_value,
@@ -25,6 +26,24 @@ from odradek.server.unsupported_config import unsupported_settings
 
 class ConfigError(Exception):
     """Invalid configuration; the message names the key, the value and the rule broken."""
+
+
+def _typed_values(props: Mapping[str, str]) -> dict[str, Any]:
+    """Typed value of every known key: as given in ``props`` or the default. Raises ConfigError
+    naming the first invalid value."""
+    values: dict[str, Any] = {}
+    for key, raw in props.items():
+        defn = BROKER_CONFIGS.get(key)
+        if defn is None:
+            continue
+        value, err = check_value(defn, raw)
+        if err is not None:
+            raise ConfigError(err)
+        values[key] = value
+    for key, defn in BROKER_CONFIGS.items():
+        if key not in values:
+            values[key] = parse_value(defn, defn.default)
+    return values
 
 
 @dataclass(frozen=True)
@@ -167,22 +186,59 @@ class KafkaConfig:
 
     def __init__(self, props: Mapping[str, str]) -> None:
         self._originals: dict[str, str] = {str(k): str(v) for k, v in props.items()}
-        self._values: dict[str, Any] = {}
-        self.unknown_keys: list[str] = []
-        for key, raw in self._originals.items():
-            defn = BROKER_CONFIGS.get(key)
-            if defn is None:
-                if not is_informational(key):
-                    self.unknown_keys.append(key)
-                continue
-            value, err = check_value(defn, raw)
-            if err is not None:
-                raise ConfigError(err)
-            self._values[key] = value
-        for key, defn in BROKER_CONFIGS.items():
-            if key not in self._values:
-                self._values[key] = parse_value(defn, defn.default)
+        # server.properties (+ overrides) as given; _originals is this with the dynamic broker
+        # configs (KIP-226) laid over it, see update_dynamic.
+        self._static: dict[str, str] = dict(self._originals)
+        self._dynamic_default: dict[str, str] = {}
+        self._dynamic_broker: dict[str, str] = {}
+        self.unknown_keys: list[str] = [
+            k for k in self._originals if k not in BROKER_CONFIGS and not is_informational(k)
+        ]
+        self._values: dict[str, Any] = _typed_values(self._originals)
         self._validate()
+
+    # ---- dynamic broker configs (KIP-226) ----------------------------------------------
+
+    @property
+    def static_originals(self) -> dict[str, str]:
+        """The static configuration (server.properties and --override), without dynamic configs."""
+        return dict(self._static)
+
+    @property
+    def dynamic_default_configs(self) -> dict[str, str]:
+        """Dynamic cluster-wide defaults (BROKER resource ``""``) in effect."""
+        return dict(self._dynamic_default)
+
+    @property
+    def dynamic_broker_configs(self) -> dict[str, str]:
+        """Dynamic configs of this broker (BROKER resource ``"<node.id>"``) in effect."""
+        return dict(self._dynamic_broker)
+
+    def update_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> list[str]:
+        """Lay the dynamic configs over the static ones (static < cluster default < per broker,
+        a dynamic key hiding its static synonyms). Values that do not parse are ignored, as Kafka
+        does; returns the keys ignored. Called on the event loop, where the configuration is read.
+        """
+        from odradek.server.dynamic_broker_config import layered_props
+
+        ignored: list[str] = []
+
+        def valid(layer: Mapping[str, str]) -> dict[str, str]:
+            out: dict[str, str] = {}
+            for k, v in layer.items():
+                defn = BROKER_CONFIGS.get(k)
+                if defn is not None and check_value(defn, v)[1] is not None:
+                    ignored.append(k)
+                    continue
+                out[k] = v
+            return out
+
+        dyn_default, dyn_broker = valid(default), valid(per_broker)
+        merged = layered_props(self._static, dyn_default, dyn_broker)
+        values = _typed_values(merged)
+        self._originals, self._values = merged, values
+        self._dynamic_default, self._dynamic_broker = dyn_default, dyn_broker
+        return ignored
 
     @classmethod
     def from_file(
@@ -206,6 +262,16 @@ class KafkaConfig:
 
     def is_set(self, key: str) -> bool:
         return key in self._originals
+
+    def source_of(self, key: str) -> ConfigSource:
+        """Where the value of ``key`` (set in some layer) comes from."""
+        if key in self._dynamic_broker:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if key in self._dynamic_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if key in self._static:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
 
     def raw(self, key: str) -> str | None:
         """The string as given, or the default's string form."""

@@ -12,10 +12,10 @@ from odradek.server.config_defs import (
     TOPIC_CONFIGS,
     ConfigSource,
     build_log_config,
-    describe_broker_config,
     describe_topic_config,
     validate_topic_config,
 )
+from odradek.server.dynamic_broker_config import describe_broker_config
 from odradek.server.kafka_config import (
     ConfigError,
     KafkaConfig,
@@ -379,8 +379,15 @@ def test_describe_topic_config_sources_and_synonyms() -> None:
     ]
     ret = entries["retention.ms"]
     assert ret.value == "3600000"
-    assert ret.source == ConfigSource.STATIC_BROKER_CONFIG
+    # Kafka 4.3.1 (observed with kafka-configs --describe --all): the broker synonyms start at
+    # the first broker key, log.retention.ms; set nowhere, it lists none and says DEFAULT_CONFIG.
+    assert ret.source == ConfigSource.DEFAULT_CONFIG
+    assert ret.synonyms == []
+    broker = KafkaConfig({"log.retention.ms": "60000", "log.retention.hours": "1"})
+    ret = {e.name: e for e in describe_topic_config(broker, {})}["retention.ms"]
+    assert (ret.value, ret.source) == ("60000", ConfigSource.STATIC_BROKER_CONFIG)
     assert [(s.name, s.value, s.source) for s in ret.synonyms] == [
+        ("log.retention.ms", "60000", 4),
         ("log.retention.hours", "1", 4),
         ("log.retention.hours", "168", 5),
     ]
