@@ -63,6 +63,9 @@ from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRef
 
 log = logging.getLogger(__name__)
 
+# ListOffsets: the first request version that defines each special timestamp (latest, earliest,
+# max timestamp KIP-734, earliest local KIP-405, latest tiered KIP-1005).
+_LIST_OFFSETS_MIN_VERSION = {-1: 0, -2: 0, -3: 7, -4: 8, -5: 9}
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO_UUID = uuid.UUID(int=0)
 # Topics only the broker itself writes (Kafka's Topic.isInternal, plus the metadata log): a
@@ -584,6 +587,12 @@ class KafkaApis:
                     "offset": -1,
                     "leader_epoch": -1,
                 }
+                if p["timestamp"] < 0 and ctx.version < _LIST_OFFSETS_MIN_VERSION.get(p["timestamp"], 1 << 15):
+                    # A special timestamp this version does not define (or none at all): Kafka
+                    # answers the partition with UNSUPPORTED_VERSION.
+                    entry["error_code"] = Errors.UNSUPPORTED_VERSION
+                    parts.append(entry)
+                    continue
                 try:
                     part = self.replica_manager.get_partition_or_error((t["name"], p["partition_index"]))
                     ts, off, epoch = part.fetch_offset_for_timestamp(

@@ -114,10 +114,10 @@ def records_of(data: bytes | memoryview) -> list[Any]:
     return out
 
 
-async def list_offset(c: NetworkClient, topic: str, ts: int) -> dict[str, Any]:
+async def list_offset(c: NetworkClient, topic: str, ts: int, version: int = 7) -> dict[str, Any]:
     resp = await c.send(
         m.LIST_OFFSETS,
-        7,
+        version,
         {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]},
     )
     return resp["topics"][0]["partitions"][0]  # type: ignore[no-any-return]
@@ -256,6 +256,15 @@ def test_list_offsets_and_delete_records(tmp_path: Path) -> None:
             assert (await list_offset(c, "lo", 4000))["offset"] == 2
             assert (await list_offset(c, "lo", 1001))["offset"] == 1  # record-level, as Kafka
             assert (await list_offset(c, "lo", 99_999))["offset"] == -1
+            # Special timestamps exist from the version that defined them; before it, and for
+            # negative values no version defines, Kafka answers UNSUPPORTED_VERSION.
+            assert (await list_offset(c, "lo", -3, version=6))["error_code"] == Errors.UNSUPPORTED_VERSION
+            assert (await list_offset(c, "lo", -4, version=7))["error_code"] == Errors.UNSUPPORTED_VERSION
+            assert (await list_offset(c, "lo", -4, version=8))["offset"] == 0
+            assert (await list_offset(c, "lo", -5, version=8))["error_code"] == Errors.UNSUPPORTED_VERSION
+            latest_tiered = await list_offset(c, "lo", -5, version=9)
+            assert (latest_tiered["error_code"], latest_tiered["offset"]) == (Errors.NONE, -1)
+            assert (await list_offset(c, "lo", -7, version=10))["error_code"] == Errors.UNSUPPORTED_VERSION
             resp = await c.send(
                 m.DELETE_RECORDS, 2,
                 {"topics": [{"name": "lo", "partitions": [{"partition_index": 0, "offset": 2}]}], "timeout_ms": 1000},
