@@ -14,6 +14,7 @@ output as its own chunk, so fetched log data is never copied into the response b
 from __future__ import annotations
 
 import struct
+import threading
 import uuid as _uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,31 @@ Buffer = bytes | bytearray | memoryview
 
 class SchemaError(ValueError):
     """A message could not be decoded or encoded (malformed bytes or an impossible value)."""
+
+
+# Limits on what decoding may create, checked before anything is allocated. As Kafka, an array
+# may not claim more elements than the bytes left in the message could hold (here: times the
+# fewest bytes one element takes), nor more than a million elements, and a tagged-field section
+# no more than 10,000 fields. A decoded element costs Python far more than Kafka's JVM (a dict is
+# 184-272 bytes, and the handler's answer to it as much again), so a *request* may hold at most
+# MAX_REQUEST_ELEMENTS array elements in all, nested arrays included: about 80 MB and a second
+# of work at worst, and more than any client puts in one request (a Produce or Fetch of 200,000
+# partitions). Responses and metadata records (which the broker itself wrote) get Kafka's limit.
+MAX_ARRAY_ELEMENTS = 1_000_000
+MAX_REQUEST_ELEMENTS = 200_000
+MAX_TAGGED_FIELDS = 10_000
+MAX_STRING_LENGTH = 0x7FFF
+
+
+
+class _Budget(threading.local):
+    """Array elements the message being decoded (in this thread) may still create."""
+
+    left: int = MAX_ARRAY_ELEMENTS
+    limit: int = MAX_ARRAY_ELEMENTS
+
+
+_budget = _Budget()
 
 
 def parse_versions(spec: str | None) -> tuple[int, int] | None:
@@ -137,11 +163,13 @@ class Api:
     # -- codec entry points --------------------------------------------------------------------
 
     def decode_request(self, version: int, buf: Buffer, pos: int = 0) -> tuple[dict[str, Any], int]:
+        _budget.left = _budget.limit = MAX_REQUEST_ELEMENTS
         return self._decoder("request", version)(_view(buf), pos)
 
     def decode_response(
         self, version: int, buf: Buffer, pos: int = 0
     ) -> tuple[dict[str, Any], int]:
+        _budget.left = _budget.limit = MAX_ARRAY_ELEMENTS
         return self._decoder("response", version)(_view(buf), pos)
 
     def encode_request(self, version: int, obj: dict[str, Any]) -> list[Buffer]:
@@ -196,6 +224,7 @@ class Schema:
         if fn is None:
             fn = compile_struct_decoder(self.fields, version, version >= self.flexible_min)
             self._cache[key] = fn
+        _budget.left = _budget.limit = MAX_ARRAY_ELEMENTS
         return fn(_view(buf), pos)  # type: ignore[no-any-return]
 
     def encode(self, version: int, obj: dict[str, Any]) -> bytes:
@@ -291,6 +320,8 @@ def _read_span(
     if compact:
         n, pos = read_uvarint(buf, pos)
         n -= 1
+        if n > MAX_STRING_LENGTH and not wide:
+            raise SchemaError(f"string had invalid length {n}")
     else:
         n, pos = (read_int32 if wide else read_int16)(buf, pos)
     if n < 0:
@@ -299,7 +330,9 @@ def _read_span(
         return -1, pos
     end = pos + n
     if end > len(buf):
-        raise SchemaError(f"message truncated in {what}")
+        raise SchemaError(
+            f"{what} of {n} byte(s) exceeds the {len(buf) - pos} byte(s) left in the message"
+        )
     return pos, end
 
 
@@ -326,6 +359,14 @@ def read_tagged_section(
     buf: memoryview, pos: int, known: dict[int, tuple[str, Reader]], out: dict[str, Any]
 ) -> int:
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELDS:
+        raise SchemaError(
+            f"{count} tagged fields exceed the limit of {MAX_TAGGED_FIELDS}"
+        )
+    if count * 2 > len(buf) - pos:  # a tag and a size: at least two bytes each
+        raise SchemaError(
+            f"{count} tagged fields cannot fit in the {len(buf) - pos} byte(s) left in the message"
+        )
     for _ in range(count):
         tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
@@ -485,6 +526,33 @@ def default_value(f: Field, version: int) -> Any:
     raise SchemaError(f"unknown type {t!r}")
 
 
+_FIXED_SIZES = {
+    "int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+    "int64": 8, "float64": 8, "uuid": 16,
+}
+
+
+def min_encoded_size(f: Field, version: int, flexible: bool) -> int:
+    """The fewest bytes a value of field ``f`` takes on the wire in ``version`` (a null, an
+    empty string/array, a struct of such), at least 1."""
+    t = f.type
+    if isinstance(t, str):
+        if t in _FIXED_SIZES:
+            return _FIXED_SIZES[t]
+        if flexible:
+            return 1  # compact length
+        return 2 if t == "string" else 4
+    if isinstance(t, Array):
+        return 1 if flexible else 4
+    if _in(f.nullable, version):
+        return 1  # the -1 marker of a null struct
+    size = 1 if flexible else 0  # the tagged-fields count
+    for g in t:
+        if g.tag is None and g.present(version):
+            size += min_encoded_size(g, version, flexible)
+    return max(size, 1)
+
+
 def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
     t = f.type
     nullable = _in(f.nullable, version)
@@ -502,9 +570,15 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
         elem = t.elem
         elem_reader: Reader
         if isinstance(elem, str):
-            elem_reader = _field_reader(Field("_", elem, (0, INF)), version, flexible)
+            elem_field = Field("_", elem, (0, INF))
+            elem_reader = _field_reader(elem_field, version, flexible)
         else:
+            elem_field = Field("_", elem, (0, INF))
             elem_reader = compile_struct_decoder(elem, version, flexible)
+        # The fewest bytes one element can take: an array of n elements needs n times that.
+        elem_size = min_encoded_size(elem_field, version, flexible)
+        fname = f.name
+        budget = _budget
 
         def read_array(b: memoryview, p: int) -> tuple[Any, int]:
             if flexible:
@@ -514,10 +588,20 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
                 n, p = read_int32(b, p)
             if n < 0:
                 if not nullable:
-                    raise SchemaError(f"null array in non-nullable field {f.name}")
+                    raise SchemaError(f"null array in non-nullable field {fname}")
                 return None, p
-            if n > len(b) - p:
-                raise SchemaError(f"array length {n} exceeds the message")
+            if n * elem_size > len(b) - p:
+                raise SchemaError(
+                    f"array {fname} of {n} element(s) needs at least {n * elem_size} byte(s), "
+                    f"but there are only {len(b) - p} byte(s) left in the message"
+                )
+            left = budget.left - n
+            if left < 0 or n > MAX_ARRAY_ELEMENTS:
+                raise SchemaError(
+                    f"array {fname} of {n} element(s) takes the message past its limit of "
+                    f"{budget.limit} array elements"
+                )
+            budget.left = left
             items = []
             for _ in range(n):
                 v, p = elem_reader(b, p)
@@ -554,10 +638,11 @@ def compile_struct_decoder(
         else:
             defaults.append((f.name, default_value(f, version)))
 
+    template = dict(defaults)
+    copy = template.copy
+
     def decode(buf: memoryview, pos: int) -> tuple[dict[str, Any], int]:
-        out: dict[str, Any] = {}
-        for name, value in defaults:
-            out[name] = value
+        out = copy()
         for name, reader in plan:
             out[name], pos = reader(buf, pos)
         if flexible:
