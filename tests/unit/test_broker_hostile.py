@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.header import RequestHeader, encode_request_header
+from odradek.server.group_apis import GroupApis
+from odradek.server.kafka_apis import RequestContext
 
 EXCESSIVE = "Unable to perform excessively large batch operation."
 
@@ -124,5 +127,31 @@ def test_create_partitions_refuses_more_than_kafkas_records_per_operation(tmp_pa
             assert r["error_code"] == Errors.NONE
             md = await c.send(m.METADATA, 12, {"topics": [{"name": "t"}], "allow_auto_topic_creation": False})
             assert len(md["topics"][0]["partitions"]) == 3
+
+    run(go)
+
+
+def test_describe_groups_answers_a_repeated_group_id_once(tmp_path: Path) -> None:
+    # One-byte group ids can only be a few hundred different ones: the answer to a repeated id
+    # is shared, not built again (it was ~330 bytes of dict and list per id).
+    n = 100_000
+    ids = [chr(ord("a") + i % 26) for i in range(n)]
+
+    async def go() -> None:
+        async with broker(tmp_path) as (server, _c):
+            handler = GroupApis(server.group_coordinator).handlers()[m.DESCRIBE_GROUPS]
+            ctx = RequestContext(RequestHeader(15, 5, 1, "t"), None)  # type: ignore[arg-type]
+            tracemalloc.start()
+            try:
+                resp = handler(ctx, {"groups": ids, "include_authorized_operations": False})
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert [g["group_id"] for g in resp["groups"]] == ids
+            assert {g["group_state"] for g in resp["groups"]} == {"Dead"}
+            assert peak < 16 * n  # the list of answers, not an answer per id (~33 MB before)
+            parts = m.DESCRIBE_GROUPS.encode_response(5, resp)
+            decoded, _ = m.DESCRIBE_GROUPS.decode_response(5, b"".join(bytes(p) for p in parts))
+            assert len(decoded["groups"]) == n
 
     run(go)
