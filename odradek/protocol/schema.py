@@ -44,14 +44,11 @@ MAX_STRING_LENGTH = 0x7FFF
 
 
 
-class _Budget(threading.local):
-    """Array elements the message being decoded (in this thread) may still create."""
-
-    left: int = MAX_ARRAY_ELEMENTS
-    limit: int = MAX_ARRAY_ELEMENTS
-
-
-_budget = _Budget()
+# ``_budget.cell``: [array elements the message being decoded in this thread may still create,
+# its limit]. Only messages longer than their limit are decoded with the counting decoders:
+# every element of every schema takes at least one byte no other element takes, so a shorter
+# message cannot hold more elements than it has bytes, and small requests pay nothing for this.
+_budget = threading.local()
 
 
 def parse_versions(spec: str | None) -> tuple[int, int] | None:
@@ -163,14 +160,20 @@ class Api:
     # -- codec entry points --------------------------------------------------------------------
 
     def decode_request(self, version: int, buf: Buffer, pos: int = 0) -> tuple[dict[str, Any], int]:
-        _budget.left = _budget.limit = MAX_REQUEST_ELEMENTS
-        return self._decoder("request", version)(_view(buf), pos)
+        view = _view(buf)
+        if len(view) - pos <= MAX_REQUEST_ELEMENTS:
+            return self._decoder("request", version, False)(view, pos)
+        _budget.cell = [MAX_REQUEST_ELEMENTS, MAX_REQUEST_ELEMENTS]
+        return self._decoder("request", version, True)(view, pos)
 
     def decode_response(
         self, version: int, buf: Buffer, pos: int = 0
     ) -> tuple[dict[str, Any], int]:
-        _budget.left = _budget.limit = MAX_ARRAY_ELEMENTS
-        return self._decoder("response", version)(_view(buf), pos)
+        view = _view(buf)
+        if len(view) - pos <= MAX_ARRAY_ELEMENTS:
+            return self._decoder("response", version, False)(view, pos)
+        _budget.cell = [MAX_ARRAY_ELEMENTS, MAX_ARRAY_ELEMENTS]
+        return self._decoder("response", version, True)(view, pos)
 
     def encode_request(self, version: int, obj: dict[str, Any]) -> list[Buffer]:
         w = Writer()
@@ -188,12 +191,14 @@ class Api:
     def encode_request_into(self, w: Writer, version: int, obj: dict[str, Any]) -> None:
         self._encoder("request", version)(w, obj)
 
-    def _decoder(self, which: str, version: int) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
-        key = ("d" + which, version)
+    def _decoder(
+        self, which: str, version: int, counted: bool
+    ) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
+        key = ("d" + which + ("#" if counted else ""), version)
         fn = self._cache.get(key)
         if fn is None:
             fields = self.request if which == "request" else self.response
-            fn = compile_struct_decoder(fields, version, self.is_flexible(version))
+            fn = compile_struct_decoder(fields, version, self.is_flexible(version), counted)
             self._cache[key] = fn
         return fn  # type: ignore[no-any-return]
 
@@ -219,13 +224,16 @@ class Schema:
     _cache: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
 
     def decode(self, version: int, buf: Buffer, pos: int = 0) -> tuple[dict[str, Any], int]:
-        key = ("d", version)
+        view = _view(buf)
+        counted = len(view) - pos > MAX_ARRAY_ELEMENTS
+        key = ("d#" if counted else "d", version)
         fn = self._cache.get(key)
         if fn is None:
-            fn = compile_struct_decoder(self.fields, version, version >= self.flexible_min)
+            fn = compile_struct_decoder(self.fields, version, version >= self.flexible_min, counted)
             self._cache[key] = fn
-        _budget.left = _budget.limit = MAX_ARRAY_ELEMENTS
-        return fn(_view(buf), pos)  # type: ignore[no-any-return]
+        if counted:
+            _budget.cell = [MAX_ARRAY_ELEMENTS, MAX_ARRAY_ELEMENTS]
+        return fn(view, pos)  # type: ignore[no-any-return]
 
     def encode(self, version: int, obj: dict[str, Any]) -> bytes:
         key = ("e", version)
@@ -320,7 +328,7 @@ def _read_span(
     if compact:
         n, pos = read_uvarint(buf, pos)
         n -= 1
-        if n > MAX_STRING_LENGTH and not wide:
+        if n > 0x7FFF and not wide:  # MAX_STRING_LENGTH
             raise SchemaError(f"string had invalid length {n}")
     else:
         n, pos = (read_int32 if wide else read_int16)(buf, pos)
@@ -358,6 +366,8 @@ def _read_bytes(
 def read_tagged_section(
     buf: memoryview, pos: int, known: dict[int, tuple[str, Reader]], out: dict[str, Any]
 ) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # the usual case: no tagged fields
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     if count > MAX_TAGGED_FIELDS:
         raise SchemaError(
@@ -553,7 +563,8 @@ def min_encoded_size(f: Field, version: int, flexible: bool) -> int:
     return max(size, 1)
 
 
-def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
+def _field_reader(f: Field, version: int, flexible: bool, counted: bool = False) -> Reader:
+    """``counted``: arrays charge their elements to the thread's ``_budget``."""
     t = f.type
     nullable = _in(f.nullable, version)
     if isinstance(t, str):
@@ -574,7 +585,7 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
             elem_reader = _field_reader(elem_field, version, flexible)
         else:
             elem_field = Field("_", elem, (0, INF))
-            elem_reader = compile_struct_decoder(elem, version, flexible)
+            elem_reader = compile_struct_decoder(elem, version, flexible, counted)
         # The fewest bytes one element can take: an array of n elements needs n times that.
         elem_size = min_encoded_size(elem_field, version, flexible)
         fname = f.name
@@ -590,18 +601,22 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
                 if not nullable:
                     raise SchemaError(f"null array in non-nullable field {fname}")
                 return None, p
+            if not n:
+                return [], p
             if n * elem_size > len(b) - p:
                 raise SchemaError(
                     f"array {fname} of {n} element(s) needs at least {n * elem_size} byte(s), "
                     f"but there are only {len(b) - p} byte(s) left in the message"
                 )
-            left = budget.left - n
-            if left < 0 or n > MAX_ARRAY_ELEMENTS:
-                raise SchemaError(
-                    f"array {fname} of {n} element(s) takes the message past its limit of "
-                    f"{budget.limit} array elements"
-                )
-            budget.left = left
+            if counted:
+                cell = budget.cell
+                left = cell[0] - n
+                if left < 0 or n > MAX_ARRAY_ELEMENTS:
+                    raise SchemaError(
+                        f"array {fname} of {n} element(s) takes the message past its limit of "
+                        f"{cell[1]} array elements"
+                    )
+                cell[0] = left
             items = []
             for _ in range(n):
                 v, p = elem_reader(b, p)
@@ -610,7 +625,7 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
 
         return read_array
     # struct
-    struct_reader = compile_struct_decoder(t, version, flexible)
+    struct_reader = compile_struct_decoder(t, version, flexible, counted)
     if nullable:
 
         def read_nullable_struct(b: memoryview, p: int) -> tuple[Any, int]:
@@ -624,17 +639,17 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
 
 
 def compile_struct_decoder(
-    fields: Sequence[Field], version: int, flexible: bool
+    fields: Sequence[Field], version: int, flexible: bool, counted: bool = False
 ) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
     plan: list[tuple[str, Reader]] = []
     defaults: list[tuple[str, Any]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
     for f in fields:
         if f.tag is not None and flexible and _in(f.tagged, version):
-            tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
+            tagged[f.tag] = (f.name, _field_reader(f, version, flexible, counted))
             defaults.append((f.name, default_value(f, version)))
         elif f.tag is None and f.present(version):
-            plan.append((f.name, _field_reader(f, version, flexible)))
+            plan.append((f.name, _field_reader(f, version, flexible, counted)))
         else:
             defaults.append((f.name, default_value(f, version)))
 
