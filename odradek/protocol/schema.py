@@ -34,15 +34,14 @@ class SchemaError(ValueError):
 # fewest bytes one element takes), nor more than a million elements, and a tagged-field section
 # no more than 10,000 fields. A decoded element costs Python far more than Kafka's JVM (a dict is
 # 184-272 bytes, and the handler's answer to it as much again), so a *request* may hold at most
-# MAX_REQUEST_ELEMENTS array elements in all, nested arrays included: about 80 MB and a second
-# of work at worst, and more than any client puts in one request (a Produce or Fetch of 200,000
-# partitions). Responses and metadata records (which the broker itself wrote) get Kafka's limit.
+# MAX_REQUEST_ELEMENTS array elements in all, nested arrays included: at worst about 90 MB and
+# one to two seconds of decoding and answering (measured on DescribeGroups and Produce), and more
+# than any client puts in one request (a Produce or Fetch of 200,000 partitions). Responses and
+# metadata records (which the broker itself wrote) get Kafka's limit.
 MAX_ARRAY_ELEMENTS = 1_000_000
 MAX_REQUEST_ELEMENTS = 200_000
 MAX_TAGGED_FIELDS = 10_000
 MAX_STRING_LENGTH = 0x7FFF
-
-
 
 # ``_budget.cell``: [array elements the message being decoded in this thread may still create,
 # its limit]. Only messages longer than their limit are decoded with the counting decoders:

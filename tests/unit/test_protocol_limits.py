@@ -126,3 +126,37 @@ def test_min_encoded_size_of_request_elements() -> None:
     topic = schema.Field("_", topic_data.type.elem, (0, schema.INF))  # type: ignore[union-attr]
     assert schema.min_encoded_size(topic, 9, True) == 3  # name, partition array, tags
     assert schema.min_encoded_size(topic, 8, False) == 6
+
+
+def _own_bytes(f: schema.Field, version: int, flexible: bool) -> int:
+    """Bytes a value of ``f`` takes at least, not counting its arrays' elements."""
+    t = f.type
+    if isinstance(t, str) or isinstance(t, schema.Array):
+        return schema.min_encoded_size(f, version, flexible)
+    if schema._in(f.nullable, version):
+        return 1
+    own = 1 if flexible else 0
+    return own + sum(_own_bytes(g, version, flexible) for g in t if g.tag is None and g.present(version))
+
+
+def test_every_array_element_of_every_api_takes_a_byte_of_its_own() -> None:
+    # decode_request counts elements only in requests longer than the element limit: that is
+    # sound because no element of any schema can be encoded in zero bytes of its own.
+    def walk(fields: list[schema.Field], version: int, flexible: bool, where: str) -> None:
+        for f in fields:
+            tagged = f.tag is not None and flexible and schema._in(f.tagged, version)
+            if not (f.present(version) or tagged):
+                continue
+            t = f.type
+            if isinstance(t, schema.Array):
+                elem = schema.Field("_", t.elem, (0, schema.INF))
+                assert _own_bytes(elem, version, flexible) >= 1, f"{where}.{f.name} v{version}"
+                if not isinstance(t.elem, str):
+                    walk(t.elem, version, flexible, f"{where}.{f.name}")
+            elif isinstance(t, list):
+                walk(t, version, flexible, f"{where}.{f.name}")
+
+    for api in m.ALL_APIS:
+        for v in range(api.min_version, api.max_version + 1):
+            walk(api.request, v, api.is_flexible(v), f"{api.name} request")
+            walk(api.response, v, api.is_flexible(v), f"{api.name} response")
