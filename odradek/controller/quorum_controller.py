@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
 from odradek.controller.replication_control import (
+    EXCESSIVE_BATCH_MESSAGE,
+    MAX_RECORDS_PER_USER_OP,
+    ExcessiveBatchError,
     MetadataRecord,
     ReplicationControlManager,
     TopicResult,
@@ -165,14 +168,28 @@ class QuorumController:
             records: list[MetadataRecord] = []
             pending: set[str] = set()
             for t in topics:
-                res, recs = self.replication.create_topic(
-                    t["name"],
-                    t.get("num_partitions", -1),
-                    t.get("replication_factor", -1),
-                    t.get("assignments") or [],
-                    t.get("configs") or [],
-                    pending_names=pending,
-                )
+                try:
+                    res, recs = self.replication.create_topic(
+                        t["name"],
+                        t.get("num_partitions", -1),
+                        t.get("replication_factor", -1),
+                        t.get("assignments") or [],
+                        t.get("configs") or [],
+                        pending_names=pending,
+                        room=MAX_RECORDS_PER_USER_OP - len(records),
+                    )
+                except ExcessiveBatchError:
+                    # As Kafka: the whole request fails (validate_only too), every topic with
+                    # POLICY_VIOLATION.
+                    log.warning(
+                        "CreateTopics for %d topic(s) refused: more than %d metadata records",
+                        len(topics), MAX_RECORDS_PER_USER_OP,
+                    )
+                    failed = [
+                        TopicResult(x["name"], Errors.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
+                        for x in topics
+                    ]
+                    return failed, []
                 results.append(res)
                 if res.error == Errors.NONE:
                     pending.add(t["name"])
@@ -233,9 +250,13 @@ class QuorumController:
         def op() -> tuple[list[tuple[str, Errors, str | None]], list[MetadataRecord]]:
             out: list[tuple[str, Errors, str | None]] = []
             records: list[MetadataRecord] = []
+            used = 0  # records the request would write (validate_only counts them too)
             for r in requests:
-                code, msg, recs = self.replication.create_partitions(r["name"], r["count"], r.get("assignments"))
+                code, msg, recs = self.replication.create_partitions(
+                    r["name"], r["count"], r.get("assignments"), MAX_RECORDS_PER_USER_OP - used
+                )
                 out.append((r["name"], code, msg))
+                used += len(recs)
                 if code == Errors.NONE and not validate_only:
                     records.extend(recs)
                     t = self.image.topics_by_name.get(r["name"])

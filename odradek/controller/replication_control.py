@@ -18,7 +18,18 @@ from odradek.protocol.errors import Errors
 
 MetadataRecord = tuple[str, dict[str, Any]]
 
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one operation (a CreateTopics or
+# CreatePartitions request) may produce at most this many metadata records, committed together as
+# one batch. More is refused before anything is built, with Kafka's POLICY_VIOLATION and message.
+MAX_RECORDS_PER_USER_OP = 10_000
+EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
+
 MAX_NAME_LENGTH = 249
+
+
+class ExcessiveBatchError(Exception):
+    """An operation would produce more than MAX_RECORDS_PER_USER_OP records."""
+
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RESERVED_TOPICS = frozenset({"__cluster_metadata"})
@@ -149,7 +160,10 @@ class ReplicationControlManager:
         configs: list[dict[str, Any]],
         *,
         pending_names: set[str],
+        room: int = MAX_RECORDS_PER_USER_OP,
     ) -> tuple[TopicResult, list[MetadataRecord]]:
+        """Validate one topic and build its records. Raises ExcessiveBatchError when they would
+        be more than ``room`` (what the operation may still add), before building them."""
         res = TopicResult(name)
         err = topic_name_error(name)
         if err is not None:
@@ -192,6 +206,8 @@ class ReplicationControlManager:
                     "Both cannot be used at the same time."
                 )
                 return res, []
+            if 1 + len(overrides) + len(assignments) > room:
+                raise ExcessiveBatchError(EXCESSIVE_BATCH_MESSAGE)
             by_index = {a["partition_index"]: list(a["broker_ids"]) for a in assignments}
             if sorted(by_index) != list(range(len(by_index))):
                 res.error = Errors.INVALID_REPLICA_ASSIGNMENT
@@ -206,11 +222,12 @@ class ReplicationControlManager:
             parts = self.default_partitions if num_partitions == -1 else num_partitions
             rf = self.default_replication_factor if replication_factor == -1 else replication_factor
             if parts <= 0:
-                res.error, res.message = Errors.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+                res.error = Errors.INVALID_PARTITIONS
+                res.message = "Number of partitions was set to an invalid non-positive value."
                 return res, []
             if rf <= 0:
                 res.error = Errors.INVALID_REPLICATION_FACTOR
-                res.message = "Replication factor must be larger than 0."
+                res.message = "Replication factor must be larger than 0, or -1 to use the default value."
                 return res, []
             if rf > len(live):
                 res.error = Errors.INVALID_REPLICATION_FACTOR
@@ -219,6 +236,8 @@ class ReplicationControlManager:
                     f"factor of {rf} cannot be reached because only {len(live)} broker(s) are registered."
                 )
                 return res, []
+            if 1 + len(overrides) + parts > room:
+                raise ExcessiveBatchError(EXCESSIVE_BATCH_MESSAGE)
             assignment = self._assign(parts, rf)
         topic_id = new_topic_id()
         records: list[MetadataRecord] = [("TopicRecord", {"name": name, "topic_id": topic_id})]
@@ -244,8 +263,13 @@ class ReplicationControlManager:
     # -- CreatePartitions -----------------------------------------------------------------------
 
     def create_partitions(
-        self, name: str, count: int, assignments: list[dict[str, Any]] | None
+        self,
+        name: str,
+        count: int,
+        assignments: list[dict[str, Any]] | None,
+        room: int = MAX_RECORDS_PER_USER_OP,
     ) -> tuple[Errors, str | None, list[MetadataRecord]]:
+        """``room``: the records the operation may still add (one per new partition)."""
         t = self.image.topics_by_name.get(name)
         if t is None:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.", []
@@ -260,6 +284,8 @@ class ReplicationControlManager:
             return Errors.INVALID_PARTITIONS, f"Topic already has {current} partition(s).", []
         rf = len(t.partitions[0].replicas) if t.partitions else 1
         new = count - current
+        if new > room:
+            return Errors.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE, []
         if assignments:
             assignment = [list(a["broker_ids"]) for a in assignments]
             if len(assignment) != new:

@@ -14,6 +14,7 @@ output as its own chunk, so fetched log data is never copied into the response b
 from __future__ import annotations
 
 import struct
+import threading
 import uuid as _uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,27 @@ Buffer = bytes | bytearray | memoryview
 
 class SchemaError(ValueError):
     """A message could not be decoded or encoded (malformed bytes or an impossible value)."""
+
+
+# Limits on what decoding may create, checked before anything is allocated. As Kafka, an array
+# may not claim more elements than the bytes left in the message could hold (here: times the
+# fewest bytes one element takes), nor more than a million elements, and a tagged-field section
+# no more than 10,000 fields. A decoded element costs Python far more than Kafka's JVM (a dict is
+# 184-272 bytes, and the handler's answer to it as much again), so a *request* may hold at most
+# MAX_REQUEST_ELEMENTS array elements in all, nested arrays included: at worst about 90 MB and
+# one to two seconds of decoding and answering (measured on DescribeGroups and Produce), and more
+# than any client puts in one request (a Produce or Fetch of 200,000 partitions). Responses and
+# metadata records (which the broker itself wrote) get Kafka's limit.
+MAX_ARRAY_ELEMENTS = 1_000_000
+MAX_REQUEST_ELEMENTS = 200_000
+MAX_TAGGED_FIELDS = 10_000
+MAX_STRING_LENGTH = 0x7FFF
+
+# ``_budget.cell``: [array elements the message being decoded in this thread may still create,
+# its limit]. Only messages longer than their limit are decoded with the counting decoders:
+# every element of every schema takes at least one byte no other element takes, so a shorter
+# message cannot hold more elements than it has bytes, and small requests pay nothing for this.
+_budget = threading.local()
 
 
 def parse_versions(spec: str | None) -> tuple[int, int] | None:
@@ -137,12 +159,20 @@ class Api:
     # -- codec entry points --------------------------------------------------------------------
 
     def decode_request(self, version: int, buf: Buffer, pos: int = 0) -> tuple[dict[str, Any], int]:
-        return self._decoder("request", version)(_view(buf), pos)
+        view = _view(buf)
+        if len(view) - pos <= MAX_REQUEST_ELEMENTS:
+            return self._decoder("request", version, False)(view, pos)
+        _budget.cell = [MAX_REQUEST_ELEMENTS, MAX_REQUEST_ELEMENTS]
+        return self._decoder("request", version, True)(view, pos)
 
     def decode_response(
         self, version: int, buf: Buffer, pos: int = 0
     ) -> tuple[dict[str, Any], int]:
-        return self._decoder("response", version)(_view(buf), pos)
+        view = _view(buf)
+        if len(view) - pos <= MAX_ARRAY_ELEMENTS:
+            return self._decoder("response", version, False)(view, pos)
+        _budget.cell = [MAX_ARRAY_ELEMENTS, MAX_ARRAY_ELEMENTS]
+        return self._decoder("response", version, True)(view, pos)
 
     def encode_request(self, version: int, obj: dict[str, Any]) -> list[Buffer]:
         w = Writer()
@@ -160,12 +190,14 @@ class Api:
     def encode_request_into(self, w: Writer, version: int, obj: dict[str, Any]) -> None:
         self._encoder("request", version)(w, obj)
 
-    def _decoder(self, which: str, version: int) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
-        key = ("d" + which, version)
+    def _decoder(
+        self, which: str, version: int, counted: bool
+    ) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
+        key = ("d" + which + ("#" if counted else ""), version)
         fn = self._cache.get(key)
         if fn is None:
             fields = self.request if which == "request" else self.response
-            fn = compile_struct_decoder(fields, version, self.is_flexible(version))
+            fn = compile_struct_decoder(fields, version, self.is_flexible(version), counted)
             self._cache[key] = fn
         return fn  # type: ignore[no-any-return]
 
@@ -191,12 +223,16 @@ class Schema:
     _cache: dict[tuple[str, int], Any] = field(default_factory=dict, repr=False)
 
     def decode(self, version: int, buf: Buffer, pos: int = 0) -> tuple[dict[str, Any], int]:
-        key = ("d", version)
+        view = _view(buf)
+        counted = len(view) - pos > MAX_ARRAY_ELEMENTS
+        key = ("d#" if counted else "d", version)
         fn = self._cache.get(key)
         if fn is None:
-            fn = compile_struct_decoder(self.fields, version, version >= self.flexible_min)
+            fn = compile_struct_decoder(self.fields, version, version >= self.flexible_min, counted)
             self._cache[key] = fn
-        return fn(_view(buf), pos)  # type: ignore[no-any-return]
+        if counted:
+            _budget.cell = [MAX_ARRAY_ELEMENTS, MAX_ARRAY_ELEMENTS]
+        return fn(view, pos)  # type: ignore[no-any-return]
 
     def encode(self, version: int, obj: dict[str, Any]) -> bytes:
         key = ("e", version)
@@ -291,6 +327,8 @@ def _read_span(
     if compact:
         n, pos = read_uvarint(buf, pos)
         n -= 1
+        if n > 0x7FFF and not wide:  # MAX_STRING_LENGTH
+            raise SchemaError(f"string had invalid length {n}")
     else:
         n, pos = (read_int32 if wide else read_int16)(buf, pos)
     if n < 0:
@@ -299,7 +337,9 @@ def _read_span(
         return -1, pos
     end = pos + n
     if end > len(buf):
-        raise SchemaError(f"message truncated in {what}")
+        raise SchemaError(
+            f"{what} of {n} byte(s) exceeds the {len(buf) - pos} byte(s) left in the message"
+        )
     return pos, end
 
 
@@ -325,7 +365,17 @@ def _read_bytes(
 def read_tagged_section(
     buf: memoryview, pos: int, known: dict[int, tuple[str, Reader]], out: dict[str, Any]
 ) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # the usual case: no tagged fields
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
+    if count > MAX_TAGGED_FIELDS:
+        raise SchemaError(
+            f"{count} tagged fields exceed the limit of {MAX_TAGGED_FIELDS}"
+        )
+    if count * 2 > len(buf) - pos:  # a tag and a size: at least two bytes each
+        raise SchemaError(
+            f"{count} tagged fields cannot fit in the {len(buf) - pos} byte(s) left in the message"
+        )
     for _ in range(count):
         tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
@@ -485,7 +535,35 @@ def default_value(f: Field, version: int) -> Any:
     raise SchemaError(f"unknown type {t!r}")
 
 
-def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
+_FIXED_SIZES = {
+    "int8": 1, "bool": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+    "int64": 8, "float64": 8, "uuid": 16,
+}
+
+
+def min_encoded_size(f: Field, version: int, flexible: bool) -> int:
+    """The fewest bytes a value of field ``f`` takes on the wire in ``version`` (a null, an
+    empty string/array, a struct of such), at least 1."""
+    t = f.type
+    if isinstance(t, str):
+        if t in _FIXED_SIZES:
+            return _FIXED_SIZES[t]
+        if flexible:
+            return 1  # compact length
+        return 2 if t == "string" else 4
+    if isinstance(t, Array):
+        return 1 if flexible else 4
+    if _in(f.nullable, version):
+        return 1  # the -1 marker of a null struct
+    size = 1 if flexible else 0  # the tagged-fields count
+    for g in t:
+        if g.tag is None and g.present(version):
+            size += min_encoded_size(g, version, flexible)
+    return max(size, 1)
+
+
+def _field_reader(f: Field, version: int, flexible: bool, counted: bool = False) -> Reader:
+    """``counted``: arrays charge their elements to the thread's ``_budget``."""
     t = f.type
     nullable = _in(f.nullable, version)
     if isinstance(t, str):
@@ -502,9 +580,15 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
         elem = t.elem
         elem_reader: Reader
         if isinstance(elem, str):
-            elem_reader = _field_reader(Field("_", elem, (0, INF)), version, flexible)
+            elem_field = Field("_", elem, (0, INF))
+            elem_reader = _field_reader(elem_field, version, flexible)
         else:
-            elem_reader = compile_struct_decoder(elem, version, flexible)
+            elem_field = Field("_", elem, (0, INF))
+            elem_reader = compile_struct_decoder(elem, version, flexible, counted)
+        # The fewest bytes one element can take: an array of n elements needs n times that.
+        elem_size = min_encoded_size(elem_field, version, flexible)
+        fname = f.name
+        budget = _budget
 
         def read_array(b: memoryview, p: int) -> tuple[Any, int]:
             if flexible:
@@ -514,10 +598,24 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
                 n, p = read_int32(b, p)
             if n < 0:
                 if not nullable:
-                    raise SchemaError(f"null array in non-nullable field {f.name}")
+                    raise SchemaError(f"null array in non-nullable field {fname}")
                 return None, p
-            if n > len(b) - p:
-                raise SchemaError(f"array length {n} exceeds the message")
+            if not n:
+                return [], p
+            if n * elem_size > len(b) - p:
+                raise SchemaError(
+                    f"array {fname} of {n} element(s) needs at least {n * elem_size} byte(s), "
+                    f"but there are only {len(b) - p} byte(s) left in the message"
+                )
+            if counted:
+                cell = budget.cell
+                left = cell[0] - n
+                if left < 0 or n > MAX_ARRAY_ELEMENTS:
+                    raise SchemaError(
+                        f"array {fname} of {n} element(s) takes the message past its limit of "
+                        f"{cell[1]} array elements"
+                    )
+                cell[0] = left
             items = []
             for _ in range(n):
                 v, p = elem_reader(b, p)
@@ -526,7 +624,7 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
 
         return read_array
     # struct
-    struct_reader = compile_struct_decoder(t, version, flexible)
+    struct_reader = compile_struct_decoder(t, version, flexible, counted)
     if nullable:
 
         def read_nullable_struct(b: memoryview, p: int) -> tuple[Any, int]:
@@ -540,24 +638,25 @@ def _field_reader(f: Field, version: int, flexible: bool) -> Reader:
 
 
 def compile_struct_decoder(
-    fields: Sequence[Field], version: int, flexible: bool
+    fields: Sequence[Field], version: int, flexible: bool, counted: bool = False
 ) -> Callable[[memoryview, int], tuple[dict[str, Any], int]]:
     plan: list[tuple[str, Reader]] = []
     defaults: list[tuple[str, Any]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
     for f in fields:
         if f.tag is not None and flexible and _in(f.tagged, version):
-            tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
+            tagged[f.tag] = (f.name, _field_reader(f, version, flexible, counted))
             defaults.append((f.name, default_value(f, version)))
         elif f.tag is None and f.present(version):
-            plan.append((f.name, _field_reader(f, version, flexible)))
+            plan.append((f.name, _field_reader(f, version, flexible, counted)))
         else:
             defaults.append((f.name, default_value(f, version)))
 
+    template = dict(defaults)
+    copy = template.copy
+
     def decode(buf: memoryview, pos: int) -> tuple[dict[str, Any], int]:
-        out: dict[str, Any] = {}
-        for name, value in defaults:
-            out[name] = value
+        out = copy()
         for name, reader in plan:
             out[name], pos = reader(buf, pos)
         if flexible:
