@@ -142,3 +142,20 @@ def test_readme_pytest_example_runs(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout, proc.stdout
+
+
+def test_readme_lists_the_known_differences_from_kafka() -> None:
+    """The README's table of deliberate differences is the differential tests' list, row for row."""
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root))
+    try:
+        from tests.integration.test_differential import (
+            KNOWN_DIFFERENCES,
+            known_differences_markdown,
+        )
+    finally:
+        sys.path.remove(str(root))
+    readme = (root / "README.md").read_text()
+    assert known_differences_markdown() in readme
+    for name in KNOWN_DIFFERENCES:
+        assert f"| {name} |" in readme
