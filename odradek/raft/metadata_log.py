@@ -17,6 +17,7 @@ from typing import Any
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.metadata.records import decode_metadata_record, encode_metadata_record
+from odradek.protocol.schema import SchemaError
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
@@ -26,6 +27,17 @@ MetadataRecord = tuple[str, dict[str, Any]]
 TOPIC = "__cluster_metadata"
 
 log = logging.getLogger(__name__)
+
+
+class UnreadableMetadataRecord(Exception):
+    """A committed metadata record this node cannot decode or apply: start-up must stop rather
+    than serve a cluster whose state it only partly knows."""
+
+    def __init__(self, source: str, offset: int, reason: str) -> None:
+        super().__init__(f"{source} at offset {offset}: {reason}")
+        self.source = source
+        self.offset = offset
+        self.reason = reason
 
 
 class MetadataLog:
@@ -83,11 +95,20 @@ class MetadataLog:
                 return
             progressed = False
             for header in iter_batches(data):
+                if header.is_control:
+                    # KRaft's own control records (LeaderChange, SnapshotHeader/Footer,
+                    # KRaftVersion, Voters), written by Apache Kafka: not metadata.
+                    offset = max(offset, header.base_offset + header.last_offset_delta + 1)
+                    progressed = True
+                    continue
                 raw = memoryview(data)[header.position : header.position + header.size]
                 for rec in decode_batch(raw):
                     if rec.offset < offset or rec.offset >= end or rec.value is None:
                         continue
-                    name, version, fields = decode_metadata_record(rec.value)
+                    try:
+                        name, version, fields = decode_metadata_record(rec.value)
+                    except SchemaError as e:
+                        raise UnreadableMetadataRecord(self.log.dir, rec.offset, str(e)) from e
                     yield rec.offset, name, version, fields
                 offset = max(offset, header.base_offset + header.last_offset_delta + 1)
                 progressed = True

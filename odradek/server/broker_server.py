@@ -33,7 +33,7 @@ from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
-from odradek.raft.metadata_log import MetadataLog
+from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.server import config_defs
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
@@ -194,8 +194,15 @@ class BrokerServer:
             on_commit=self._on_metadata_commit,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
-        self.controller.replay_log()
-        self.loader.catch_up()
+        try:
+            self.controller.replay_log()
+            self.loader.catch_up()
+        except UnreadableMetadataRecord as e:
+            raise StartupError(
+                f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
+                f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
+                "these directories again or remove what Odradek does not support first"
+            ) from e
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
