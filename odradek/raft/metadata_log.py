@@ -10,6 +10,7 @@ local fsync) behind this same interface.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.metadata.records import decode_metadata_record, encode_metadata_record
 from odradek.protocol.schema import SchemaError
+from odradek.raft.snapshot import SnapshotError, SnapshotId, list_snapshots, read_snapshot
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
@@ -44,6 +46,9 @@ class MetadataLog:
     def __init__(self, log: Log) -> None:
         self.log = log
         self._lock = threading.Lock()
+        # A KRaft snapshot standing in for the records below its end offset (read from a log
+        # Apache Kafka wrote and then cleaned up): (end offset, records).
+        self._snapshot: tuple[int, list[tuple[str, int, dict[str, Any]]]] | None = None
         # Whatever survived on disk was fsynced before it was acknowledged.
         self.log.high_watermark = self.log.log_end_offset
 
@@ -85,8 +90,38 @@ class MetadataLog:
             if up_to > self.log.high_watermark:
                 self.log.high_watermark = up_to
 
+    def load_snapshot(self) -> SnapshotId | None:
+        """Make the log readable from offset 0 when its first records were deleted after a
+        snapshot (Apache Kafka does this): read the newest finished snapshot that covers the
+        gap. Returns the snapshot used, or None when the log starts at 0. Raises
+        UnreadableMetadataRecord when records are missing and no snapshot covers them."""
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        if start == 0:
+            return None
+        usable = [s for s in list_snapshots(self.log.dir) if start <= s.end_offset <= end]
+        if not usable:
+            raise UnreadableMetadataRecord(
+                self.log.dir, 0,
+                f"the log starts at offset {start} and no snapshot covers the records below it",
+            )
+        snap = usable[-1]
+        path = os.path.join(self.log.dir, snap.filename)
+        try:
+            records = list(read_snapshot(path))
+        except SnapshotError as e:
+            raise UnreadableMetadataRecord(path, 0, str(e)) from e
+        self._snapshot = (snap.end_offset, records)
+        log.info("Read metadata snapshot %s: %d records", path, len(records))
+        return snap
+
     def read(self, from_offset: int) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
-        """Committed records at or after ``from_offset``: (offset, name, version, fields)."""
+        """Committed records at or after ``from_offset``: (offset, name, version, fields).
+        Below a loaded snapshot's end offset, the snapshot's records (all at its last offset)."""
+        if self._snapshot is not None and from_offset < self._snapshot[0]:
+            snap_end, records = self._snapshot
+            for name, version, fields in records:
+                yield snap_end - 1, name, version, fields
+            from_offset = snap_end
         offset = max(from_offset, self.log.log_start_offset)
         end = self.committed_offset
         while offset < end:

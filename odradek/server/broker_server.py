@@ -195,8 +195,12 @@ class BrokerServer:
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
         try:
+            metadata_log.load_snapshot()
             self.controller.replay_log()
             self.loader.catch_up()
+            # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
+            # at that epoch, never below it (the leader epoch cache only moves forward).
+            self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
         except UnreadableMetadataRecord as e:
             raise StartupError(
                 f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "

@@ -175,7 +175,10 @@ TOPIC_CONFIGS = {
 def kafka_state(kafka: KafkaTools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaState]:
     """Run Apache Kafka 4.x, fill it, stop it with SIGTERM; what it served is the reference."""
     root = tmp_path_factory.mktemp("kafka-migrate")
-    server = KafkaServer(kafka, root / "kafka", {"log.segment.bytes": "1048576"})
+    # Small snapshot interval: Kafka writes metadata snapshots (*.checkpoint) beside its log.
+    server = KafkaServer(kafka, root / "kafka", {
+        "log.segment.bytes": "1048576", "metadata.log.max.record.bytes.between.snapshots": "4096",
+    })
     server.start()
     try:
         bs = server.bootstrap_servers
@@ -197,6 +200,11 @@ def kafka_state(kafka: KafkaTools, tmp_path_factory: pytest.TempPathFactory) -> 
                 p.produce("compacted", key=f"k{i % 10}".encode(), value=f"{codec}-{i}".encode(),
                           timestamp=base_ts + i)
             assert p.flush(60) == 0
+            if codec == "lz4":
+                # A restart: a new KRaft epoch and new partition leader epochs, as in a
+                # cluster that has lived a while.
+                server.stop()
+                server.start()
         # A tombstone and a null-key record.
         p = Producer({"bootstrap.servers": bs})
         p.produce("compacted", key=b"k0", value=None)
@@ -332,3 +340,43 @@ def test_wrong_node_id_is_refused(kafka_state: KafkaState, migrated: ServerProce
     with pytest.raises(RuntimeError, match=r"stored node.id 1 .* doesn't match configured node.id=2"):
         server.start(timeout=30)
     assert (copy / "meta.properties").read_bytes() == before
+
+
+def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrated: ServerProcess) -> None:
+    """Odradek's reader of Kafka's metadata snapshots: the newest snapshot Kafka wrote gives the
+    same topics, partitions, configs and features as replaying Kafka's log up to its end offset."""
+    from odradek.metadata.image import MetadataDelta, MetadataImage
+    from odradek.metadata.records import decode_metadata_record
+    from odradek.raft.snapshot import list_snapshots, read_snapshot
+    from odradek.records.batch import iter_batches
+    from odradek.records.records import decode_batch
+
+    meta_dir = kafka_state.data_dir / "__cluster_metadata-0"
+    snaps = list_snapshots(str(meta_dir))
+    assert snaps, sorted(p.name for p in meta_dir.iterdir())
+    snap = snaps[-1]
+    from_snapshot = MetadataImage()
+    for name, _v, rec in read_snapshot(str(meta_dir / snap.filename)):
+        from_snapshot.apply(name, rec, MetadataDelta())
+    from_log = MetadataImage()
+    data = (meta_dir / "00000000000000000000.log").read_bytes()
+    for h in iter_batches(data):
+        if h.is_control:
+            continue
+        for r in decode_batch(memoryview(data)[h.position : h.position + h.size]):
+            if r.offset < snap.end_offset and r.value is not None:
+                name, _v, rec = decode_metadata_record(r.value)
+                from_log.apply(name, rec, MetadataDelta())
+
+    def view(img: MetadataImage) -> dict[str, Any]:
+        return {
+            "topics": {n: (t.topic_id, {p: (r.replicas, r.isr, r.leader, r.elr)
+                                        for p, r in t.partitions.items()})
+                       for n, t in img.topics_by_name.items()},
+            "configs": img.configs,
+            "features": img.features,
+            "brokers": sorted(img.brokers),
+        }
+
+    assert view(from_snapshot) == view(from_log)
+    assert set(TOPICS) <= set(from_snapshot.topics_by_name)
