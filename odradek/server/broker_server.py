@@ -226,6 +226,12 @@ class BrokerServer:
                 lg.close()
             raise
         self.log_manager = lm
+        try:
+            self._refuse_unsupported_state()
+        except StartupError:
+            for lg in lm.all_logs().values():
+                lg.close()
+            raise
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
@@ -358,6 +364,24 @@ class BrokerServer:
         for lock in self._dir_locks:
             lock.release()
         self._dir_locks = []
+
+    # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
+    # directory Kafka used) mean state Odradek would silently drop or misread.
+    UNSUPPORTED_INTERNAL_TOPICS = {
+        "__transaction_state": "transactions (read_committed consumers would see aborted records)",
+        "__share_group_state": "share groups (KIP-932)",
+    }
+
+    def _refuse_unsupported_state(self) -> None:
+        assert self.log_manager is not None
+        for (topic, part), lg in self.log_manager.all_logs().items():
+            what = self.UNSUPPORTED_INTERNAL_TOPICS.get(topic)
+            if what is not None and lg.log_end_offset > lg.log_start_offset:
+                raise StartupError(
+                    f"{topic}-{part} holds records: these directories used {what}, which Odradek "
+                    "does not support; refusing to start rather than lose that state. Copy the "
+                    "topics over with a replicating tool (e.g. MirrorMaker 2) instead"
+                )
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None

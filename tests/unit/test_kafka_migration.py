@@ -1,0 +1,241 @@
+"""Reading what Apache Kafka writes: its metadata log (control batches, record types Odradek does
+not write), its metadata snapshots, its consumer-group records, its leaderless partitions after a
+controlled shutdown, and refusing what cannot be taken over."""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.controller.quorum_controller import QuorumController
+from odradek.coordinator.consumer_group import decode_record
+from odradek.embedded import EmbeddedBroker
+from odradek.log.log import Log
+from odradek.log.log_config import LogConfig
+from odradek.metadata.image import MetadataDelta
+from odradek.metadata.records import (
+    UnsupportedMetadataRecord,
+    decode_metadata_record,
+    encode_metadata_record,
+)
+from odradek.protocol.schema import write_uvarint
+from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.snapshot import SnapshotError, SnapshotId, list_snapshots, read_snapshot
+from odradek.records.builder import build_batch
+
+TOPIC_ID = uuid.UUID("29cd0256-e3d2-45f1-aaaf-ad979583170e")
+
+
+def _control(kind: int, offset: int = 0) -> bytes:
+    key = struct.pack(">hh", 0, kind)
+    return build_batch([(key, b"\x00\x00\x00", [], 1)], base_offset=offset, is_control=True,
+                       partition_leader_epoch=1)
+
+
+def _data(records: list[tuple[str, dict[str, Any]]], offset: int, version: dict[str, int] | None = None) -> bytes:
+    values = [(None, encode_metadata_record(n, r, (version or {}).get(n)), [], 1) for n, r in records]
+    return build_batch(values, base_offset=offset, partition_leader_epoch=1)
+
+
+def _raw_frame(api_key: int, version: int, body: bytes) -> bytes:
+    out = bytearray()
+    for v in (1, api_key, version):
+        write_uvarint(out, v)
+    return bytes(out) + body
+
+
+TOPIC = [("TopicRecord", {"name": "orders", "topic_id": TOPIC_ID})]
+PARTITION = [("PartitionRecord", {
+    "partition_id": 0, "topic_id": TOPIC_ID, "replicas": [1], "isr": [1], "removing_replicas": [],
+    "adding_replicas": [], "leader": 1, "leader_epoch": 0, "partition_epoch": 0, "directories": [],
+})]
+
+
+def _segment(directory: Path, base: int, *batches: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{base:020d}.log").write_bytes(b"".join(batches))
+
+
+def _open(directory: Path) -> MetadataLog:
+    cfg = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
+    return MetadataLog(Log.load(str(directory), cfg, now_ms=0, clean_shutdown=False))
+
+
+def test_kafka_metadata_log_control_batches_and_kafka_only_records(tmp_path: Path) -> None:
+    d = tmp_path / "__cluster_metadata-0"
+    _segment(
+        d, 0,
+        _control(2, 0),  # LeaderChange
+        _data([("BeginTransactionRecord", {"name": "Bootstrap records"}),
+               ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 30}),
+               ("EndTransactionRecord", {})], 1),
+        _data([("RegisterControllerRecord", {"controller_id": 1, "incarnation_id": uuid.uuid4(),
+                                             "zk_migration_ready": False, "end_points": [], "features": []}),
+               ("NoOpRecord", {}),
+               ("ZkMigrationStateRecord", {"zk_migration_state": 0}),
+               ("ClearElrRecord", {"topic_name": ""})], 4),
+        _data([("RegisterBrokerRecord", {"broker_id": 1, "incarnation_id": uuid.uuid4(), "broker_epoch": 8,
+                                         "end_points": [], "features": [], "rack": None,
+                                         "cordoned_log_dirs": [uuid.uuid4()]})], 8, {"RegisterBrokerRecord": 4}),
+        _data(TOPIC + PARTITION, 9),
+    )
+    ml = _open(d)
+    got = [(off, name) for off, name, _v, _r in ml.read(0)]
+    assert got == [
+        (1, "BeginTransactionRecord"), (2, "FeatureLevelRecord"), (3, "EndTransactionRecord"),
+        (4, "RegisterControllerRecord"), (5, "NoOpRecord"), (6, "ZkMigrationStateRecord"),
+        (7, "ClearElrRecord"), (8, "RegisterBrokerRecord"), (9, "TopicRecord"), (10, "PartitionRecord"),
+    ]
+    ml.log.close()
+
+
+def test_register_broker_record_v4_as_kafka_4_writes_it() -> None:
+    dirs = [uuid.uuid4()]
+    data = encode_metadata_record("RegisterBrokerRecord", {"broker_id": 3, "cordoned_log_dirs": dirs}, 4)
+    name, version, fields = decode_metadata_record(data)
+    assert (name, version, fields["cordoned_log_dirs"]) == ("RegisterBrokerRecord", 4, dirs)
+    # Odradek itself keeps writing v3, which Kafka 3.9's tools read too.
+    assert decode_metadata_record(encode_metadata_record("RegisterBrokerRecord", {}))[1] == 3
+
+
+@pytest.mark.parametrize(("api_key", "name"), [(18, "AccessControlEntryRecord"), (14, "ClientQuotaRecord"),
+                                               (11, "UserScramCredentialRecord"), (10, "DelegationTokenRecord")])
+def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int, name: str) -> None:
+    with pytest.raises(UnsupportedMetadataRecord, match=name):
+        decode_metadata_record(_raw_frame(api_key, 0, b"\x00"))
+    d = tmp_path / "__cluster_metadata-0"
+    record = build_batch([(None, _raw_frame(api_key, 0, b"\x00"), [], 1)], base_offset=2)
+    _segment(d, 0, _data(TOPIC + PARTITION, 0), record)
+    ml = _open(d)
+    with pytest.raises(UnreadableMetadataRecord, match=rf"offset 2: metadata record type {name} is not supported"):
+        list(ml.read(0))
+    ml.log.close()
+
+
+def test_broker_refuses_to_start_on_a_log_with_acls(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    with EmbeddedBroker(log_dir=str(d)):
+        pass
+    meta = d / "__cluster_metadata-0"
+    seg = sorted(meta.glob("*.log"))[-1]
+    ml = _open(meta)
+    end = ml.end_offset
+    ml.log.close()
+    with open(seg, "ab") as f:
+        f.write(build_batch([(None, _raw_frame(18, 0, b"\x00"), [], 1)], base_offset=end,
+                            partition_leader_epoch=1))
+    with pytest.raises(Exception, match=r"cannot take over the metadata log .*AccessControlEntryRecord"):
+        EmbeddedBroker(log_dir=str(d)).start()
+
+
+def test_broker_refuses_kafka_transaction_state(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    with EmbeddedBroker(log_dir=str(d)):
+        pass
+    txn = d / "__transaction_state-0"
+    _segment(txn, 0, build_batch([(b"key", b"value", [], 1)]))
+    with pytest.raises(Exception, match=r"__transaction_state-0 holds records: .*transactions"):
+        EmbeddedBroker(log_dir=str(d)).start()
+    assert (txn / f"{0:020d}.log").exists()  # nothing deleted
+
+
+def _snapshot(path: Path, *batches: bytes) -> None:
+    path.write_bytes(b"".join(batches))
+
+
+def test_snapshot_stands_in_for_deleted_log_segments(tmp_path: Path) -> None:
+    """Kafka deletes the metadata segments a snapshot covers: the log starts at 5, the snapshot
+    5-1 holds the state below it."""
+    d = tmp_path / "__cluster_metadata-0"
+    change = [("PartitionChangeRecord", {"partition_id": 0, "topic_id": TOPIC_ID, "leader": -1, "isr": []})]
+    _segment(d, 5, _data(change, 5))
+    _snapshot(d / SnapshotId(5, 1).filename, _control(3), _data(TOPIC + PARTITION, 0), _control(4, 2))
+    # An unfinished snapshot (no footer) of an older point is ignored; a partial file too.
+    _snapshot(d / SnapshotId(3, 1).filename, _control(3), _data(TOPIC, 0))
+    (d / "00000000000000000007-0000000001.checkpoint.part").write_bytes(b"junk")
+    assert list_snapshots(str(d)) == [SnapshotId(3, 1), SnapshotId(5, 1)]
+    with pytest.raises(SnapshotError, match="no SnapshotFooter"):
+        list(read_snapshot(str(d / SnapshotId(3, 1).filename)))
+    ml = _open(d)
+    assert ml.log.log_start_offset == 5
+    assert ml.load_snapshot() == SnapshotId(5, 1)
+    assert [(o, n) for o, n, _v, _r in ml.read(0)] == [(4, "TopicRecord"), (4, "PartitionRecord"),
+                                                       (5, "PartitionChangeRecord")]
+    assert [(o, n) for o, n, _v, _r in ml.read(5)] == [(5, "PartitionChangeRecord")]
+    ml.log.close()
+
+
+def test_missing_snapshot_for_a_truncated_log_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "__cluster_metadata-0"
+    _segment(d, 5, _data(TOPIC, 5))
+    ml = _open(d)
+    with pytest.raises(UnreadableMetadataRecord, match="starts at offset 5 and no snapshot covers"):
+        ml.load_snapshot()
+    ml.log.close()
+
+
+def test_snapshot_must_start_with_its_header(tmp_path: Path) -> None:
+    p = tmp_path / SnapshotId(2, 1).filename
+    _snapshot(p, _data(TOPIC, 0), _control(4, 1))
+    with pytest.raises(SnapshotError, match="SnapshotHeader"):
+        read_snapshot(str(p))
+    _snapshot(p, _control(3), _data(TOPIC, 1), _control(4, 2), b"\x00\x00")
+    with pytest.raises(SnapshotError, match="partial batch"):
+        read_snapshot(str(p))
+    assert not os.path.exists(str(p) + ".deleted")
+
+
+def test_kafka_4_consumer_group_member_record_with_null_classic_metadata() -> None:
+    """Bytes Apache Kafka 4.3 wrote for a KIP-848 member: its ClassicMemberMetadata is a tagged
+    nullable struct written as varint 0 (null)."""
+    key = bytes.fromhex("0005000267320016462f522b79386c6b524a325738714d693958394b7241")
+    value = bytes.fromhex("000000000872646b61666b610b2f3132372e302e302e3102076f726465727301000493e00001000100")
+    rec = decode_record(key, value)
+    assert rec.name == "ConsumerGroupMemberMetadata"
+    assert rec.key == {"group_id": "g2", "member_id": "F/R+y8lkRJ2W8qMi9X9KrA"}
+    assert rec.value is not None
+    assert rec.value["classic_member_metadata"] is None
+    assert rec.value["subscribed_topic_names"] == ["orders"]
+    assert rec.value["rebalance_timeout_ms"] == 300000
+
+
+def _controller_with(partitions: dict[int, dict[str, list[int] | int]]) -> QuorumController:
+    c = QuorumController.__new__(QuorumController)
+    from odradek.metadata.image import MetadataImage
+
+    c.node_id = 1
+    c.image = MetadataImage()
+    delta = MetadataDelta()
+    c.image.apply("TopicRecord", {"name": "t", "topic_id": TOPIC_ID}, delta)
+    for pid, p in partitions.items():
+        c.image.apply("PartitionRecord", {
+            "partition_id": pid, "topic_id": TOPIC_ID, "replicas": p["replicas"], "isr": p["isr"],
+            "leader": p["leader"], "leader_epoch": 3, "partition_epoch": 5,
+            "eligible_leader_replicas": p.get("elr"), "last_known_elr": None,
+        }, delta)
+    return c
+
+
+def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -> None:
+    c = _controller_with({
+        0: {"replicas": [1], "isr": [], "leader": -1, "elr": [1]},   # Kafka's shutdown, KIP-966
+        1: {"replicas": [1], "isr": [1], "leader": -1},              # without ELR
+        2: {"replicas": [1], "isr": [1], "leader": 1},               # has a leader
+        3: {"replicas": [1, 2], "isr": [2], "leader": -1, "elr": []},  # would be unclean
+        4: {"replicas": [2], "isr": [2], "leader": -1},              # not a replica here
+    })
+    records = c._elect_offline_partitions()
+    assert [(n, r["partition_id"], r["leader"], r["isr"]) for n, r in records] == [
+        ("PartitionChangeRecord", 0, 1, [1]), ("PartitionChangeRecord", 1, 1, [1]),
+    ]
+    assert records[0][1]["eligible_leader_replicas"] == []
+    delta = MetadataDelta()
+    for name, r in records:
+        c.image.apply(name, r, delta)
+    p0 = c.image.partition("t", 0)
+    assert p0 is not None and (p0.leader, p0.isr, p0.elr, p0.leader_epoch) == (1, [1], [], 4)
