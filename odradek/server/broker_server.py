@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
+from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
@@ -201,6 +201,14 @@ class BrokerServer:
             # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
             # at that epoch, never below it (the leader epoch cache only moves forward).
             self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
+            level = self.image.features.get("metadata.version", 0)
+            if level > METADATA_VERSION:
+                log.warning(
+                    "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
+                    "than Odradek's %d: Odradek applies the records it knows (topics, partitions, "
+                    "configs, brokers, features) and keeps reporting level %d as finalized",
+                    level, METADATA_VERSION, level,
+                )
         except UnreadableMetadataRecord as e:
             raise StartupError(
                 f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
