@@ -381,7 +381,24 @@ class BrokerServer:
     }
 
     def _refuse_unsupported_state(self) -> None:
+        """Refuse data directories whose state this node cannot serve (typically Apache Kafka's,
+        before a migration): partitions replicated on other brokers, and records of features
+        Odradek does not have."""
         assert self.log_manager is not None
+        elsewhere = sorted(
+            (t.name, pid, p.replicas)
+            for t in self.image.topics_by_name.values()
+            for pid, p in t.partitions.items()
+            if any(r != self.node_id for r in p.replicas)
+        )
+        if elsewhere:
+            name, pid, replicas = elsewhere[0]
+            raise StartupError(
+                f"{len(elsewhere)} partition(s) have replicas on other brokers (e.g. {name}-{pid} "
+                f"on {replicas}); Odradek runs a single node: move every replica to broker "
+                f"{self.node_id} on Apache Kafka first (kafka-reassign-partitions), then stop it "
+                "and start Odradek on its log.dirs"
+            )
         for (topic, part), lg in self.log_manager.all_logs().items():
             what = self.UNSUPPORTED_INTERNAL_TOPICS.get(topic)
             if what is not None and lg.log_end_offset > lg.log_start_offset:

@@ -239,3 +239,19 @@ def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -
         c.image.apply(name, r, delta)
     p0 = c.image.partition("t", 0)
     assert p0 is not None and (p0.leader, p0.isr, p0.elr, p0.leader_epoch) == (1, [1], [], 4)
+
+
+def test_broker_refuses_partitions_replicated_on_other_brokers(tmp_path: Path) -> None:
+    """Directories of one broker of a multi-broker Kafka cluster: refused, with the way out."""
+    d = tmp_path / "data"
+    with EmbeddedBroker(log_dir=str(d)):
+        pass
+    meta = d / "__cluster_metadata-0"
+    ml = _open(meta)
+    end = ml.end_offset
+    ml.log.close()
+    spread = [("PartitionRecord", dict(PARTITION[0][1], replicas=[1, 2], isr=[1, 2]))]
+    with open(sorted(meta.glob("*.log"))[-1], "ab") as f:
+        f.write(_data(TOPIC + spread, end))
+    with pytest.raises(Exception, match=r"orders-0 on \[1, 2\]\); Odradek runs a single node: move every replica"):
+        EmbeddedBroker(log_dir=str(d)).start()
