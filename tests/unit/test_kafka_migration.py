@@ -255,3 +255,45 @@ def test_broker_refuses_partitions_replicated_on_other_brokers(tmp_path: Path) -
         f.write(_data(TOPIC + spread, end))
     with pytest.raises(Exception, match=r"orders-0 on \[1, 2\]\); Odradek runs a single node: move every replica"):
         EmbeddedBroker(log_dir=str(d)).start()
+
+
+def test_kafka_4_consumer_offsets_records_load(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """__consumer_offsets as Apache Kafka 4.3 writes it: an offset commit value v4 (flexible, with
+    the topic id tagged), a KIP-848 member record with a null tagged ClassicMemberMetadata, and a
+    streams-group record Odradek does not know (ignored, said once; the offsets still load)."""
+    import asyncio
+    import logging
+
+    from test_group_coordinator import FakeReplicaManager, load, manager
+
+    from odradek.coordinator.records import OffsetKey, parse_key, parse_offset_value
+
+    # Bytes from Kafka 4.3.1's log: group g1, orders-0 at 50.
+    commit_key = bytes.fromhex("00010002673100066f726465727300000000")
+    commit_value = bytes.fromhex(
+        "000400000000000000320000000001000001a2051102a901001029cd0256e3d245f1aaafad979583170e"
+    )
+    assert parse_key(commit_key) == OffsetKey("g1", "orders", 0)
+    got = parse_offset_value(commit_value)
+    assert (got.offset, got.leader_epoch, got.metadata) == (50, 0, "")
+    member_key = bytes.fromhex("0005000267320016462f522b79386c6b524a325738714d693958394b7241")
+    member_value = bytes.fromhex("000000000872646b61666b610b2f3132372e302e302e3102076f726465727301000493e00001000100")
+    streams_key = struct.pack(">h", 17) + b"\x00\x02g3"
+    rm = FakeReplicaManager(tmp_path, 1)
+    lg = rm.partitions[("__consumer_offsets", 0)].log
+    lg.append_as_leader(bytearray(build_batch([
+        (commit_key, commit_value, [], 1), (member_key, member_value, [], 1), (streams_key, b"\x00\x00\x00", [], 1),
+    ])), 0, 0)
+    lg.high_watermark = lg.log_end_offset
+
+    async def run() -> None:
+        mgr = manager(rm, [1000])
+        await load(mgr)
+        g1 = mgr.get_group("g1")
+        assert g1 is not None and g1.offsets[("orders", 0)].offset == 50
+        assert mgr.get_group("g2") is not None
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(run())
+    assert "ignored 1 record(s) of group types Odradek does not support (key versions [17])" in caplog.text
+    assert "unreadable" not in caplog.text.lower()
