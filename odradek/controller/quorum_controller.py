@@ -110,6 +110,15 @@ class QuorumController:
 
         def op() -> tuple[int, list[MetadataRecord]]:
             records: list[MetadataRecord] = []
+            if self.metadata_log.open_transaction is not None:
+                # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
+                # active controller does, so that what follows is not taken as part of it.
+                log.warning(
+                    "Aborting the metadata transaction left open at offset %d",
+                    self.metadata_log.open_transaction,
+                )
+                records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
+                self.metadata_log.open_transaction = None
             if "metadata.version" not in self.image.features:
                 records.append(
                     ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})

@@ -49,6 +49,8 @@ class MetadataLog:
         # A KRaft snapshot standing in for the records below its end offset (read from a log
         # Apache Kafka wrote and then cleaned up): (end offset, records).
         self._snapshot: tuple[int, list[tuple[str, int, dict[str, Any]]]] | None = None
+        # First offset of a metadata transaction not yet ended, as of the last full read.
+        self.open_transaction: int | None = None
         # Whatever survived on disk was fsynced before it was acknowledged.
         self.log.high_watermark = self.log.log_end_offset
 
@@ -116,12 +118,40 @@ class MetadataLog:
 
     def read(self, from_offset: int) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
         """Committed records at or after ``from_offset``: (offset, name, version, fields).
-        Below a loaded snapshot's end offset, the snapshot's records (all at its last offset)."""
+
+        Below a loaded snapshot's end offset, the snapshot's records (all at its last offset).
+        Kafka's metadata transactions (KIP-868) are honoured: the records between a
+        BeginTransactionRecord and its EndTransactionRecord come out together at the end, those
+        before an AbortTransactionRecord never (only the markers do). A transaction still open
+        at the end of the log is held back (``open_transaction`` is its first offset)."""
         if self._snapshot is not None and from_offset < self._snapshot[0]:
             snap_end, records = self._snapshot
             for name, version, fields in records:
                 yield snap_end - 1, name, version, fields
             from_offset = snap_end
+        pending: list[tuple[int, str, int, dict[str, Any]]] | None = None
+        for item in self._read_log(from_offset):
+            name = item[1]
+            if name == "BeginTransactionRecord":
+                if pending is not None:
+                    raise UnreadableMetadataRecord(
+                        self.log.dir, item[0], "a transaction begins inside another one"
+                    )
+                pending = [item]
+            elif pending is None:
+                yield item
+            elif name == "EndTransactionRecord":
+                yield from pending
+                yield item
+                pending = None
+            elif name == "AbortTransactionRecord":
+                yield item
+                pending = None
+            else:
+                pending.append(item)
+        self.open_transaction = None if pending is None else pending[0][0]
+
+    def _read_log(self, from_offset: int) -> Iterator[tuple[int, str, int, dict[str, Any]]]:
         offset = max(from_offset, self.log.log_start_offset)
         end = self.committed_offset
         while offset < end:

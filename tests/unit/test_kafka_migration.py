@@ -297,3 +297,46 @@ def test_kafka_4_consumer_offsets_records_load(tmp_path: Path, caplog: pytest.Lo
         asyncio.run(run())
     assert "ignored 1 record(s) of group types Odradek does not support (key versions [17])" in caplog.text
     assert "unreadable" not in caplog.text.lower()
+
+
+def test_kafka_metadata_transactions(tmp_path: Path) -> None:
+    """KIP-868 transactions in Kafka's metadata log: an ended one applies, an aborted one never,
+    an open one at the end is held back."""
+    d = tmp_path / "__cluster_metadata-0"
+    other = uuid.UUID(int=7)
+    _segment(
+        d, 0,
+        _data([("BeginTransactionRecord", {"name": "t1"}), ("TopicRecord", {"name": "aborted", "topic_id": other}),
+               ("AbortTransactionRecord", {"reason": None})], 0),
+        _data([("BeginTransactionRecord", {"name": "t2"})] + TOPIC + [("EndTransactionRecord", {})], 3),
+        _data([("BeginTransactionRecord", {"name": "t3"}), ("TopicRecord", {"name": "open", "topic_id": other})], 6),
+    )
+    ml = _open(d)
+    got = [(o, n, r.get("name")) for o, n, _v, r in ml.read(0)]
+    assert got == [(2, "AbortTransactionRecord", None), (3, "BeginTransactionRecord", "t2"),
+                   (4, "TopicRecord", "orders"), (5, "EndTransactionRecord", None)]
+    assert ml.open_transaction == 6
+    ml.log.close()
+
+
+def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    with EmbeddedBroker(log_dir=str(d)):
+        pass
+    meta = d / "__cluster_metadata-0"
+    ml = _open(meta)
+    end = ml.end_offset
+    ml.log.close()
+    with open(sorted(meta.glob("*.log"))[-1], "ab") as f:
+        f.write(_data([("BeginTransactionRecord", {"name": None}),
+                       ("TopicRecord", {"name": "half-made", "topic_id": TOPIC_ID})], end))
+    for _ in range(2):  # and again after the abort was written
+        with EmbeddedBroker(log_dir=str(d)) as b:
+            assert "half-made" not in b.server.image.topics_by_name
+    ml = _open(meta)
+    names = [n for _o, n, _v, _r in ml.read(end)]
+    # The aborted records (and their Begin marker) never come out; one abort, written once.
+    assert names[0] == "AbortTransactionRecord" and names.count("AbortTransactionRecord") == 1
+    assert "TopicRecord" not in names
+    assert ml.open_transaction is None
+    ml.log.close()
