@@ -340,3 +340,28 @@ def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) ->
     assert "TopicRecord" not in names
     assert ml.open_transaction is None
     ml.log.close()
+
+
+KAFKA_META_PROPERTIES = """#
+#Sun Nov 22 21:02:00 UTC 2026
+node.id=1
+directory.id=QMjA6TmPTp4SXChSL3MFTQ
+version=1
+cluster.id=Odradek-Reference-Q1
+"""
+
+
+def test_kafka_meta_properties_taken_over_unchanged(tmp_path: Path) -> None:
+    from odradek.server.kafka_config import ConfigError
+    from odradek.server.meta_properties import ensure_formatted
+
+    (tmp_path / "meta.properties").write_text(KAFKA_META_PROPERTIES)
+    assert ensure_formatted([str(tmp_path)], 1) == "Odradek-Reference-Q1"
+    assert (tmp_path / "meta.properties").read_text() == KAFKA_META_PROPERTIES  # directory.id kept
+    with pytest.raises(ConfigError, match=r"stored node.id 1 .* doesn't match configured node.id=3"):
+        ensure_formatted([str(tmp_path)], 3)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.properties").write_text(KAFKA_META_PROPERTIES.replace("Odradek-Reference-Q1", "AnotherCluster0000000w"))
+    with pytest.raises(ConfigError, match="different clusters"):
+        ensure_formatted([str(tmp_path), str(other)], 1)
