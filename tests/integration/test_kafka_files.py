@@ -430,12 +430,16 @@ def test_migrated_committed_offsets(kafka_state: KafkaState, migrated: ServerPro
     assert kafka_state.committed["meta-group"][("big", 0)] == (1234, "checkpoint-7")
     assert sum(o for o, _ in kafka_state.committed["classic-group"].values() if o >= 0) >= 150
     # Kafka's own tool sees them too, with the lag computed against the migrated logs.
-    out = kafka.run("kafka-consumer-groups", "--bootstrap-server", bs, "--describe",
-                    "--group", "classic-group").stdout
-    for (t, p), (off, _) in kafka_state.committed["classic-group"].items():
-        if t == "orders" and off >= 0:
-            end = kafka_state.watermarks[(t, p)][1]
-            assert re.search(rf"classic-group\s+orders\s+{p}\s+{off}\s+{end}\s+{end - off}\b", out), out
+    for group in ("classic-group", "new-group"):
+        out = kafka.run("kafka-consumer-groups", "--bootstrap-server", bs, "--describe",
+                        "--group", group).stdout
+        rows = 0
+        for (t, p), (off, _) in kafka_state.committed[group].items():
+            if t == "orders" and off >= 0:
+                end = kafka_state.watermarks[(t, p)][1]
+                assert re.search(rf"{group}\s+orders\s+{p}\s+{off}\s+{end}\s+{end - off}\b", out), out
+                rows += 1
+        assert rows > 0, (group, kafka_state.committed[group])
 
 
 @pytest.mark.parametrize("group,protocol", [("classic-group", "classic"), ("new-group", "consumer")])
