@@ -113,6 +113,15 @@ class QuorumController:
 
         def op() -> tuple[int, list[MetadataRecord]]:
             records: list[MetadataRecord] = []
+            if self.metadata_log.open_transaction is not None:
+                # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
+                # active controller does, so that what follows is not taken as part of it.
+                log.warning(
+                    "Aborting the metadata transaction left open at offset %d",
+                    self.metadata_log.open_transaction,
+                )
+                records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
+                self.metadata_log.open_transaction = None
             if "metadata.version" not in self.image.features:
                 records.append(
                     ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})
@@ -142,9 +151,47 @@ class QuorumController:
                 )
             )
             records.append(("UnfenceBrokerRecord", {"id": self.node_id, "epoch": epoch}))
+            records.extend(self._elect_offline_partitions())
             return epoch, records
 
         return await self._write(op)
+
+    def _elect_offline_partitions(self) -> list[MetadataRecord]:
+        """Leaders for the partitions without one that this node may lead.
+
+        Odradek never leaves a partition leaderless, but Apache Kafka's controlled shutdown of
+        its last broker does (``leader=-1``, and with KIP-966 ``isr=[]`` with the broker kept in
+        the eligible leader replicas): after a migration from Kafka this node, the only replica
+        (or one in the ISR / ELR), takes them over as Kafka's controller does when the broker
+        is unfenced again. Never an unclean election: a replica outside ISR and ELR of a
+        partition with other replicas is left alone."""
+        records: list[MetadataRecord] = []
+        node = self.node_id
+        for t in self.image.topics_by_name.values():
+            for pid, p in sorted(t.partitions.items()):
+                if p.leader >= 0 or node not in p.replicas:
+                    continue
+                eligible = node in p.isr or node in p.elr or (not p.isr and not p.elr and node in p.last_known_elr)
+                if not eligible and p.replicas != [node]:
+                    log.warning(
+                        "Partition %s-%d has no leader and node %d is neither in its ISR %s nor "
+                        "its eligible leader replicas %s: left offline", t.name, pid, node, p.isr, p.elr,
+                    )
+                    continue
+                records.append((
+                    "PartitionChangeRecord",
+                    {
+                        "partition_id": pid,
+                        "topic_id": t.topic_id,
+                        "leader": node,
+                        "isr": [node],
+                        "eligible_leader_replicas": [] if p.elr else None,
+                        "last_known_elr": [] if p.last_known_elr else None,
+                    },
+                ))
+        if records:
+            log.info("Electing node %d leader of %d partitions that had none", node, len(records))
+        return records
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
         """Hand a broker a block of producer ids (Kafka's AllocateProducerIds): (first, count)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -384,6 +385,7 @@ class GroupMetadataManager:
         groups: dict[str, GroupRecord | None] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
         count = 0
+        unknown: Counter[int] = Counter()  # key version -> records of group types we lack
         if part is None or part.log is None:
             return offsets, groups, consumer_groups, count
         lg = part.log
@@ -418,6 +420,8 @@ class GroupMetadataManager:
                                 offsets.get(key.group, {}).pop(tp, None)
                             else:
                                 offsets.setdefault(key.group, {})[tp] = parse_offset_value(rec.value)
+                        elif key is None:
+                            unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
                         elif isinstance(key, GroupKey):
                             groups[key.group] = (
                                 None if rec.value is None else parse_group_value(rec.value)
@@ -434,6 +438,14 @@ class GroupMetadataManager:
             if not progressed:
                 break
             await asyncio.sleep(0)
+        if unknown:
+            # Apache Kafka's share groups (key versions 10-15), regex subscriptions (16) and
+            # streams groups (17-23): their committed offsets are ordinary offset commits and
+            # were loaded; the rest of their state is rebuilt when their members return.
+            log.warning(
+                "%s-%d: ignored %d record(s) of group types Odradek does not support (key versions %s)",
+                OFFSETS_TOPIC, partition, sum(unknown.values()), sorted(unknown),
+            )
         return offsets, groups, consumer_groups, count
 
     def _replay_consumer_record(

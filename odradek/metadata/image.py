@@ -28,6 +28,10 @@ class PartitionRegistration:
     partition_epoch: int
     removing_replicas: list[int] = field(default_factory=list)
     adding_replicas: list[int] = field(default_factory=list)
+    # KIP-966 eligible leader replicas (written by Apache Kafka when the last ISR member shuts
+    # down: isr=[], elr=[that member]); Odradek reads them to elect a leader after a migration.
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +139,8 @@ class MetadataImage:
             partition_epoch=r["partition_epoch"],
             removing_replicas=list(r.get("removing_replicas") or []),
             adding_replicas=list(r.get("adding_replicas") or []),
+            elr=list(r.get("eligible_leader_replicas") or []),
+            last_known_elr=list(r.get("last_known_elr") or []),
         )
         delta.changed_partitions.add((t.name, r["partition_id"]))
 
@@ -149,6 +155,10 @@ class MetadataImage:
             p.isr = list(r["isr"])
         if r.get("replicas") is not None:
             p.replicas = list(r["replicas"])
+        if r.get("eligible_leader_replicas") is not None:
+            p.elr = list(r["eligible_leader_replicas"])
+        if r.get("last_known_elr") is not None:
+            p.last_known_elr = list(r["last_known_elr"])
         leader = r.get("leader", -2)
         if leader != -2:  # -2 means "unchanged"
             p.leader = leader

@@ -48,7 +48,7 @@ _FEATURE = S(
 REGISTER_BROKER_RECORD = Schema(
     "RegisterBrokerRecord",
     0,
-    3,
+    4,
     0,
     [
         F("broker_id", "int32", "0+"),
@@ -61,6 +61,7 @@ REGISTER_BROKER_RECORD = Schema(
         F("fenced", "bool", "0+", default="true"),
         F("in_controlled_shutdown", "bool", "1+", default="false"),
         F("log_dirs", A("uuid"), "3+", tag=0, tagged="3+"),
+        F("cordoned_log_dirs", A("uuid"), "4+", nullable="4+", tag=1, tagged="4+", default="null"),
     ],
 )
 
@@ -223,7 +224,7 @@ PRODUCER_IDS_RECORD = Schema(
 BROKER_REGISTRATION_CHANGE_RECORD = Schema(
     "BrokerRegistrationChangeRecord",
     0,
-    2,
+    3,
     0,
     [
         F("broker_id", "int32", "0+"),
@@ -231,6 +232,7 @@ BROKER_REGISTRATION_CHANGE_RECORD = Schema(
         F("fenced", "int8", "0+", tag=0, tagged="0+"),
         F("in_controlled_shutdown", "int8", "1+", tag=1, tagged="1+"),
         F("log_dirs", A("uuid"), "2+", tag=2, tagged="2+"),
+        F("cordoned_log_dirs", A("uuid"), "3+", nullable="3+", tag=3, tagged="3+", default="null"),
     ],
 )
 
@@ -272,6 +274,26 @@ REGISTER_CONTROLLER_RECORD = Schema(
     ],
 )
 
+CLEAR_ELR_RECORD = Schema(
+    "ClearElrRecord",
+    0,
+    0,
+    0,
+    [
+        F("topic_name", "string", "0+"),
+    ],
+)
+
+ZK_MIGRATION_STATE_RECORD = Schema(
+    "ZkMigrationStateRecord",
+    0,
+    0,
+    0,
+    [
+        F("zk_migration_state", "int8", "0+"),
+    ],
+)
+
 RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "RegisterBrokerRecord": (0, REGISTER_BROKER_RECORD),
     "UnregisterBrokerRecord": (1, UNREGISTER_BROKER_RECORD),
@@ -290,7 +312,37 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "EndTransactionRecord": (24, END_TRANSACTION_RECORD),
     "AbortTransactionRecord": (25, ABORT_TRANSACTION_RECORD),
     "RegisterControllerRecord": (27, REGISTER_CONTROLLER_RECORD),
+    "ZkMigrationStateRecord": (21, ZK_MIGRATION_STATE_RECORD),
+    "ClearElrRecord": (28, CLEAR_ELR_RECORD),
 }
+
+# Versions this node writes when none is asked for: the newest ones a Kafka 3.9 reader decodes
+# too (Kafka 4.1+ readers know newer versions, which Odradek reads from a migrated log).
+WRITE_VERSIONS: dict[str, int] = {
+    "RegisterBrokerRecord": 3,
+    "BrokerRegistrationChangeRecord": 2,
+}
+
+# Record types Kafka writes for features Odradek does not have (ACLs, client quotas, SCRAM
+# credentials, delegation tokens): a log holding one cannot be taken over without silently
+# dropping security or quota state, so the loader refuses to start (see UnsupportedMetadata).
+UNSUPPORTED_RECORD_TYPES: dict[int, str] = {
+    10: "DelegationTokenRecord",
+    11: "UserScramCredentialRecord",
+    14: "ClientQuotaRecord",
+    18: "AccessControlEntryRecord",
+    19: "RemoveAccessControlEntryRecord",
+    22: "RemoveUserScramCredentialRecord",
+    26: "RemoveDelegationTokenRecord",
+}
+
+
+class UnsupportedMetadataRecord(SchemaError):
+    """A well-framed metadata record of a type Odradek cannot apply (``name``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"metadata record type {name} is not supported by Odradek")
+        self.name = name
 
 RECORD_NAMES: dict[int, str] = {key: name for name, (key, _) in RECORD_TYPES.items()}
 
@@ -302,7 +354,7 @@ def encode_metadata_record(name: str, obj: dict[str, Any], version: int | None =
         raise SchemaError(f"unknown metadata record type {name!r}")
     api_key, schema = entry
     if version is None:
-        version = schema.max_version
+        version = WRITE_VERSIONS.get(name, schema.max_version)
     elif not schema.min_version <= version <= schema.max_version:
         raise SchemaError(f"{name} has no version {version}")
     out = bytearray()
@@ -327,6 +379,8 @@ def decode_metadata_record(data: Buffer) -> tuple[str, int, dict[str, Any]]:
     api_key, pos = read_uvarint(buf, pos)
     version, pos = read_uvarint(buf, pos)
     name = RECORD_NAMES.get(api_key)
+    if name is None and api_key in UNSUPPORTED_RECORD_TYPES:
+        raise UnsupportedMetadataRecord(UNSUPPORTED_RECORD_TYPES[api_key])
     if name is None:
         raise SchemaError(f"unknown metadata record type {api_key}")
     schema = RECORD_TYPES[name][1]

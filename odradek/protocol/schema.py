@@ -627,6 +627,17 @@ def _field_reader(f: Field, version: int, flexible: bool, counted: bool = False)
     struct_reader = compile_struct_decoder(t, version, flexible, counted)
     if nullable:
 
+        if f.tag is not None and flexible and _in(f.tagged, version):
+            # A tagged nullable struct starts with an unsigned varint: 0 is null, 1 present
+            # (Kafka's generated readers; Kafka 4.x writes a null ClassicMemberMetadata so).
+            def read_tagged_nullable_struct(b: memoryview, p: int) -> tuple[Any, int]:
+                marker, p = read_uvarint(b, p)
+                if marker <= 0:
+                    return None, p
+                return struct_reader(b, p)
+
+            return read_tagged_nullable_struct
+
         def read_nullable_struct(b: memoryview, p: int) -> tuple[Any, int]:
             marker, p = read_int8(b, p)
             if marker < 0:

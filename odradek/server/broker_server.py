@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
+from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
@@ -33,7 +33,7 @@ from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
-from odradek.raft.metadata_log import MetadataLog
+from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.server import config_defs
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
@@ -194,8 +194,27 @@ class BrokerServer:
             on_commit=self._on_metadata_commit,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
-        self.controller.replay_log()
-        self.loader.catch_up()
+        try:
+            metadata_log.load_snapshot()
+            self.controller.replay_log()
+            self.loader.catch_up()
+            # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
+            # at that epoch, never below it (the leader epoch cache only moves forward).
+            self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
+            level = self.image.features.get("metadata.version", 0)
+            if level > METADATA_VERSION:
+                log.warning(
+                    "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
+                    "than Odradek's %d: Odradek applies the records it knows (topics, partitions, "
+                    "configs, brokers, features) and keeps reporting level %d as finalized",
+                    level, METADATA_VERSION, level,
+                )
+        except UnreadableMetadataRecord as e:
+            raise StartupError(
+                f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
+                f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
+                "these directories again or remove what Odradek does not support first"
+            ) from e
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
@@ -215,6 +234,12 @@ class BrokerServer:
                 lg.close()
             raise
         self.log_manager = lm
+        try:
+            self._refuse_unsupported_state()
+        except StartupError:
+            for lg in lm.all_logs().values():
+                lg.close()
+            raise
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
@@ -347,6 +372,41 @@ class BrokerServer:
         for lock in self._dir_locks:
             lock.release()
         self._dir_locks = []
+
+    # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
+    # directory Kafka used) mean state Odradek would silently drop or misread.
+    UNSUPPORTED_INTERNAL_TOPICS = {
+        "__transaction_state": "transactions (read_committed consumers would see aborted records)",
+        "__share_group_state": "share groups (KIP-932)",
+    }
+
+    def _refuse_unsupported_state(self) -> None:
+        """Refuse data directories whose state this node cannot serve (typically Apache Kafka's,
+        before a migration): partitions replicated on other brokers, and records of features
+        Odradek does not have."""
+        assert self.log_manager is not None
+        elsewhere = sorted(
+            (t.name, pid, p.replicas)
+            for t in self.image.topics_by_name.values()
+            for pid, p in t.partitions.items()
+            if any(r != self.node_id for r in p.replicas)
+        )
+        if elsewhere:
+            name, pid, replicas = elsewhere[0]
+            raise StartupError(
+                f"{len(elsewhere)} partition(s) have replicas on other brokers (e.g. {name}-{pid} "
+                f"on {replicas}); Odradek runs a single node: move every replica to broker "
+                f"{self.node_id} on Apache Kafka first (kafka-reassign-partitions), then stop it "
+                "and start Odradek on its log.dirs"
+            )
+        for (topic, part), lg in self.log_manager.all_logs().items():
+            what = self.UNSUPPORTED_INTERNAL_TOPICS.get(topic)
+            if what is not None and lg.log_end_offset > lg.log_start_offset:
+                raise StartupError(
+                    f"{topic}-{part} holds records: these directories used {what}, which Odradek "
+                    "does not support; refusing to start rather than lose that state. Copy the "
+                    "topics over with a replicating tool (e.g. MirrorMaker 2) instead"
+                )
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None
