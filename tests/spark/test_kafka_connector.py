@@ -256,3 +256,69 @@ def test_streaming_reads_new_records_exactly_once_across_a_restart(
     assert sorted((p, o) for p, o, _ in records) == sorted(
         (p, o) for p in range(2) for o in range(25, 375)
     )
+
+
+def test_fail_on_data_loss_both_ways_after_delete_records(
+    spark: Any, kafka_connector: str, broker: EmbeddedBroker, topic: str, tmp_path: Path
+) -> None:
+    """DeleteRecords moves the log start offset: Fetch gets OFFSET_OUT_OF_RANGE and ListOffsets
+    (earliest) the new start; the connector fails or skips the gap as failOnDataLoss says."""
+    from confluent_kafka import TopicPartition
+
+    create_topic(broker.bootstrap_servers, topic, 1)
+    produce(broker.bootstrap_servers, topic, ({"value": str(i).encode()} for i in range(100)))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def stream(fail: str) -> Any:
+        return (
+            kafka_read(spark, broker, stream=True, subscribe=topic, startingOffsets="earliest",
+                       failOnDataLoss=fail)
+            .select("offset")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+
+    def offsets_written() -> list[int]:
+        return sorted(r["offset"] for r in spark.read.parquet(str(out)).collect())
+
+    def delete_before(offset: int) -> None:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        for f in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
+            f.result(30)
+
+    query = stream("true")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert offsets_written() == list(range(100))
+
+    # Batch: a range starting before the log start offset.
+    delete_before(30)
+    from_zero = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        kafka_read(spark, broker, subscribe=topic, startingOffsets=from_zero).collect()
+    lenient = kafka_read(
+        spark, broker, subscribe=topic, startingOffsets=from_zero, failOnDataLoss="false"
+    )
+    assert sorted(r["offset"] for r in lenient.select("offset").collect()) == list(range(30, 100))
+    earliest = kafka_read(spark, broker, subscribe=topic)  # ListOffsets earliest: the new start
+    assert earliest.selectExpr("min(offset) as lo", "count(*) as n").first() == (30, 70)
+
+    # Streaming: the checkpoint says 100; records 100..149 are produced and deleted (up to 150)
+    # before the query comes back.
+    produce(broker.bootstrap_servers, topic, ({"value": str(i).encode()} for i in range(100)))
+    delete_before(150)
+    query = stream("true")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        query.processAllAvailable()
+    query.stop()
+    assert offsets_written() == list(range(100))
+    query = stream("false")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert offsets_written() == list(range(100)) + list(range(150, 200))
