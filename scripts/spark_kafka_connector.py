@@ -107,11 +107,15 @@ def resolve() -> str | None:
     hit = cached()
     if hit is not None:
         return hit
-    IVY_DIR.mkdir(parents=True, exist_ok=True)
     version = pyspark_version()
     major, minor = version.split(".")[:2]
     log = IVY_DIR / "resolve.log"
-    log.write_text("")
+    try:
+        IVY_DIR.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+    except OSError as e:
+        print(f"spark_kafka_connector: {IVY_DIR}: {e}", file=sys.stderr)
+        return None
     for revision in (version, f"{major}.{minor}.+", f"{major}.+"):
         got = _try(revision, log)
         if got is not None:

@@ -120,6 +120,16 @@ def test_batch_read_everything_then_offset_ranges_timestamps_and_assign(
         BASE_TS + i * 1000 for i in range(300, 330)
     ]
 
+    # No record at or after the timestamp (ListOffsets answers offset -1): the default strategy
+    # fails, 'latest' reads nothing.
+    future = str(BASE_TS + 10_000_000)
+    with pytest.raises(Exception, match="(?i)timestamp"):
+        kafka_read(spark, broker, subscribe=topic, startingTimestamp=future).count()
+    assert kafka_read(
+        spark, broker, subscribe=topic, startingTimestamp=future,
+        startingOffsetsByTimestampStrategy="latest",
+    ).count() == 0
+
     # assign (no subscription), with an explicit group id and a group id prefix: the connector
     # never joins or commits, so Odradek must serve the reads without creating any group state.
     assigned = kafka_read(
@@ -187,7 +197,7 @@ def test_batch_and_streaming_write_then_read_back(
     assert len(copied) == 90
 
 
-def test_streaming_reads_new_records_exactly_once_across_a_restart(
+def test_streaming_reads_new_records_exactly_once_across_a_restart_and_new_topics(
     spark: Any, kafka_connector: str, broker: EmbeddedBroker, topic: str, tmp_path: Path
 ) -> None:
     create_topic(broker.bootstrap_servers, topic, 2)
@@ -197,9 +207,9 @@ def test_streaming_reads_new_records_exactly_once_across_a_restart(
 
     def start() -> Any:
         return (
-            kafka_read(spark, broker, stream=True, subscribe=topic, startingOffsets="latest",
-                       maxOffsetsPerTrigger="150")
-            .selectExpr("partition", "offset", "cast(value as string) as value")
+            kafka_read(spark, broker, stream=True, subscribePattern=f"{topic}(-new)?",
+                       startingOffsets="latest", maxOffsetsPerTrigger="150")
+            .selectExpr("topic", "partition", "offset", "cast(value as string) as value")
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
@@ -207,14 +217,17 @@ def test_streaming_reads_new_records_exactly_once_across_a_restart(
             .start()
         )
 
-    def written() -> list[tuple[int, int, str]]:
+    def written() -> list[tuple[str, int, int, str]]:
         if not out.exists() or not any(out.glob("*.parquet")):
             return []
-        return [(r["partition"], r["offset"], r["value"]) for r in spark.read.parquet(str(out)).collect()]
+        return [
+            (r["topic"], r["partition"], r["offset"], r["value"])
+            for r in spark.read.parquet(str(out)).collect()
+        ]
 
-    def produce_batch(tag: str, n: int) -> None:
+    def produce_batch(tag: str, n: int, to: str = topic) -> None:
         produce(
-            broker.bootstrap_servers, topic,
+            broker.bootstrap_servers, to,
             ({"value": f"{tag}{i}".encode(), "partition": i % 2} for i in range(n)),
         )
 
@@ -244,17 +257,23 @@ def test_streaming_reads_new_records_exactly_once_across_a_restart(
         wait_for(query, 600)
         produce_batch("c", 100)  # and more while it runs again
         wait_for(query, 700)
+        # A topic created now that matches the pattern: read from its start.
+        create_topic(broker.bootstrap_servers, f"{topic}-new", 2)
+        produce_batch("d", 30, f"{topic}-new")
+        wait_for(query, 730)
         query.processAllAvailable()
     finally:
         query.stop()
 
     records = written()
-    assert len(records) == 700  # exactly once: nothing twice, nothing old
-    assert sorted(v for _, _, v in records) == sorted(
-        [f"a{i}" for i in range(400)] + [f"b{i}" for i in range(200)] + [f"c{i}" for i in range(100)]
+    assert len(records) == 730  # exactly once: nothing twice, nothing old
+    assert sorted(v for _, _, _, v in records) == sorted(
+        [f"a{i}" for i in range(400)] + [f"b{i}" for i in range(200)]
+        + [f"c{i}" for i in range(100)] + [f"d{i}" for i in range(30)]
     )
-    assert sorted((p, o) for p, o, _ in records) == sorted(
-        (p, o) for p in range(2) for o in range(25, 375)
+    assert sorted((t, p, o) for t, p, o, _ in records) == sorted(
+        [(topic, p, o) for p in range(2) for o in range(25, 375)]
+        + [(f"{topic}-new", p, o) for p in range(2) for o in range(15)]
     )
 
 
