@@ -12,7 +12,11 @@
 4. Reads them all through ``spark.read.format("odradek")`` (``local[2]`` by default), forcing
    every column to be materialised (``count``, ``sum(length(value))``, ``sum(offset)``), once
    per executor read path: ``odradek.reader=odradek`` (the default: our fetch path, Arrow
-   decoding) and ``odradek.reader=librdkafka`` (confluent-kafka consumers).
+   decoding) and ``odradek.reader=librdkafka`` (confluent-kafka consumers); and, as the
+   yardstick, through Spark's own JVM connector ``spark.read.format("kafka")``
+   (spark-sql-kafka-0-10, the Java consumer), resolved by Spark into ``~/.cache/odradek/ivy``
+   by ``scripts/spark_kafka_connector.py`` (reader ``kafka``; left out with a note if it does
+   not resolve).
 
    A fresh Spark JVM is slow for its first queries: it starts the Python workers and then keeps
    JIT-compiling Spark's planner and executor code for a dozen queries or so (the C1/C2 compiler
@@ -31,6 +35,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -99,15 +104,34 @@ def plain_consumer(bootstrap: str, topic: str, partitions: int, records: int) ->
     return elapsed
 
 
-def spark_session(master: str) -> Any:
+def kafka_connector_conf() -> dict[str, str] | None:
+    """Spark settings loading spark-sql-kafka-0-10 (resolved once, cached), or None."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "spark_kafka_connector.py"
+    spec = importlib.util.spec_from_file_location("spark_kafka_connector", path)
+    if spec is None or spec.loader is None:
+        return None
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    package = helper.resolve()
+    if package is None:
+        return None
+    log(f"Spark's Kafka connector: {package}")
+    conf: dict[str, str] = helper.spark_conf(package)
+    return conf
+
+
+def spark_session(master: str, extra: dict[str, str] | None = None) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from odradek.spark import OdradekDataSource
 
+    builder = SparkSession.builder
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName("odradek-spark-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -201,13 +225,21 @@ def spark_read(
     reader: str,
     cpu: CpuSplit | None = None,
 ) -> float:
-    df = (
-        spark.read.format("odradek")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("odradek.reader", reader)
-        .load()
-    )
+    if reader == "kafka":  # Spark's own JVM connector
+        df = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .load()
+        )
+    else:
+        df = (
+            spark.read.format("odradek")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("odradek.reader", reader)
+            .load()
+        )
     if cpu is not None:
         cpu.start()
     began = time.perf_counter()
@@ -277,7 +309,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument(
-        "--readers", default="odradek,librdkafka", help="executor read paths to measure"
+        "--readers",
+        default="odradek,librdkafka,kafka",
+        help="read paths to measure: odradek, librdkafka (format odradek), kafka (spark-sql-kafka)",
     )
     args = parser.parse_args()
 
@@ -295,8 +329,12 @@ def main() -> int:
         log(f"produced in {produce_s:.2f} s")
         plain_s = plain_consumer(broker.bootstrap, "bench", args.partitions, args.records)
         log(f"plain consumer: {plain_s:.2f} s")
-        spark = spark_session(args.master)
         readers = [r.strip() for r in args.readers.split(",") if r.strip()]
+        extra = kafka_connector_conf() if "kafka" in readers else None
+        if "kafka" in readers and extra is None:
+            log("Spark's Kafka connector did not resolve: its row is left out")
+            readers.remove("kafka")
+        spark = spark_session(args.master, extra)
         jvm_pid = int(spark.sparkContext._gateway.proc.pid)
         results: dict[str, tuple[float, list[float], CpuSplit]] = {}
         for reader in readers:
@@ -328,7 +366,11 @@ def main() -> int:
         print(f"plain confluent-kafka consumer : {args.records / plain_s:>12,.0f} records/s")
         millions = args.records * args.repeat / 1e6
         for reader, (cold, runs, cpu) in results.items():
-            label = f"data source, {reader} reader"
+            label = (
+                "spark-sql-kafka (JVM) connector"
+                if reader == "kafka"
+                else f"data source, {reader} reader"
+            )
             median = statistics.median(runs)
             print(
                 f"{label:<31}: {args.records / median:>12,.0f} records/s median of "

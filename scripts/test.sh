@@ -77,6 +77,9 @@ status=0
 # Apache Kafka's jars and tools, cached outside the checkout; its tests fail here if this does.
 echo "== Apache Kafka (reference)"
 bash scripts/kafka_reference.sh || status=1
+# Spark's own Kafka connector, resolved once by Spark (Ivy) into ~/.cache/odradek/ivy.
+echo "== Spark's Kafka connector (spark-sql-kafka-0-10)"
+"$PYTHON" scripts/spark_kafka_connector.py || status=1
 echo "== ruff check ." && "$PYTHON" -m ruff check . || status=1
 echo "== mypy odradek benchmarks" && "$PYTHON" -m mypy odradek benchmarks || status=1
 echo "== pytest"

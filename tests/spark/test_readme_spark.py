@@ -24,9 +24,11 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def _spark_script() -> str:
+def _spark_script(source: str = "odradek") -> str:
+    """The section's Python block that reads with format(source)."""
     section = README.read_text().split("## Spark pipeline", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^```python\n(.*?)^```$", section, re.M | re.S)
+    blocks = [b for b in blocks if f'read.format("{source}")' in b or f'readStream.format("{source}")' in b]
     assert len(blocks) == 1
     return str(blocks[0])
 
@@ -78,3 +80,19 @@ def test_batch_write_needs_mode_append(spark: Any, broker: EmbeddedBroker) -> No
     with pytest.raises(Exception) as e:
         writer.save()
     assert "ErrorIfExists" in str(e.value) or "errorifexists" in str(e.value).lower(), str(e.value)
+
+
+def test_readme_kafka_connector_script_writes_then_reads(
+    spark: Any, kafka_connector: str, broker: EmbeddedBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's format("kafka") script (Spark's JVM connector) runs as printed; the
+    session's getOrCreate() returns the test session, which has the connector loaded."""
+    script = _spark_script("kafka")
+    assert script.count("localhost:9092") == 2 and "spark-sql-kafka-0-10_2.13" in script
+    script = script.replace("localhost:9092", broker.bootstrap_servers)
+    script = script.replace('"clicks"', '"clicks-jvm-readme"')  # auto-created, its own topic
+    exec(compile(script, "README.md", "exec"), {"__name__": "__readme__"})
+    shown = capsys.readouterr().out
+    assert re.search(r"\|\s*u3\s*\|\s*/home\s*\|\s*0\s*\|", shown), shown
+    written = consume_all(broker.bootstrap_servers, "clicks-jvm-readme", 1)
+    assert [(m.key(), m.value()) for m in written] == [(b"u3", b"/home")]
