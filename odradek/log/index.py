@@ -25,6 +25,7 @@ import bisect
 import logging
 import os
 import struct
+import threading
 from abc import ABC, abstractmethod
 from array import array
 
@@ -78,6 +79,9 @@ class _IndexFile(ABC):
         self._file_stale = False  # the file may hold bytes after those (a failed write/truncate)
         self._synced = True  # the file's content is fsynced
         self._detached = False  # closed, deleted or moved away: the file is never touched again
+        # Serialises file writes with truncation: Log.flush runs on another thread than the
+        # appender (appending itself takes no lock: it only adds entries after the written ones).
+        self._lock = threading.Lock()
 
     @abstractmethod
     def __len__(self) -> int:
@@ -113,6 +117,10 @@ class _IndexFile(ABC):
         """Write the unwritten tail (and trim stale bytes after it), fsync if ``sync``; the
         file is open only during this call. Raises OSError (the entries stay in memory and
         are written by a later call)."""
+        with self._lock:
+            self._write_locked(sync)
+
+    def _write_locked(self, sync: bool) -> None:
         if self._detached:
             return
         n = len(self)
@@ -138,14 +146,18 @@ class _IndexFile(ABC):
             os.close(fd)
 
     def _spill(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return  # a flush is writing (and fsyncing): never wait for it on the append path
         try:
-            self.write()
+            self._write_locked(False)
         except OSError as e:  # kept in memory; the next spill, roll or flush tries again
             logger.debug("could not write index %s yet: %s", self.path, e)
+        finally:
+            self._lock.release()
 
     def _truncate_file(self, entries: int) -> None:
         """The memory now holds ``entries`` entries: drop written entries after them from the
-        file. Never raises: if the file cannot be opened or shrunk, it is marked stale and the
+        file (the caller holds the lock). Never raises: if the file cannot be opened or shrunk, it is marked stale and the
         next write trims it (or the segment's checks catch it after a crash)."""
         if entries >= self._written and not self._file_stale:
             return  # only unwritten entries went
@@ -167,12 +179,13 @@ class _IndexFile(ABC):
                            self.path, e)
 
     def _loaded(self, entries: int, file_bytes: int) -> None:
-        self._written = entries
-        self._synced = True
-        self._file_stale = False
-        if file_bytes != entries * self.entry_size:
-            self._file_stale = True
-            self._truncate_file(entries)  # a torn last entry
+        with self._lock:
+            self._written = entries
+            self._synced = True
+            self._file_stale = False
+            if file_bytes != entries * self.entry_size:
+                self._file_stale = True
+                self._truncate_file(entries)  # a torn last entry
 
     def flush(self) -> None:
         self.write(sync=True)
@@ -200,14 +213,16 @@ class _IndexFile(ABC):
             pass
 
     def reset(self) -> None:
-        self._clear()
-        self._truncate_file(0)
+        with self._lock:
+            self._clear()
+            self._truncate_file(0)
 
     def truncate_to_entries(self, n: int) -> None:
         """Keep the first ``n`` entries (undoes appends that a failed segment append made)."""
-        if n < len(self):
-            self._drop_from(n)
-            self._truncate_file(n)
+        with self._lock:
+            if n < len(self):
+                self._drop_from(n)
+                self._truncate_file(n)
 
 
 class OffsetIndex(_IndexFile):
@@ -281,10 +296,11 @@ class OffsetIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
-        i = bisect.bisect_left(self._offsets, offset)
-        if i < len(self._offsets):
-            self._drop_from(i)
-            self._truncate_file(i)
+        with self._lock:
+            i = bisect.bisect_left(self._offsets, offset)
+            if i < len(self._offsets):
+                self._drop_from(i)
+                self._truncate_file(i)
 
 
 class TimeIndex(_IndexFile):
@@ -357,7 +373,8 @@ class TimeIndex(_IndexFile):
 
     def truncate_to(self, offset: int) -> None:
         """Remove entries with offset >= ``offset``."""
-        i = bisect.bisect_left(self._offsets, offset)
-        if i < len(self._offsets):
-            self._drop_from(i)
-            self._truncate_file(i)
+        with self._lock:
+            i = bisect.bisect_left(self._offsets, offset)
+            if i < len(self._offsets):
+                self._drop_from(i)
+                self._truncate_file(i)
