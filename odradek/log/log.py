@@ -956,6 +956,14 @@ class Log:
         under them. Kafka likewise deletes a log's files ``file.delete.delay.ms`` later."""
         with self._lock:
             self._closed = True
+            self._detach_files()
+
+    def _detach_files(self) -> None:
+        # The directory is going away (and may be renamed): no index is written again.
+        for s in self._segments:
+            s.detach_files()
+        for _, s in self._pending_close:
+            s.detach_files()
 
     def close_files(self) -> None:
         """Close the segment files of a retired log."""
@@ -967,6 +975,7 @@ class Log:
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:
+            self._detach_files()
             for s in self._segments:
                 s.close()
             self._close_pending(None)
@@ -976,6 +985,7 @@ class Log:
     def rename_dir(self, new_dir: str) -> None:
         """Move the partition directory (used before asynchronous deletion)."""
         with self._lock:
+            self._detach_files()
             os.rename(self.dir, new_dir)
             self.dir = new_dir
 

@@ -93,21 +93,14 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         prefix = os.path.join(directory, filename_prefix(base_offset))
         self.log_path = prefix + LOG_FILE_SUFFIX + file_suffix
+        # The indexes hold no descriptor (see odradek.log.index): one per segment, its .log.
         self.offset_index = OffsetIndex(
             prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
         )
-        try:
-            self.time_index = TimeIndex(
-                prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
-            )
-            try:
-                self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:
-                self.time_index.close()
-                raise
-        except OSError:
-            self.offset_index.close()  # no descriptor leaks when a file cannot be created
-            raise
+        self.time_index = TimeIndex(
+            prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
+        )
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._next_offset = base_offset  # one past the last offset in the segment
         self._max_timestamp_so_far = -1
@@ -194,11 +187,15 @@ class LogSegment:
         ts, ts_off = self.time_index.last_entry()
         self._max_timestamp_so_far = ts
         self._offset_of_max_timestamp_so_far = ts_off if ts >= 0 else -1
-        _, pos = self.offset_index.last_entry()
+        last_index_offset, pos = self.offset_index.last_entry()
         self._next_offset = self.base_offset
         first = True
         last_index_pos = pos
         for h in self._iter_headers(pos, self._size):
+            if first and len(self.offset_index) and h.last_offset != last_index_offset:
+                # An entry that does not name the batch at its position: the index outlived
+                # the log data it described (stale after a crash).
+                raise CorruptIndexError(f"offset index of {self.log_path} does not match its log")
             if first and pos == 0:
                 self._rolling_base_ms = h.max_timestamp if h.max_timestamp >= 0 else None
             first = False
@@ -211,6 +208,8 @@ class LogSegment:
             raise CorruptIndexError(f"segment {self.log_path} does not end on a batch boundary")
         if self._size and self._next_offset == self.base_offset and len(self.offset_index):
             raise CorruptIndexError(f"segment {self.log_path} tail is unreadable")
+        if len(self.time_index) and ts_off >= self._next_offset:
+            raise CorruptIndexError(f"time index of {self.log_path} points past its log")
         self._bytes_since_last_index_entry = self._size - last_index_pos
         if self._rolling_base_ms is None and self._size:
             first_header = self.read_header(0)
@@ -347,8 +346,8 @@ class LogSegment:
             offset_entries,
             time_entries,
         ) = saved
-        # Each index drops its in-memory entries before its file shrinks; a file that cannot
-        # shrink keeps a stale tail that the next append overwrites (or recovery trims).
+        # Each index drops its in-memory entries (and written ones from its file; a file that
+        # cannot shrink is trimmed at its next write, or rebuilt after a crash).
         for undo in (
             lambda: self.offset_index.truncate_to_entries(offset_entries),
             lambda: self.time_index.truncate_to_entries(time_entries),
@@ -360,11 +359,18 @@ class LogSegment:
                 pass
 
     def on_become_inactive(self) -> None:
-        """Called when rolled or closed: make the time index cover the segment's max timestamp."""
+        """Called when rolled or closed: make the time index cover the segment's max timestamp
+        and write the indexes' unwritten entries (not fsynced: the log's flush does that; if
+        the write fails, they stay in memory for the next flush or close)."""
         if self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
             )
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.write()
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------------------- lookup
     def read_header(self, position: int) -> RecordBatchHeader | None:
@@ -489,8 +495,9 @@ class LogSegment:
             return 0
         pos = h.position
         removed = self._size - pos
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
+        # The batch holding ``offset`` goes whole: so do index entries from its first offset.
+        self.offset_index.truncate_to(h.base_offset)
+        self.time_index.truncate_to(h.base_offset)
         os.ftruncate(self._fd, pos)
         self._size = pos
         try:
@@ -509,6 +516,7 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
+        """Close the log file; the indexes write their unwritten entries (best effort)."""
         if self._closed:
             return
         self._closed = True
@@ -517,12 +525,18 @@ class LogSegment:
         self.offset_index.close()
         self.time_index.close()
 
+    def detach_files(self) -> None:
+        """The files are deleted or moved away: the indexes never write them again."""
+        self.offset_index.detach()
+        self.time_index.detach()
+
     @property
     def closed(self) -> bool:
         return self._closed
 
     def unlink_files(self) -> None:
         """Remove the files but keep descriptors open (in-flight reads/sendfile stay valid)."""
+        self.detach_files()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
                 os.unlink(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import resource
 import signal
 import socket
 import struct
@@ -61,9 +62,12 @@ class ServerProcess:
     directory, so a client keeps its bootstrap address across restarts.
     """
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, overrides: dict[str, str] | None = None, *, max_open_files: int = 0
+    ) -> None:
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
+        self.max_open_files = max_open_files  # RLIMIT_NOFILE of the process, if not 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0  # the client (PLAINTEXT) port, known after the first start
         self.starts = 0
@@ -95,7 +99,8 @@ class ServerProcess:
             logf.write(f"\n===== start #{self.starts} =====\n".encode())
             offset = logf.tell()
             self.proc = subprocess.Popen(
-                self._command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self._command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=self._limit_open_files if self.max_open_files else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -114,6 +119,10 @@ class ServerProcess:
             time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"odradek server not ready in {timeout}s:\n{self._log_since(offset)[-4000:]}")
+
+    def _limit_open_files(self) -> None:
+        n = self.max_open_files
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
     def _log_since(self, offset: int) -> str:
         with open(self.log_path, "rb") as f:
