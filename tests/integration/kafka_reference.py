@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from .support import die_with_parent
+
 # kafka-*.sh script -> the class it runs (Kafka 4.x's bin/ scripts).
 TOOL_CLASSES: dict[str, str] = {
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
@@ -158,6 +160,7 @@ class KafkaServer:
             self.proc = subprocess.Popen(
                 [launcher, "--line", self.tools.line, "kafka.Kafka", str(config)],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                preexec_fn=die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

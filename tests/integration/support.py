@@ -43,6 +43,21 @@ BASE_TIMESTAMP_MS = int(time.time() * 1000) - 3_600_000
 
 
 
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies (PR_SET_PDEATHSIG), so a
+    killed or timed-out test run never leaves a Kafka JVM behind. The signal comes when the
+    *thread* that started the child ends: start such children from the main thread only (the
+    ``odradek server`` processes of :class:`ServerProcess` are restarted from helper threads, so
+    they do not use it)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 _counter = itertools.count()
 
 
