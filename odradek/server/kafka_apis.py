@@ -24,7 +24,7 @@ from odradek.controller.replication_control import (
     topic_name_error,
 )
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from odradek.metadata.image import MetadataImage
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
@@ -37,13 +37,12 @@ from odradek.protocol.header import (
 from odradek.protocol.schema import Api, SchemaError
 from odradek.records.batch import COMPRESSION_ZSTD, iter_batches
 from odradek.records.errors import RecordError
-from odradek.server import config_defs
 from odradek.server.acl_operations import (
     AUTHORIZED_OPS_OMITTED,
     CLUSTER_AUTHORIZED_OPERATIONS,
     TOPIC_AUTHORIZED_OPERATIONS,
 )
-from odradek.server.dynamic_broker_config import describe_broker_config
+from odradek.server.admin_apis import AdminApis
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -123,6 +122,7 @@ class KafkaApis:
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
+        self.admin_apis = AdminApis(node_id=node_id, config=config, image=image, controller=controller)
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
         self.handlers: dict[int, Handler] = {
@@ -132,13 +132,13 @@ class KafkaApis:
             m.FETCH.api_key: self.handle_fetch,
             m.LIST_OFFSETS.api_key: self.handle_list_offsets,
             m.OFFSET_FOR_LEADER_EPOCH.api_key: self.handle_offset_for_leader_epoch,
-            m.CREATE_TOPICS.api_key: self.handle_create_topics,
-            m.DELETE_TOPICS.api_key: self.handle_delete_topics,
-            m.CREATE_PARTITIONS.api_key: self.handle_create_partitions,
+            m.CREATE_TOPICS.api_key: self.admin_apis.handle_create_topics,
+            m.DELETE_TOPICS.api_key: self.admin_apis.handle_delete_topics,
+            m.CREATE_PARTITIONS.api_key: self.admin_apis.handle_create_partitions,
             m.DELETE_RECORDS.api_key: self.handle_delete_records,
-            m.DESCRIBE_CONFIGS.api_key: self.handle_describe_configs,
-            m.ALTER_CONFIGS.api_key: self.handle_alter_configs,
-            m.INCREMENTAL_ALTER_CONFIGS.api_key: self.handle_incremental_alter_configs,
+            m.DESCRIBE_CONFIGS.api_key: self.admin_apis.handle_describe_configs,
+            m.ALTER_CONFIGS.api_key: self.admin_apis.handle_alter_configs,
+            m.INCREMENTAL_ALTER_CONFIGS.api_key: self.admin_apis.handle_incremental_alter_configs,
             m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
             m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,
@@ -630,96 +630,6 @@ class KafkaApis:
             topics_out.append({"topic": t["topic"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics_out}
 
-    # -- CreateTopics ---------------------------------------------------------------------------
-
-    def handle_create_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
-        seen: dict[str, int] = {}
-        for t in req["topics"]:
-            seen[t["name"]] = seen.get(t["name"], 0) + 1
-        dup = {n for n, c in seen.items() if c > 1}
-        valid = [t for t in req["topics"] if t["name"] not in dup]
-
-        async def run() -> dict[str, Any]:
-            results = await self.controller.create_topics(valid, req["validate_only"]) if valid else []
-            out = []
-            for r in results:
-                entry: dict[str, Any] = {
-                    "name": r.name,
-                    "topic_id": r.topic_id,
-                    "error_code": r.error,
-                    "error_message": r.message,
-                    "num_partitions": r.num_partitions,
-                    "replication_factor": r.replication_factor,
-                    "configs": None,
-                }
-                if r.error == Errors.NONE and ctx.version >= 5:
-                    entry["configs"] = [
-                        {
-                            "name": c.name,
-                            "value": c.value,
-                            "read_only": c.read_only,
-                            "config_source": c.source,
-                            "is_sensitive": c.is_sensitive,
-                        }
-                        for c in config_defs.describe_topic_config(self.config, r.configs)
-                    ]
-                out.append(entry)
-            for n in sorted(dup):
-                out.append(
-                    {
-                        "name": n,
-                        "error_code": Errors.INVALID_REQUEST,
-                        "error_message": f"Create topics request from client `{ctx.header.client_id}` contains multiple entries for the following topics: {n}",
-                        "num_partitions": -1,
-                        "replication_factor": -1,
-                    }
-                )
-            return {"throttle_time_ms": 0, "topics": out}
-
-        return run()
-
-    # -- DeleteTopics ---------------------------------------------------------------------------
-
-    def handle_delete_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
-        names: list[str | None] = []
-        ids: list[uuid.UUID | None] = []
-        if ctx.version >= 6:
-            for t in req["topics"]:
-                if t.get("name") is not None:
-                    names.append(t["name"])
-                    ids.append(None)
-                else:
-                    names.append(None)
-                    ids.append(t.get("topic_id") or _ZERO_UUID)
-        else:
-            for n in req["topic_names"]:
-                names.append(n)
-                ids.append(None)
-
-        async def run() -> dict[str, Any]:
-            results = await self.controller.delete_topics(names, ids)
-            return {
-                "throttle_time_ms": 0,
-                "responses": [
-                    {"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
-                    for n, tid, code, msg in results
-                ],
-            }
-
-        return run()
-
-    # -- CreatePartitions -----------------------------------------------------------------------
-
-    def handle_create_partitions(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
-        async def run() -> dict[str, Any]:
-            results = await self.controller.create_partitions(req["topics"], req["validate_only"])
-            return {
-                "throttle_time_ms": 0,
-                "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
-            }
-
-        return run()
-
     # -- DeleteRecords --------------------------------------------------------------------------
 
     def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
@@ -746,93 +656,6 @@ class KafkaApis:
                 parts.append(entry)
             topics_out.append({"name": t["name"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics_out}
-
-    # -- Configs --------------------------------------------------------------------------------
-
-    def handle_describe_configs(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        include_synonyms = req.get("include_synonyms", False)
-        include_docs = req.get("include_documentation", False)
-        results = []
-        for r in req["resources"]:
-            rtype, rname, keys = r["resource_type"], r["resource_name"], r["configuration_keys"]
-            res: dict[str, Any] = {
-                "error_code": Errors.NONE,
-                "error_message": None,
-                "resource_type": rtype,
-                "resource_name": rname,
-                "configs": [],
-            }
-            entries: list[config_defs.ConfigEntry] = []
-            is_topic = rtype == TOPIC_RESOURCE
-            if is_topic:
-                if rname not in self.image.topics_by_name:
-                    res["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                    res["error_message"] = f"Topic '{rname}' does not exist."
-                else:
-                    entries = config_defs.describe_topic_config(
-                        self.config, self.image.topic_config(rname), keys
-                    )
-            elif rtype == BROKER_RESOURCE:
-                if rname != "" and not rname.lstrip("-").isdigit():
-                    res["error_code"] = Errors.INVALID_REQUEST
-                    res["error_message"] = f"Broker id must be an integer, but it is: {rname}"
-                elif rname != "" and int(rname) != self.node_id:
-                    res["error_code"] = Errors.INVALID_REQUEST
-                    res["error_message"] = f"Unexpected broker id, expected {self.node_id} or empty string, but received {rname}"
-                else:
-                    entries = describe_broker_config(self.config, rname, keys)
-            else:
-                res["error_code"] = Errors.INVALID_REQUEST
-                res["error_message"] = f"Unsupported resource type {rtype}"
-            for e in entries:
-                res["configs"].append(
-                    {
-                        "name": e.name,
-                        "value": e.value,
-                        "read_only": e.read_only,
-                        "config_source": e.source,
-                        "is_sensitive": e.is_sensitive,
-                        "synonyms": [
-                            {"name": s.name, "value": s.value, "source": s.source} for s in e.synonyms
-                        ]
-                        if include_synonyms
-                        else [],
-                        "config_type": config_defs.config_type_code(e.name, topic=is_topic),
-                        "documentation": config_defs.config_doc(e.name, topic=is_topic) if include_docs else None,
-                    }
-                )
-            results.append(res)
-        return {"throttle_time_ms": 0, "results": results}
-
-    def _alter_configs(self, ctx: RequestContext, req: dict[str, Any], incremental: bool) -> Any:
-        async def run() -> dict[str, Any]:
-            outcomes = await self.controller.alter_configs(req["resources"], req["validate_only"], incremental)
-            responses = []
-            for r, (code, msg) in zip(req["resources"], outcomes, strict=True):
-                if code != Errors.NONE:
-                    log.info(
-                        "%sAlterConfigs of %s %r refused: %s",
-                        "Incremental" if incremental else "",
-                        {2: "topic", 4: "broker", 8: "broker logger"}.get(r["resource_type"], r["resource_type"]),
-                        r["resource_name"], msg,
-                    )
-                responses.append(
-                    {
-                        "error_code": code,
-                        "error_message": msg,
-                        "resource_type": r["resource_type"],
-                        "resource_name": r["resource_name"],
-                    }
-                )
-            return {"throttle_time_ms": 0, "responses": responses}
-
-        return run()
-
-    def handle_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
-        return self._alter_configs(ctx, req, incremental=False)
-
-    def handle_incremental_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
-        return self._alter_configs(ctx, req, incremental=True)
 
     # -- DescribeCluster ------------------------------------------------------------------------
 
