@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             for b in order:
                 runs[b]["latency"], _ = run_session(
                     b, tools, root / f"r{rep}-{b}-lat", set(),
-                    lambda s, r=rates: latency_session(
+                    lambda s, r=rates: latency_session(  # type: ignore[misc]
                         s, tools, sizes, args.partitions, r, lat_s, warm))
             runs["order"] = {"brokers": list(order)}  # type: ignore[dict-item]
             reps.append(runs)
