@@ -57,6 +57,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from produce_consume import (
     ProfileResult,
     PySpy,
+    kcat_version,
     read_collapsed,
     summarize_profile,
     write_records_file,
@@ -469,7 +470,7 @@ def build_rows(reps: list[dict[str, dict[str, Any]]], tags: list[str]) -> list[d
         k, o = statistics.median(per["kafka"]), statistics.median(per["odradek"])
         row: dict[str, Any] = {
             "key": key, "label": label, "unit": unit, "higher_is_better": higher,
-            "kafka": k, "odradek": o, "ratio": round(o / k, 3) if k else None,
+            "kafka": k, "odradek": o, "ratio": o / k if k else None,
         }
         if mb is not None:
             row["kafka_mb_per_s"] = statistics.median(mb["kafka"])
@@ -563,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     files.mkdir(exist_ok=True)
     for size, n in sizes:
         write_records_file(files / f"records-{size}-{n}.txt", n, size)
-    kcat_v = subprocess.run(["kcat", "-V"], capture_output=True, text=True).stdout.split("\n")[0]
+    kcat_v = kcat_version("kcat")
     log(f"Kafka {tools.version}, Odradek from {REPO}, {kcat_v}; sizes {sizes}, "
         f"{args.partitions} partitions, {os.cpu_count()} CPUs, load average {loadavg()}")
 
