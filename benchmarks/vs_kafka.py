@@ -515,7 +515,7 @@ def fmt(v: float, unit: str, mb: float | None) -> str:
         return f"{v:,.0f} ({mb:.1f} MB/s)"
     if unit == "MB":
         return f"{v:,.0f}"
-    return f"{v:g}"
+    return f"{v:.3g}"
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
@@ -533,6 +533,38 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     table(("measure", "unit", "Kafka", "Odradek", "Odradek/Kafka", "goal"), out)
 
 
+def markdown(rows: list[dict[str, Any]], loads: list[float]) -> str:
+    """The rows as a Markdown table (for the README), with the load-average range of the run."""
+    lines = [
+        f"load average during the run: {min(loads):.1f}–{max(loads):.1f}" if loads else "",
+        "",
+        "| measure | unit | Kafka | Odradek | Odradek / Kafka | better |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        unit = r["unit"]
+        k = fmt(r["kafka"], unit, r.get("kafka_mb_per_s")).split(" (")[0]
+        o = fmt(r["odradek"], unit, r.get("odradek_mb_per_s")).split(" (")[0]
+        goal = "higher" if r["higher_is_better"] else "lower"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        lines.append(f"| {r['label']} | {unit} | {k} | {o} | {ratio} | {goal} |")
+    return "\n".join(lines)
+
+
+def phase_loads(reps: list[dict[str, dict[str, Any]]]) -> list[float]:
+    loads: list[float] = []
+    for run in reps:
+        for b in BROKERS:
+            for session in run[b].values():
+                for tag_res in session.values():
+                    for res in tag_res.values() if isinstance(tag_res, dict) else ():
+                        if isinstance(res, dict) and res.get("loadavg", "?") != "?":
+                            loads.append(float(res["loadavg"]))
+                    if isinstance(tag_res, dict) and "loadavg" in tag_res:
+                        loads.append(float(tag_res["loadavg"]))
+    return loads
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -548,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="repetitions (order alternates)")
     ap.add_argument("--quick", action="store_true", help="smoke check: 20k x 100 B, 5k x 1 KB")
     ap.add_argument("--json", action="store_true", help="JSON on stdout (the log is on stderr)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the table as Markdown (as in the README)")
     ap.add_argument("--profile", default="",
                     help="py-spy on Odradek in these phases (comma-separated, e.g. "
                     "ck_consume,perf_produce, or all)")
@@ -621,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(), "kafka_jvm_opts": JVM_OPTS, "kafka_heap_opts": BROKER_HEAP,
         },
         "rows": rows,
+        "loadavg_range": [min(loads), max(loads)] if (loads := phase_loads(reps)) else None,
         "runs": reps,
         "profiles": [asdict(p) for p in profiles],
     }
@@ -629,8 +664,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
         with contextlib.redirect_stdout(sys.stderr):
             print_rows(rows)
+    elif args.markdown:
+        print(markdown(rows, phase_loads(reps)))
     else:
         print_rows(rows)
+        print(f"\nload average during the run: {min(loads):.1f}–{max(loads):.1f} "
+              f"({os.cpu_count()} CPUs)" if (loads := phase_loads(reps)) else "")
         for p in profiles:
             print(f"\nOdradek profile, {p.phase}: {p.samples} samples (py-spy --gil), top self:")
             for fn, _n, pct in p.top_self[:15]:
