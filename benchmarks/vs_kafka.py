@@ -513,7 +513,7 @@ def build_rows(reps: list[dict[str, dict[str, Any]]], tags: list[str]) -> list[d
 def fmt(v: float, unit: str, mb: float | None) -> str:
     if unit == "rec/s":
         return f"{v:,.0f} ({mb:.1f} MB/s)"
-    if unit == "MB":
+    if unit == "MB" or v >= 100:
         return f"{v:,.0f}"
     return f"{v:.3g}"
 
@@ -534,20 +534,41 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def markdown(rows: list[dict[str, Any]], loads: list[float]) -> str:
-    """The rows as a Markdown table (for the README), with the load-average range of the run."""
+    """The rows as a compact Markdown table (for the README): one line per measure, the record
+    sizes side by side, Kafka / Odradek / ratio for each; the latency rates and the load-average
+    range of the run underneath."""
+    by_key = {r["key"]: r for r in rows}
+    tags = sorted({k.split(".")[0] for k in by_key if "." in k}, key=lambda t: int(t[:-1]))
+
+    def cells(r: dict[str, Any]) -> str:
+        k = fmt(r["kafka"], r["unit"], r.get("kafka_mb_per_s")).split(" (")[0]
+        o = fmt(r["odradek"], r["unit"], r.get("odradek_mb_per_s")).split(" (")[0]
+        ratio = "-" if r["ratio"] is None else f"**{r['ratio']:.2f}**"
+        return f"{k} | {o} | {ratio}"
+
+    head = " | ".join(f"{t} Kafka | {t} Odradek | {t} ratio" for t in tags)
     lines = [
-        f"load average during the run: {min(loads):.1f}–{max(loads):.1f}" if loads else "",
-        "",
-        "| measure | unit | Kafka | Odradek | Odradek / Kafka | better |",
-        "| --- | --- | ---: | ---: | ---: | --- |",
+        f"| measure (unit, better) | {head} |",
+        "| --- |" + " ---: |" * (3 * len(tags)),
     ]
-    for r in rows:
-        unit = r["unit"]
-        k = fmt(r["kafka"], unit, r.get("kafka_mb_per_s")).split(" (")[0]
-        o = fmt(r["odradek"], unit, r.get("odradek_mb_per_s")).split(" (")[0]
-        goal = "higher" if r["higher_is_better"] else "lower"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        lines.append(f"| {r['label']} | {unit} | {k} | {o} | {ratio} | {goal} |")
+    for suffix, label, unit, higher in ROW_SPECS:
+        goal = "higher" if higher else "lower"
+        lines.append(
+            f"| {label} ({unit}, {goal}) | "
+            + " | ".join(cells(by_key[f"{t}.{suffix}"]) for t in tags) + " |"
+        )
+    for key in ("rss_peak", "rss_now"):
+        r = by_key[key]
+        blank = " | ".join(["", "", ""] * (len(tags) - 1))
+        lines.append(f"| {r['label']} (MB, lower) | {cells(r)} | {blank} |")
+    rates = ", ".join(
+        re.sub(r".* at ", f"{t} at ", by_key[f"{t}.latency_p50"]["label"]) for t in tags
+    )
+    lines.append("")
+    lines.append(f"Latency measured at {rates} (half of the lower perf-test peak).")
+    if loads:
+        lines.append(f"Load average during the run: {min(loads):.1f}–{max(loads):.1f} "
+                     f"({os.cpu_count()} CPUs).")
     return "\n".join(lines)
 
 
