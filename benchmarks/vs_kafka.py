@@ -61,10 +61,12 @@ from produce_consume import (
     kcat_version,
     read_collapsed,
     summarize_profile,
+    write_flamegraph,
     write_records_file,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
 sys.path.insert(0, str(REPO))
 from tests.integration.kafka_reference import KafkaServer, KafkaTools, kafka_home  # noqa: E402
 
@@ -195,7 +197,8 @@ class Session:
         log(f"{self.name} {label}: load average {result['loadavg']}")
         spy = None
         if self.name == "odradek" and (label.split()[0] in self.profile or "all" in self.profile):
-            raw = self.outdir / f"vs-profile-{label.replace(' ', '-')}.txt"
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            raw = BENCH_DIR / f"vs-profile-{stamp}-{label.replace(' ', '-')}.txt"
             spy = PySpy(self.target.pid, raw, 100, ["--gil"])
             spy.start()
         cpu0 = broker_cpu(self.target.pid)
@@ -208,9 +211,11 @@ class Session:
             if spy is not None:
                 spy.stop()
                 stacks = read_collapsed(spy.raw_path)
+                svg = spy.raw_path.with_suffix(".svg")
+                write_flamegraph(stacks, svg, f"odradek broker, {label}")
                 samples, top_self, top_total = summarize_profile(stacks, 25)
                 self.profiles.append(
-                    ProfileResult(label, str(spy.raw_path), "", samples,
+                    ProfileResult(label, str(spy.raw_path), str(svg), samples,
                                   round(spy.duration_s, 3), 100, top_self, top_total)
                 )
         n = result.get("records", 0)
@@ -604,8 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true",
                     help="print the table as Markdown (as in the README)")
     ap.add_argument("--profile", default="",
-                    help="py-spy on Odradek in these phases (comma-separated, e.g. "
-                    "ck_consume,perf_produce, or all)")
+                    help="py-spy --gil on Odradek in these phases (comma-separated, e.g. "
+                    "ck_consume,perf_produce, or all); raw stacks and an SVG in benchmarks/")
     ap.add_argument("--workdir", type=Path, help="keep data and logs here (default: temporary)")
     args = ap.parse_args(argv)
     small = args.records_small or (20_000 if args.quick else 1_000_000)
