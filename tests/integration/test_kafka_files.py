@@ -227,7 +227,9 @@ def test_dump_log_reads_plain_segment(kafka: KafkaTools, odradek_dir: Path) -> N
 def test_dump_log_reads_compressed_batches(kafka: KafkaTools, odradek_dir: Path) -> None:
     out = _dump(kafka, _segments(odradek_dir / "zipped-0", ".log"), "--print-data-log")
     codecs = set(re.findall(r"compresscodec: (\w+)", out))
-    assert codecs == set(CODECS), codecs
+    # librdkafka sends a batch uncompressed when compressing would not make it smaller (a batch
+    # of one small record, when linger.ms cuts it short): "none" may appear beside the four.
+    assert set(CODECS) <= codecs <= {*CODECS, "none"}, codecs
     recs = _records(out)
     assert [r[0] for r in recs] == list(range(200))
     expected = [(f"{c}{i}", f"{c}-value-{i}") for c in CODECS for i in range(50)]
