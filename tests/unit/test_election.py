@@ -10,6 +10,7 @@ from odradek.controller.election import (
     ElectionType,
     NoOpLeaderSelector,
     OfflinePartitionLeaderSelector,
+    PartitionLeaderSelector,
     PartitionLeadership,
     PreferredReplicaPartitionLeaderSelector,
     ReassignedPartitionLeaderSelector,
@@ -139,5 +140,5 @@ def test_noop_selector_keeps_leader_and_isr() -> None:
         (NoOpLeaderSelector(), ElectionType.NO_OP),
     ],
 )
-def test_selectors_name_their_kafka_strategy(selector: object, kind: ElectionType) -> None:
-    assert getattr(selector, "election_type") is kind
+def test_selectors_name_their_kafka_strategy(selector: PartitionLeaderSelector, kind: ElectionType) -> None:
+    assert selector.election_type is kind
