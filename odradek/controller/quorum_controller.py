@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
+from odradek.controller.election import OfflinePartitionLeaderSelector, PartitionLeadership
 from odradek.controller.replication_control import (
     EXCESSIVE_BATCH_MESSAGE,
     MAX_RECORDS_PER_USER_OP,
@@ -171,8 +172,14 @@ class QuorumController:
             for pid, p in sorted(t.partitions.items()):
                 if p.leader >= 0 or node not in p.replicas:
                     continue
-                eligible = node in p.isr or node in p.elr or (not p.isr and not p.elr and node in p.last_known_elr)
-                if not eligible and p.replicas != [node]:
+                # Kafka's offline election over the ISR, or with KIP-966 the eligible leader
+                # replicas (the last known ones once both are empty); only this node is live.
+                # "Unclean" only for a partition whose sole replica is this node.
+                eligible = list(dict.fromkeys([*p.isr, *p.elr] if p.isr or p.elr else p.last_known_elr))
+                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == [node]).select(
+                    PartitionLeadership(p.replicas, eligible, p.leader), {node}
+                )
+                if chosen.leader != node:
                     log.warning(
                         "Partition %s-%d has no leader and node %d is neither in its ISR %s nor "
                         "its eligible leader replicas %s: left offline", t.name, pid, node, p.isr, p.elr,
@@ -184,7 +191,7 @@ class QuorumController:
                         "partition_id": pid,
                         "topic_id": t.topic_id,
                         "leader": node,
-                        "isr": [node],
+                        "isr": chosen.isr,
                         "eligible_leader_replicas": [] if p.elr else None,
                         "last_known_elr": [] if p.last_known_elr else None,
                     },

@@ -7,12 +7,15 @@ the QuorumController commits the records and only then does anyone apply them.
 
 from __future__ import annotations
 
+import random
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.controller.election import OfflinePartitionLeaderSelector, PartitionLeadership
+from odradek.controller.replica_placement import BrokerMetadata, assign_replicas_to_brokers
 from odradek.metadata.image import TOPIC_RESOURCE, MetadataImage
 from odradek.protocol.errors import Errors
 
@@ -86,24 +89,44 @@ class ReplicationControlManager:
         default_partitions: int,
         default_replication_factor: int,
         validate_config: Callable[[str, str], str | None],
+        rng: random.Random | None = None,
     ) -> None:
         self.image = image
         self.default_partitions = default_partitions
         self.default_replication_factor = default_replication_factor
         self.validate_config = validate_config
+        self.rng = rng if rng is not None else random.Random()
 
     # -- helpers --------------------------------------------------------------------------------
 
     def _usable_brokers(self) -> list[int]:
         return sorted(b.broker_id for b in self.image.live_brokers())
 
-    def _assign(self, num_partitions: int, rf: int, first_partition: int = 0) -> list[list[int]]:
-        brokers = self._usable_brokers()
-        n = len(brokers)
-        out: list[list[int]] = []
-        for p in range(first_partition, first_partition + num_partitions):
-            out.append([brokers[(p + i) % n] for i in range(rf)])
-        return out
+    def _placement_brokers(self) -> list[BrokerMetadata]:
+        """The unfenced brokers, by id, with their racks when every one has a rack (Kafka's KRaft
+        controller never refuses a mix of racked and unracked brokers, so it is placed
+        rack-unaware here rather than failing as AdminUtils does)."""
+        live = sorted(self.image.live_brokers(), key=lambda b: b.broker_id)
+        racked = all(b.rack is not None for b in live)
+        return [BrokerMetadata(b.broker_id, b.rack if racked else None) for b in live]
+
+    def _assign(
+        self, num_partitions: int, rf: int, first_partition: int = 0, partition_0_leader: int | None = None
+    ) -> list[list[int]]:
+        """Kafka's AdminUtils.assignReplicasToBrokers: a new topic starts the round-robin at a
+        random broker; new partitions of a topic continue it from the broker that leads
+        partition 0 (Kafka's addPartitions)."""
+        brokers = self._placement_brokers()
+        start = -1
+        if first_partition > 0:
+            # Kafka: max(0, allBrokers.indexWhere(_.id >= existingAssignmentPartition0.head))
+            start = next(
+                (i for i, b in enumerate(brokers) if partition_0_leader is not None and b.id >= partition_0_leader), 0
+            )
+        placed = assign_replicas_to_brokers(
+            brokers, num_partitions, rf, fixed_start_index=start, start_partition_id=first_partition, rng=self.rng
+        )
+        return [placed[p] for p in range(first_partition, first_partition + num_partitions)]
 
     def _partition_records(
         self, topic_id: uuid.UUID, assignment: list[list[int]], first_partition: int
@@ -111,8 +134,11 @@ class ReplicationControlManager:
         live = set(self._usable_brokers())
         records: list[MetadataRecord] = []
         for i, replicas in enumerate(assignment):
+            # A new partition's ISR is its live replicas; its leader the offline election's
+            # clean choice among them (the first live replica of the assignment).
             isr = [r for r in replicas if r in live]
-            leader = isr[0] if isr else -1
+            chosen = OfflinePartitionLeaderSelector().select(PartitionLeadership(replicas, isr), live)
+            leader = chosen.leader_or_none
             records.append(
                 (
                     "PartitionRecord",
@@ -306,5 +332,6 @@ class ReplicationControlManager:
                     f"Unable to replicate the partition {rf} time(s): only {len(self._usable_brokers())} broker(s) are registered.",
                     [],
                 )
-            assignment = self._assign(new, rf, current)
+            p0 = t.partitions.get(0)
+            assignment = self._assign(new, rf, current, p0.replicas[0] if p0 is not None and p0.replicas else None)
         return Errors.NONE, None, self._partition_records(t.topic_id, assignment, current)

@@ -4,7 +4,9 @@ AdminUtils.assignReplicasToBrokers, checked against the worked examples of its j
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,8 @@ from odradek.controller.replica_placement import (
     assign_replicas_to_brokers,
     rack_alternated_broker_list,
 )
+from odradek.controller.replication_control import ReplicationControlManager
+from odradek.metadata.image import BrokerRegistration, MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors
 
 # AdminUtils' example racks: 0 -> rack1, 1 -> rack3, 2 -> rack3, 3 -> rack2, 4 -> rack2, 5 -> rack1
@@ -134,3 +138,62 @@ def test_seeded_random_is_deterministic_and_varies_start() -> None:
     assert a == b
     firsts = {assign_replicas_to_brokers(unaware(6), 1, 3, rng=random.Random(s))[0][0] for s in range(40)}
     assert len(firsts) > 1  # the start index is drawn, not fixed
+
+
+# -- ReplicationControlManager places with it -----------------------------------------------------
+
+
+def _manager(broker_racks: dict[int, str | None], seed: int) -> ReplicationControlManager:
+    image = MetadataImage()
+    for b, rack in broker_racks.items():
+        image.brokers[b] = BrokerRegistration(b, 1, uuid.UUID(int=b + 1), {}, rack, fenced=False)
+    return ReplicationControlManager(
+        image,
+        default_partitions=1,
+        default_replication_factor=1,
+        validate_config=lambda k, v: None,
+        rng=random.Random(seed),
+    )
+
+
+def _create(mgr: ReplicationControlManager, name: str, parts: int, rf: int) -> dict[int, dict[str, Any]]:
+    res, records = mgr.create_topic(name, parts, rf, [], [], pending_names=set())
+    assert res.error == Errors.NONE, res.message
+    delta = MetadataDelta()
+    for rec_name, rec in records:
+        mgr.image.apply(rec_name, rec, delta)
+    return {rec["partition_id"]: rec for n, rec in records if n == "PartitionRecord"}
+
+
+def test_manager_places_new_topics_as_admin_utils() -> None:
+    # 5 brokers, 10 partitions: partition 5 (the second round) shifts its followers, as Kafka.
+    parts = _create(_manager({b: None for b in range(5)}, seed=3), "t", 10, 3)
+    expected = assign_replicas_to_brokers(unaware(5), 10, 3, rng=random.Random(3))
+    assert {p: r["replicas"] for p, r in parts.items()} == expected
+    for r in parts.values():
+        assert r["leader"] == r["replicas"][0] and r["isr"] == r["replicas"]
+    assert parts[0]["replicas"][1:] != parts[5]["replicas"][1:]
+
+
+def test_manager_places_rack_aware_when_every_broker_has_a_rack() -> None:
+    racks: dict[int, str | None] = {b: r for b, r in KAFKA_RACKS.items()}
+    parts = _create(_manager(racks, seed=1), "t", 6, 3)
+    for r in parts.values():
+        assert len({racks[b] for b in r["replicas"]}) == 3
+
+
+def test_manager_new_partitions_continue_from_partition_0_leader() -> None:
+    mgr = _manager({b: None for b in range(4)}, seed=9)
+    parts = _create(mgr, "t", 2, 2)
+    err, msg, records = mgr.create_partitions("t", 6, None)
+    assert err == Errors.NONE, msg
+    added = {rec["partition_id"]: rec["replicas"] for n, rec in records if n == "PartitionRecord"}
+    start = parts[0]["replicas"][0]  # brokers 0..3: the index is the id
+    assert added == assign_replicas_to_brokers(unaware(4), 4, 2, fixed_start_index=start, start_partition_id=2)
+    assert [added[p][0] for p in range(2, 6)] == [(start + p) % 4 for p in range(2, 6)]
+
+
+def test_manager_single_broker_unchanged() -> None:
+    mgr = _manager({7: None}, seed=0)
+    parts = _create(mgr, "t", 3, 1)
+    assert [(r["replicas"], r["isr"], r["leader"]) for r in parts.values()] == [([7], [7], 7)] * 3
