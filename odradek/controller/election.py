@@ -19,6 +19,7 @@ No I/O, no image objects: replicas are lists of broker ids, sets of ids for live
 from __future__ import annotations
 
 import enum
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -101,13 +102,14 @@ class ElectionResult:
         return NO_LEADER if self.leader is None else self.leader
 
 
-class PartitionLeaderSelector:
+class PartitionLeaderSelector(ABC):
     """Base of the selectors (Kafka's ``PartitionLeaderSelector.selectLeader``)."""
 
     election_type: ElectionType
 
+    @abstractmethod
     def select(self, partition: PartitionLeadership, live_replicas: Collection[int]) -> ElectionResult:
-        raise NotImplementedError
+        """The leader (or None) and the ISR this election writes, given the live replicas."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ rack (or broker) holds none. Errors are Kafka's exceptions with Kafka's messages
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from odradek.protocol.errors import Errors
@@ -76,11 +76,22 @@ def replica_index(first_replica_index: int, second_replica_shift: int, replica: 
     return (first_replica_index + shift) % n_brokers
 
 
-def _starts(n: int, fixed_start_index: int, rng: random.Random) -> tuple[int, int]:
+def _partition_starts(
+    n: int, n_partitions: int, fixed_start_index: int, start_partition_id: int, rng: random.Random
+) -> Iterator[tuple[int, int, int]]:
+    """(partition id, index of its leader in the broker list, follower shift) for each new
+    partition: a random (or fixed) start index, and a shift that grows by one each time the
+    partition ids wrap around the broker list, as AdminUtils walks them."""
     if fixed_start_index >= 0:
-        return fixed_start_index, fixed_start_index
-    start = rng.randrange(n)
-    return start, rng.randrange(n)
+        start_index, next_shift = fixed_start_index, fixed_start_index
+    else:
+        start_index, next_shift = rng.randrange(n), rng.randrange(n)
+    pid = max(0, start_partition_id)
+    for _ in range(n_partitions):
+        if pid > 0 and pid % n == 0:
+            next_shift += 1
+        yield pid, (pid + start_index) % n, next_shift
+        pid += 1
 
 
 def _assign_rack_unaware(
@@ -92,17 +103,11 @@ def _assign_rack_unaware(
     rng: random.Random,
 ) -> dict[int, list[int]]:
     n = len(broker_list)
-    start_index, next_shift = _starts(n, fixed_start_index, rng)
-    pid = max(0, start_partition_id)
     out: dict[int, list[int]] = {}
-    for _ in range(n_partitions):
-        if pid > 0 and pid % n == 0:
-            next_shift += 1
-        first = (pid + start_index) % n
+    for pid, first, shift in _partition_starts(n, n_partitions, fixed_start_index, start_partition_id, rng):
         replicas = [broker_list[first]]
-        replicas.extend(broker_list[replica_index(first, next_shift, j, n)] for j in range(rf - 1))
+        replicas.extend(broker_list[replica_index(first, shift, j, n)] for j in range(rf - 1))
         out[pid] = replicas
-        pid += 1
     return out
 
 
@@ -133,13 +138,8 @@ def _assign_rack_aware(
     num_racks = len(set(rack_of.values()))
     arranged = rack_alternated_broker_list(rack_of)
     n = len(arranged)
-    start_index, next_shift = _starts(n, fixed_start_index, rng)
-    pid = max(0, start_partition_id)
     out: dict[int, list[int]] = {}
-    for _ in range(n_partitions):
-        if pid > 0 and pid % n == 0:
-            next_shift += 1
-        first = (pid + start_index) % n
+    for pid, first, next_shift in _partition_starts(n, n_partitions, fixed_start_index, start_partition_id, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_with = {rack_of[leader]}
@@ -159,5 +159,4 @@ def _assign_rack_aware(
                     brokers_with.add(broker)
                     break
         out[pid] = replicas
-        pid += 1
     return out

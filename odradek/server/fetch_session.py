@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -328,20 +329,21 @@ class FetchSessionCache:
         self.num_partitions += session.cached_size
 
 
-class FetchContext:
+class FetchContext(ABC):
     """What one Fetch request reads and how its response is trimmed (Kafka's FetchContext)."""
 
     error: Errors = Errors.NONE
     session_id: int = INVALID_SESSION_ID
 
+    @abstractmethod
     def partitions(self) -> Iterator[CachedPartition]:
-        raise NotImplementedError
+        """The partitions this fetch reads, in the order to read them."""
 
+    @abstractmethod
     def update_and_generate_response(
         self, updates: list[tuple[CachedPartition, dict[str, Any]]]
     ) -> tuple[Errors, int, list[tuple[CachedPartition, dict[str, Any]]]]:
         """(top-level error, session id, the partition responses to send) for ``updates``."""
-        raise NotImplementedError
 
 
 class SessionErrorContext(FetchContext):

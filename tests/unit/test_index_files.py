@@ -84,6 +84,13 @@ def test_appending_entries_makes_no_index_syscall_until_the_spill(
     log.close()
 
 
+def assert_indexes_on_disk(seg: Any) -> None:
+    """Every entry of the segment's two indexes is in its file, and nothing more."""
+    assert seg.offset_index.unwritten_entries == 0 and seg.time_index.unwritten_entries == 0
+    assert os.path.getsize(seg.offset_index.path) == 8 * len(seg.offset_index)
+    assert os.path.getsize(seg.time_index.path) == 12 * len(seg.time_index)
+
+
 def test_entries_survive_flush_close_and_reopen(tmp_path: Path) -> None:
     d = str(tmp_path / "t-0")
     log = Log.load(d, EVERY_BATCH, now_ms=0)
@@ -91,9 +98,7 @@ def test_entries_survive_flush_close_and_reopen(tmp_path: Path) -> None:
     seg = log.active_segment
     assert 0 < seg.offset_index.unwritten_entries < SPILL_ENTRIES
     log.flush()
-    assert seg.offset_index.unwritten_entries == 0 and seg.time_index.unwritten_entries == 0
-    assert os.path.getsize(seg.offset_index.path) == 8 * len(seg.offset_index)
-    assert os.path.getsize(seg.time_index.path) == 12 * len(seg.time_index)
+    assert_indexes_on_disk(seg)
     fill(log, 10, ts0=7000)  # unwritten again: close writes them
     entries = (seg.offset_index.entries(), seg.time_index.entries())
     log.close()
@@ -110,9 +115,7 @@ def test_rolled_segment_writes_its_indexes(tmp_path: Path) -> None:
     fill(log, 100)
     old = log.active_segment
     log.roll()
-    assert old.offset_index.unwritten_entries == 0 and old.time_index.unwritten_entries == 0
-    assert os.path.getsize(old.offset_index.path) == 8 * len(old.offset_index)
-    assert os.path.getsize(old.time_index.path) == 12 * len(old.time_index)
+    assert_indexes_on_disk(old)
     log.close()
 
 
@@ -186,8 +189,7 @@ def test_truncation_removes_written_and_unwritten_entries(tmp_path: Path) -> Non
     assert os.path.getsize(seg.offset_index.path) // 8 == written
     log.truncate_to(101)  # written entries go: the file shrinks
     assert seg.offset_index.last_entry()[0] < 100
-    assert os.path.getsize(seg.offset_index.path) == 8 * len(seg.offset_index)
-    assert os.path.getsize(seg.time_index.path) == 12 * len(seg.time_index)
+    assert_indexes_on_disk(seg)
     assert log.log_end_offset == 100
     fill(log, 5, ts0=9000)
     log.close()

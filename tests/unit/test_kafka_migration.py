@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import struct
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ def _control(kind: int, offset: int = 0) -> bytes:
 
 
 def _data(records: list[tuple[str, dict[str, Any]]], offset: int, version: dict[str, int] | None = None) -> bytes:
-    values = [(None, encode_metadata_record(n, r, (version or {}).get(n)), [], 1) for n, r in records]
+    values: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
+        (None, encode_metadata_record(n, r, (version or {}).get(n)), [], 1) for n, r in records
+    ]
     return build_batch(values, base_offset=offset, partition_leader_epoch=1)
 
 
@@ -117,18 +120,30 @@ def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int,
     ml.log.close()
 
 
-def test_broker_refuses_to_start_on_a_log_with_acls(tmp_path: Path) -> None:
+def _broker_dir_with_appended_metadata(
+    tmp_path: Path, batch: Callable[[int], bytes]
+) -> tuple[Path, int]:
+    """A data directory an embedded broker formatted and stopped, with ``batch(end)`` appended to
+    its metadata log as if Kafka had written it; returns the directory and ``end``, the offset the
+    appended batch starts at."""
     d = tmp_path / "data"
     with EmbeddedBroker(log_dir=str(d)):
         pass
     meta = d / "__cluster_metadata-0"
-    seg = sorted(meta.glob("*.log"))[-1]
     ml = _open(meta)
     end = ml.end_offset
     ml.log.close()
-    with open(seg, "ab") as f:
-        f.write(build_batch([(None, _raw_frame(18, 0, b"\x00"), [], 1)], base_offset=end,
-                            partition_leader_epoch=1))
+    with open(sorted(meta.glob("*.log"))[-1], "ab") as f:
+        f.write(batch(end))
+    return d, end
+
+
+def test_broker_refuses_to_start_on_a_log_with_acls(tmp_path: Path) -> None:
+    d, end = _broker_dir_with_appended_metadata(
+        tmp_path,
+        lambda end: build_batch([(None, _raw_frame(18, 0, b"\x00"), [], 1)], base_offset=end,
+                                partition_leader_epoch=1),
+    )
     with pytest.raises(Exception, match=r"cannot take over the metadata log .*AccessControlEntryRecord"):
         EmbeddedBroker(log_dir=str(d)).start()
 
@@ -243,16 +258,8 @@ def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -
 
 def test_broker_refuses_partitions_replicated_on_other_brokers(tmp_path: Path) -> None:
     """Directories of one broker of a multi-broker Kafka cluster: refused, with the way out."""
-    d = tmp_path / "data"
-    with EmbeddedBroker(log_dir=str(d)):
-        pass
-    meta = d / "__cluster_metadata-0"
-    ml = _open(meta)
-    end = ml.end_offset
-    ml.log.close()
     spread = [("PartitionRecord", dict(PARTITION[0][1], replicas=[1, 2], isr=[1, 2]))]
-    with open(sorted(meta.glob("*.log"))[-1], "ab") as f:
-        f.write(_data(TOPIC + spread, end))
+    d, end = _broker_dir_with_appended_metadata(tmp_path, lambda end: _data(TOPIC + spread, end))
     with pytest.raises(Exception, match=r"orders-0 on \[1, 2\]\); Odradek runs a single node: move every replica"):
         EmbeddedBroker(log_dir=str(d)).start()
 
@@ -320,16 +327,12 @@ def test_kafka_metadata_transactions(tmp_path: Path) -> None:
 
 
 def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) -> None:
-    d = tmp_path / "data"
-    with EmbeddedBroker(log_dir=str(d)):
-        pass
+    d, end = _broker_dir_with_appended_metadata(
+        tmp_path,
+        lambda end: _data([("BeginTransactionRecord", {"name": None}),
+                           ("TopicRecord", {"name": "half-made", "topic_id": TOPIC_ID})], end),
+    )
     meta = d / "__cluster_metadata-0"
-    ml = _open(meta)
-    end = ml.end_offset
-    ml.log.close()
-    with open(sorted(meta.glob("*.log"))[-1], "ab") as f:
-        f.write(_data([("BeginTransactionRecord", {"name": None}),
-                       ("TopicRecord", {"name": "half-made", "topic_id": TOPIC_ID})], end))
     for _ in range(2):  # and again after the abort was written
         with EmbeddedBroker(log_dir=str(d)) as b:
             assert "half-made" not in b.server.image.topics_by_name
