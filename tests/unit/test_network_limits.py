@@ -12,6 +12,8 @@ import struct
 from collections.abc import Awaitable
 
 import pytest
+from socket_support import frame, read_response
+from socket_support import run as _run
 
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool, parse_ip_overrides
 from odradek.network.request_channel import ConnectionInfo, ResponseBuffers
@@ -40,23 +42,12 @@ class Handler:
         return [frame[4:8], len(body).to_bytes(4, "big"), body[:16], body[-16:]]
 
 
-def frame(corr: int, body: bytes) -> bytes:
-    payload = struct.pack(">hhi", 0, 0, corr) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    size = struct.unpack(">i", await reader.readexactly(4))[0]
-    data = await reader.readexactly(size)
-    return int.from_bytes(data[:4], "big"), data[4:]
-
-
 def expected(corr: int, body: bytes) -> tuple[int, bytes]:
     return corr, len(body).to_bytes(4, "big") + body[:16] + body[-16:]
 
 
 def run(coro: Awaitable[None], timeout: float = 20) -> None:
-    asyncio.run(asyncio.wait_for(coro, timeout))  # type: ignore[arg-type]
+    _run(coro, timeout)
 
 
 def rss_bytes() -> int:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
+from socket_support import frame, read_response, run
 
 from odradek.network.request_channel import (
     CloseConnection,
@@ -48,21 +49,6 @@ class FakeHandler:
             frame[8:11] = b"BIG"  # rewrite in place, answer with a view of the same buffer
             return [corr, memoryview(frame)[8:]]
         return [corr, b"ok:", body]
-
-
-def frame(corr: int, body: bytes) -> bytes:
-    payload = struct.pack(">hhi", 0, 0, corr) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    size = struct.unpack(">i", await reader.readexactly(4))[0]
-    data = await reader.readexactly(size)
-    return int.from_bytes(data[:4], "big"), data[4:]
-
-
-def run(coro: Awaitable[None]) -> None:
-    asyncio.run(asyncio.wait_for(coro, 10))  # type: ignore[arg-type]
 
 
 async def _start(max_request_bytes: int = 2 * 1024 * 1024) -> tuple[SocketServer, FakeHandler]:
