@@ -15,6 +15,7 @@ Used by ``odradek pipeline demo`` and ``examples/clickstream_pipeline.py`` (spar
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Iterable, Iterator
@@ -174,8 +175,30 @@ def local_spark(master: str, app_name: str, conf: dict[str, str] | None = None) 
         spark_conf.set(key, value)
 
     gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
-    SparkContext(conf=spark_conf, gateway=gateway)
+    context = SparkContext(conf=spark_conf, gateway=gateway)
+    _quiet_accumulator_server(context)
     return SparkSession.builder.getOrCreate()
+
+
+def _quiet_accumulator_server(context: Any) -> None:
+    """PySpark's accumulator server reads updates from the JVM on a socket; ``stop()`` stops
+    the JVM side first, so its handler can meet end-of-file mid-read and socketserver prints
+    the EOFError as a traceback on stderr. A connection the JVM closed while stopping is not an
+    error: log it at debug level instead."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, (EOFError, ConnectionError)):
+            logging.getLogger(__name__).debug("accumulator connection closed: %r", error)
+            return
+        type(server).handle_error(server, request, client_address)
+
+    server.handle_error = handle_error
 
 
 def expected_counts(events: Iterable[dict[str, str]]) -> dict[tuple[str, str], int]:
