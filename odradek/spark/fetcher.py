@@ -28,9 +28,7 @@ from typing import Any
 
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.header import RequestHeader, decode_response_header, encode_request_header
-from odradek.protocol.messages.fetch import FETCH
-from odradek.protocol.messages.list_offsets import LIST_OFFSETS
-from odradek.protocol.messages.metadata import METADATA
+from odradek.protocol.messages import FETCH, LIST_OFFSETS, METADATA
 from odradek.protocol.schema import Api
 from odradek.spark.arrow_decode import BatchScan, scan_batches
 
