@@ -310,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--check", action="store_true", help="only report files that are out of date")
     args = ap.parse_args(argv)
-    files = generate(args.reference)
+    try:
+        files = generate(args.reference)
+    except GeneratorError as e:
+        print(f"generate_protocol: {e}", file=sys.stderr)
+        return 2
     stale = sorted(
         name for name, text in files.items()
         if not (args.out / name).is_file() or (args.out / name).read_text() != text
