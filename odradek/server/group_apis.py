@@ -4,7 +4,7 @@ FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, Offs
 DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
 ConsumerGroupDescribe, for every version declared in
 :mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
-:class:`~odradek.coordinator.group_coordinator.GroupCoordinator`.
+:class:`~odradek.coordinator.group.group_coordinator.GroupCoordinator`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from odradek.coordinator.consumer_group import ConsumerGroup
-from odradek.coordinator.group_coordinator import CommitRequest, GroupCoordinator
-from odradek.coordinator.group_metadata import GroupMetadata, GroupState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.group_coordinator import CommitRequest, GroupCoordinator
+from odradek.coordinator.group.group_metadata import GroupMetadata, GroupState
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import (
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
     CoordinatorRecord,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_consumer_group import GROUP, Client, TopicMetadata, assert_same, replayed
 
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig, MemberState
+from odradek.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupConfig, MemberState
 from odradek.protocol.errors import Errors
 
 TOPICS = ["t0", "t1", "t2"]

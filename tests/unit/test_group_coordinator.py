@@ -8,11 +8,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import ConsumerGroup
-from odradek.coordinator.group_metadata import GroupConfig, GroupMetadata, GroupState
-from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
-from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.group_metadata import GroupConfig, GroupMetadata, GroupState
+from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
+from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors

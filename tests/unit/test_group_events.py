@@ -1,4 +1,4 @@
-"""What a classic group's changes write at INFO (odradek.coordinator.group_events)."""
+"""What a classic group's changes write at INFO (odradek.coordinator.group.group_events)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.group_events import log_changes, membership
-from odradek.coordinator.group_metadata import GroupConfig, GroupMetadata, GroupState
+from odradek.coordinator.group.group_events import log_changes, membership
+from odradek.coordinator.group.group_metadata import GroupConfig, GroupMetadata, GroupState
 from odradek.protocol.errors import Errors
 
-LOGGER = "odradek.coordinator.group_coordinator"
+LOGGER = "odradek.coordinator.group.group_coordinator"
 
 
 def _join(g: GroupMetadata, client: str, now: int, member_id: str = "") -> Any:

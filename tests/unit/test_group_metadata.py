@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator import records as r
-from odradek.coordinator.consumer_protocol import (
+from odradek.coordinator.group import records as r
+from odradek.coordinator.group.consumer_protocol import (
     encode_assignment,
     encode_subscription,
     parse_assignment,
     parse_subscription,
 )
-from odradek.coordinator.group_metadata import (
+from odradek.coordinator.group.group_metadata import (
     Effects,
     GroupConfig,
     GroupMetadata,
@@ -22,7 +22,7 @@ from odradek.coordinator.group_metadata import (
     JoinResult,
     SyncResult,
 )
-from odradek.coordinator.group_metadata_manager import java_string_hashcode, partition_for
+from odradek.coordinator.group.group_metadata_manager import java_string_hashcode, partition_for
 from odradek.protocol.errors import Errors
 
 CFG = GroupConfig(min_session_timeout_ms=6000, max_session_timeout_ms=300000,

@@ -11,8 +11,8 @@ leads, and their life on the log.
   consumer group no longer subscribes to) are tombstoned, and empty groups without offsets die.
 
 The manager stores any group object that follows :class:`Group`: the classic
-:class:`~odradek.coordinator.group_metadata.GroupMetadata` and the KIP-848
-:class:`~odradek.coordinator.consumer_group.ConsumerGroup` (records with key versions 3-8,
+:class:`~odradek.coordinator.group.group_metadata.GroupMetadata` and the KIP-848
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` (records with key versions 3-8,
 replayed into the group on load and deleted with its own tombstones) share the offsets machinery.
 """
 
@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from odradek.coordinator.consumer_group import (
+from odradek.coordinator.group.consumer_group import (
     GROUP_METADATA as CONSUMER_GROUP_METADATA,
 )
-from odradek.coordinator.consumer_group import (
+from odradek.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
     CoordinatorRecord,
@@ -36,12 +36,12 @@ from odradek.coordinator.consumer_group import (
     encode_record,
     is_consumer_group_key,
 )
-from odradek.coordinator.group_metadata import (
+from odradek.coordinator.group.group_metadata import (
     GroupConfig,
     GroupMetadata,
     GroupState,
 )
-from odradek.coordinator.records import (
+from odradek.coordinator.group.records import (
     GroupKey,
     GroupRecord,
     OffsetAndMetadata,

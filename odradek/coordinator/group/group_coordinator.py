@@ -8,7 +8,7 @@ deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay), wr
 when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup.
 
 KIP-848 consumer groups (``group.protocol=consumer``) live in the same manager as
-:class:`~odradek.coordinator.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat runs
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat runs
 the sans-I/O group under a per-group lock (one change at a time: the next request sees only
 state whose records were written), writes the records it returns to the group's
 ``__consumer_offsets`` partition and answers only once they are appended; if the append fails
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
-from odradek.coordinator.group_events import Membership, log_changes, membership
-from odradek.coordinator.group_metadata import (
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from odradek.coordinator.group.group_events import Membership, log_changes, membership
+from odradek.coordinator.group.group_metadata import (
     Effects,
     GroupConfig,
     GroupMetadata,
@@ -42,12 +42,12 @@ from odradek.coordinator.group_metadata import (
     JoinResult,
     SyncResult,
 )
-from odradek.coordinator.group_metadata_manager import (
+from odradek.coordinator.group.group_metadata_manager import (
     OFFSETS_TOPIC,
     GroupMetadataManager,
     TopicPartition,
 )
-from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.coordinator.records import GroupRecord, MemberRecord, OffsetAndMetadata
+from odradek.coordinator.group.records import GroupRecord, MemberRecord, OffsetAndMetadata
 from odradek.protocol.errors import Errors
 
 UNKNOWN_MEMBER_ID = ""
@@ -229,7 +229,7 @@ class GroupMetadata:
         """Topics the members subscribe to, if the group uses the consumer protocol (else None)."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
-        from odradek.coordinator.consumer_protocol import parse_subscription
+        from odradek.coordinator.group.consumer_protocol import parse_subscription
 
         topics: set[str] = set()
         for m in self.members.values():

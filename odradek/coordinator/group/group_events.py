@@ -1,6 +1,6 @@
 """What an operator reads about classic groups: new generations and members that were removed.
 
-The state machine (:mod:`odradek.coordinator.group_metadata`) does no I/O, logging included; the
+The state machine (:mod:`odradek.coordinator.group.group_metadata`) does no I/O, logging included; the
 coordinator takes a :func:`membership` snapshot before each call that can change a group and
 hands it to :func:`log_changes` afterwards, which writes one INFO line per new generation (with
 the members that joined since the last one) and one per member removed by a timeout or replaced
@@ -13,9 +13,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from odradek.coordinator.group_metadata import GroupMetadata, GroupState, MemberMetadata
+from odradek.coordinator.group.group_metadata import GroupMetadata, GroupState, MemberMetadata
 
-log = logging.getLogger("odradek.coordinator.group_coordinator")
+log = logging.getLogger("odradek.coordinator.group.group_coordinator")
 
 MAX_IDS = 10  # member ids listed in one line
 

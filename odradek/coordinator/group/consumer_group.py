@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 from typing import Any, NamedTuple
 
-from odradek.coordinator.assignors import (
+from odradek.coordinator.group.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNORS,
     MemberSubscription,
@@ -276,7 +276,7 @@ class ConsumerGroup:
     timeouts) are soft state the shell rebuilds with :meth:`on_loaded` after loading.
 
     It also follows the offsets manager's ``Group`` protocol
-    (:class:`~odradek.coordinator.group_metadata_manager.Group`): committed offsets live in
+    (:class:`~odradek.coordinator.group.group_metadata_manager.Group`): committed offsets live in
     :attr:`offsets` (kept by the shell, never touched by :meth:`replay`), and OffsetCommit /
     OffsetFetch are validated against the member epochs.
     """
