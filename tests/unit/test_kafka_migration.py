@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.group.consumer_group import decode_record
+from odradek.coordinator.group.consumer_group_records import decode_record
 from odradek.embedded import EmbeddedBroker
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
