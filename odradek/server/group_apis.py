@@ -14,7 +14,8 @@ from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
 from odradek.coordinator.group.consumer_group import ConsumerGroup
-from odradek.coordinator.group.group_coordinator import CommitRequest, GroupCoordinator
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.offset_metadata_manager import CommitRequest
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api

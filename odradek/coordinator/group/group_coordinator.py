@@ -1,24 +1,27 @@
 """GroupCoordinator: the asyncio shell around the sans-I/O groups and the offsets.
 
 It owns the groups of the ``__consumer_offsets`` partitions this node leads (through
-:class:`GroupMetadataManager`), turns JoinGroup/SyncGroup into futures that the state machine
+:class:`GroupMetadataManager`), turns JoinGroup/SyncGroup into futures that the classic group
 answers (a join completes when every known member rejoined or the rebalance timeout passed; sync
 followers wait for the leader's assignment), keeps one timer per group at the group's next
-deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay) through the injected
-:class:`~odradek.coordinator.group.coordinator_timer.CoordinatorTimer` and reads time from the
-injected clock only, writes group records
+deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay), writes group records
 when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup.
+Time comes from the injected clock and timers go through the injected
+:class:`~odradek.coordinator.group.coordinator_timer.CoordinatorTimer` only. OffsetCommit,
+OffsetFetch and OffsetDelete go to the
+:class:`~odradek.coordinator.group.offset_metadata_manager.OffsetMetadataManager` once the
+coordinator has checked that it serves the group.
 
 KIP-848 consumer groups (``group.protocol=consumer``) live in the same manager as
-:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat runs
-the sans-I/O :mod:`~odradek.coordinator.group.consumer_group_heartbeat` under a per-group lock (one change at a time: the next request sees only
-state whose records were written), writes the records it returns to the group's
-``__consumer_offsets`` partition and answers only once they are appended; if the append fails
-the group is restored from a snapshot taken before. One timer per group fires at the group's next
-session/rebalance deadline and fences the members whose time has passed. The topic metadata
-the groups assign from is a mapping rebuilt whenever the metadata image changes
-(:meth:`on_metadata_update` is a metadata loader publisher), so new topics and partitions reach
-every group at its members' next heartbeat.
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat
+runs :func:`~odradek.coordinator.group.consumer_group_heartbeat.consumer_group_heartbeat` under a
+per-group lock (one change at a time: the next request sees only state whose records were
+written), writes the records it returns to the group's ``__consumer_offsets`` partition and
+answers only once they are appended; if the append fails the group is restored from a snapshot
+taken before. One timer per group fires at the group's next session/rebalance deadline and fences
+the members whose time has passed. The topic metadata the groups assign from is a mapping rebuilt
+whenever the metadata image changes (:meth:`on_metadata_update` is a metadata loader publisher),
+so new topics and partitions reach every group at its members' next heartbeat.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
@@ -53,6 +55,7 @@ from odradek.coordinator.group.group_metadata_manager import (
     GroupMetadataManager,
     TopicPartition,
 )
+from odradek.coordinator.group.offset_metadata_manager import CommitRequest, OffsetMetadataManager
 from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
 from odradek.metadata.image import MetadataDelta, MetadataImage
@@ -65,13 +68,6 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class CommitRequest:
-    offset: int
-    leader_epoch: int
-    metadata: str | None
 
 
 class GroupCoordinator:
@@ -105,6 +101,12 @@ class GroupCoordinator:
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             clock_ms=clock_ms,
             consumer_group_config=self.consumer_group_config,
+        )
+        self.offset_manager = OffsetMetadataManager(
+            groups=self.metadata_manager,
+            partition_exists=lambda topic, p: self.image.partition(topic, p) is not None,
+            clock_ms=clock_ms,
+            on_member_heartbeat=self._schedule,
         )
         self.metadata_manager.on_group_loaded = self._schedule
         self.metadata_manager.on_group_unloaded = self._on_unloaded
@@ -656,46 +658,12 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, CommitRequest],
         api_version: int = 8,
     ) -> dict[TopicPartition, Errors]:
-        def all_with(e: Errors) -> dict[TopicPartition, Errors]:
-            return {tp: e for tp in offsets}
-
         err = self.check_group(group_id)
         if err != Errors.NONE:
-            return all_with(err)
-        now = self.clock_ms()
-        g = self.metadata_manager.get_group(group_id)
-        if g is None:
-            if generation_id >= 0:
-                # Not a standalone commit, yet the group is unknown: a stale member (v9+, which
-                # KIP-848 members use, says so with GROUP_ID_NOT_FOUND).
-                return all_with(
-                    Errors.GROUP_ID_NOT_FOUND if api_version >= 9 else Errors.ILLEGAL_GENERATION
-                )
-            g = self.metadata_manager.get_or_create_classic_group(group_id)
-        if isinstance(g, ConsumerGroup):
-            err = g.validate_offset_commit(
-                member_id, generation_id, group_instance_id, now, api_version=api_version
-            )
-        else:
-            err = g.validate_offset_commit(member_id, generation_id, group_instance_id, now)
-        if isinstance(g, ClassicGroup):
-            self._schedule(g)
-        if err != Errors.NONE:
-            return all_with(err)
-        results: dict[TopicPartition, Errors] = {}
-        to_store: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, c in offsets.items():
-            if not self.metadata_manager.validate_offset_metadata(c.metadata):
-                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-            elif self.image.partition(*tp) is None:
-                results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                to_store[tp] = OffsetAndMetadata(c.offset, c.leader_epoch, c.metadata or "", now)
-        if to_store:
-            err = await self.metadata_manager.store_offsets(g, to_store)
-            for tp in to_store:
-                results[tp] = err
-        return results
+            return {tp: err for tp in offsets}
+        return await self.offset_manager.commit_offsets(
+            group_id, member_id, generation_id, group_instance_id, offsets, api_version
+        )
 
     def fetch_offsets(
         self,
@@ -708,21 +676,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err != Errors.NONE:
             return err, []
-        g = self.metadata_manager.get_group(group_id)
-        if g is None:
-            return Errors.NONE, [(tp, None, Errors.NONE) for tp in tps or []]
-        err = g.validate_offset_fetch(member_id, member_epoch)
-        if err != Errors.NONE:
-            return err, []
-        if tps is None:
-            tps = sorted(g.offsets)
-        out: list[tuple[TopicPartition, OffsetAndMetadata | None, Errors]] = []
-        for tp in tps:
-            if require_stable and tp in g.pending_offset_commits:
-                out.append((tp, None, Errors.UNSTABLE_OFFSET_COMMIT))
-            else:
-                out.append((tp, g.offsets.get(tp), Errors.NONE))
-        return Errors.NONE, out
+        return self.offset_manager.fetch_offsets(group_id, tps, require_stable, member_id, member_epoch)
 
     async def delete_offsets(
         self, group_id: str, tps: list[TopicPartition]
@@ -730,32 +684,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err != Errors.NONE:
             return err, {}
-        g = self.metadata_manager.get_group(group_id)
-        if g is None or g.state_name == ClassicGroupState.DEAD.value:
-            return Errors.GROUP_ID_NOT_FOUND, {}
-        results: dict[TopicPartition, Errors] = {}
-        if not g.is_empty():
-            subscribed = g.subscribed_topics()
-            if subscribed is None:
-                return Errors.NON_EMPTY_GROUP, {}
-        else:
-            subscribed = set()
-        deletable: list[TopicPartition] = []
-        for tp in tps:
-            if tp[0] in subscribed:
-                results[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
-            else:
-                results[tp] = Errors.NONE
-                if tp in g.offsets:
-                    deletable.append(tp)
-        if deletable:
-            for tp in deletable:
-                g.offsets.pop(tp, None)
-            err = await self.metadata_manager.write_tombstones(group_id, deletable)
-            if err != Errors.NONE:
-                for tp in deletable:
-                    results[tp] = err
-        return Errors.NONE, results
+        return await self.offset_manager.delete_offsets(group_id, tps)
 
     # ------------------------------------------------------------------------ admin
 
