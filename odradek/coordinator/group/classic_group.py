@@ -114,18 +114,8 @@ class ClassicGroup:
     def is_empty(self) -> bool:
         return self.state == ClassicGroupState.EMPTY
 
-    def has(self, member_id: str) -> bool:
-        return member_id in self.members
-
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
 
     def all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())

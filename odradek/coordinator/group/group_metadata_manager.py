@@ -287,14 +287,10 @@ class GroupMetadataManager:
             current.offsets.update(offsets)
         return Errors.NONE
 
-    async def write_tombstones(
-        self, group_id: str, tps: Iterable[TopicPartition], group_too: bool = False
-    ) -> Errors:
+    async def write_tombstones(self, group_id: str, tps: Iterable[TopicPartition]) -> Errors:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(group_id, t, p), None) for t, p in tps
         ]
-        if group_too:
-            records.append((group_metadata_key(group_id), None))
         if not records:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), records)
