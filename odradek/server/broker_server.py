@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
-from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.log.log_cleaner import CleanerConfig

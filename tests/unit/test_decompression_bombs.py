@@ -318,8 +318,8 @@ def test_offsets_topic_load_skips_a_bomb_in_bounded_memory(tmp_path: Path) -> No
     topics were refused) is skipped when the partition loads; the groups around it load."""
     from test_group_coordinator import FakeReplicaManager, load, manager
 
-    from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC
-    from odradek.coordinator.records import OffsetAndMetadata
+    from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+    from odradek.coordinator.group.records import OffsetAndMetadata
 
     async def run() -> None:
         clock = [1000]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.consumer_group import decode_record
+from odradek.coordinator.group.consumer_group_records import decode_record
 from odradek.embedded import EmbeddedBroker
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
@@ -273,7 +273,7 @@ def test_kafka_4_consumer_offsets_records_load(tmp_path: Path, caplog: pytest.Lo
 
     from test_group_coordinator import FakeReplicaManager, load, manager
 
-    from odradek.coordinator.records import OffsetKey, parse_key, parse_offset_value
+    from odradek.coordinator.group.records import OffsetKey, parse_key, parse_offset_value
 
     # Bytes from Kafka 4.3.1's log: group g1, orders-0 at 50.
     commit_key = bytes.fromhex("00010002673100066f726465727300000000")

@@ -1,16 +1,17 @@
-"""The classic group protocol as a sans-I/O state machine (Kafka's GroupMetadata + the group half
-of GroupCoordinator).
+"""A classic group (Kafka's ``ClassicGroup``): the JoinGroup/SyncGroup protocol as a sans-I/O state
+machine.
 
-A :class:`GroupMetadata` is driven by method calls that carry the current time (``now_ms``) and an
+A :class:`ClassicGroup` is driven by method calls that carry the current time (``now_ms``) and an
 opaque *waiter* for requests whose answer may be delayed (JoinGroup, SyncGroup). Every call returns
 :class:`Effects`: the answers to deliver to waiters (possibly other members' waiters: completing a
 join answers everyone), and whether the group must be written to the log. Timers are deadlines:
-the shell asks :meth:`GroupMetadata.next_deadline` and calls :meth:`GroupMetadata.poll` when it
-passes. Nothing here does I/O, reads a clock or knows asyncio.
+the shell asks :meth:`ClassicGroup.next_deadline` and calls :meth:`ClassicGroup.poll` when it
+passes. Nothing here does I/O, reads a clock or knows asyncio. Its members are
+:class:`~odradek.coordinator.group.classic_group_member.ClassicGroupMember`.
 
-States (Kafka's): Empty → PreparingRebalance → CompletingRebalance → Stable, and Dead for a
-group that was deleted, expired or unloaded. The broker never looks into member metadata or
-assignments: eager and cooperative clients differ only in what they put in those bytes.
+States (Kafka's ``ClassicGroupState``): Empty → PreparingRebalance → CompletingRebalance → Stable,
+and Dead for a group that was deleted, expired or unloaded. The broker never looks into member
+metadata or assignments: eager and cooperative clients differ only in what they put in those bytes.
 """
 
 from __future__ import annotations
@@ -21,52 +22,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.coordinator.records import GroupRecord, MemberRecord, OffsetAndMetadata
+from odradek.coordinator.group.classic_group_member import (
+    UNKNOWN_MEMBER_ID,
+    ClassicGroupMember,
+    JoinResult,
+    SyncResult,
+)
+from odradek.coordinator.group.group_coordinator_config import GroupConfig
+from odradek.coordinator.group.records import GroupRecord, MemberRecord, OffsetAndMetadata
 from odradek.protocol.errors import Errors
 
-UNKNOWN_MEMBER_ID = ""
-NO_GENERATION = -1
 # A new member's JoinGroup waits at most this long (Kafka's NewMemberJoinTimeoutMs): sockets of
 # waiting joins are not watched, so a client that gave up must not hold a rebalance forever.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 CLASSIC = "classic"
 
 
-class GroupState(enum.Enum):
+class ClassicGroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-@dataclass
-class GroupConfig:
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
-    initial_rebalance_delay_ms: int = 3000
-    max_size: int = 2**31 - 1
-
-
-@dataclass
-class JoinResult:
-    error: Errors
-    member_id: str = UNKNOWN_MEMBER_ID
-    generation_id: int = NO_GENERATION
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    skip_assignment: bool = False
-    # (member id, group instance id, metadata) -- only for the leader
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-
-
-@dataclass
-class SyncResult:
-    error: Errors
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
 
 
 @dataclass
@@ -88,48 +65,7 @@ class Effects:
         return self
 
 
-@dataclass
-class MemberMetadata:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    join_waiter: Any = None
-    sync_waiter: Any = None
-    is_new: bool = False
-    joined_at_ms: int = 0
-    heartbeat_deadline_ms: int = 0
-
-    @property
-    def awaiting_join(self) -> bool:
-        return self.join_waiter is not None
-
-    @property
-    def awaiting_sync(self) -> bool:
-        return self.sync_waiter is not None
-
-    def metadata(self, protocol: str | None) -> bytes:
-        for name, meta in self.protocols:
-            if name == protocol:
-                return meta
-        return b""
-
-    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
-        return self.protocols == protocols
-
-    def vote(self, candidates: set[str]) -> str:
-        for name, _ in self.protocols:
-            if name in candidates:
-                return name
-        raise ValueError("member supports none of the candidate protocols")
-
-
-class GroupMetadata:
+class ClassicGroup:
     """One classic group: membership, generation, assignments and committed offsets."""
 
     group_type = CLASSIC
@@ -143,13 +79,13 @@ class GroupMetadata:
     ) -> None:
         self.group_id = group_id
         self.config = config
-        self.state = GroupState.EMPTY
+        self.state = ClassicGroupState.EMPTY
         self.current_state_timestamp = now_ms
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.generation_id = 0
         self.leader_id: str | None = None
-        self.members: dict[str, MemberMetadata] = {}
+        self.members: dict[str, ClassicGroupMember] = {}
         self.pending_members: dict[str, int] = {}  # member id -> deadline (session timeout)
         self.static_members: dict[str, str] = {}  # group instance id -> member id
         self.pending_sync: set[str] = set()
@@ -169,27 +105,17 @@ class GroupMetadata:
     # ------------------------------------------------------------------------ queries
 
     def __repr__(self) -> str:
-        return f"GroupMetadata({self.group_id!r}, {self.state.value}, generation {self.generation_id})"
+        return f"ClassicGroup({self.group_id!r}, {self.state.value}, generation {self.generation_id})"
 
     @property
     def state_name(self) -> str:
         return self.state.value
 
     def is_empty(self) -> bool:
-        return self.state == GroupState.EMPTY
-
-    def has(self, member_id: str) -> bool:
-        return member_id in self.members
+        return self.state == ClassicGroupState.EMPTY
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
-
-    @property
-    def size(self) -> int:
-        return len(self.members)
-
-    def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
 
     def all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
@@ -229,7 +155,7 @@ class GroupMetadata:
         """Topics the members subscribe to, if the group uses the consumer protocol (else None)."""
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
-        from odradek.coordinator.consumer_protocol import parse_subscription
+        from odradek.coordinator.group.consumer_protocol import parse_subscription
 
         topics: set[str] = set()
         for m in self.members.values():
@@ -256,11 +182,11 @@ class GroupMetadata:
 
     # ------------------------------------------------------------------------ transitions
 
-    def _transition(self, state: GroupState, now_ms: int) -> None:
+    def _transition(self, state: ClassicGroupState, now_ms: int) -> None:
         self.state = state
         self.current_state_timestamp = now_ms
 
-    def _heartbeat(self, member: MemberMetadata, now_ms: int) -> None:
+    def _heartbeat(self, member: ClassicGroupMember, now_ms: int) -> None:
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
 
     def _current_members(self) -> list[tuple[str, str | None, bytes]]:
@@ -269,7 +195,7 @@ class GroupMetadata:
             for m in self.members.values()
         ]
 
-    def _join_result(self, member: MemberMetadata, skip_assignment: bool = False) -> JoinResult:
+    def _join_result(self, member: ClassicGroupMember, skip_assignment: bool = False) -> JoinResult:
         leader = self.is_leader(member.member_id)
         return JoinResult(
             Errors.NONE,
@@ -282,7 +208,7 @@ class GroupMetadata:
             self._current_members() if leader else [],
         )
 
-    def _add_member(self, member: MemberMetadata, now_ms: int, fx: Effects) -> None:
+    def _add_member(self, member: ClassicGroupMember, now_ms: int, fx: Effects) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
@@ -292,14 +218,14 @@ class GroupMetadata:
             self.static_members[member.group_instance_id] = member.member_id
         member.is_new = True
         member.joined_at_ms = now_ms
-        if self.state == GroupState.PREPARING_REBALANCE:
+        if self.state == ClassicGroupState.PREPARING_REBALANCE:
             if self.generation_id == 0:
                 self.new_member_added = True
             self._try_complete_join(now_ms, fx)
         else:
             self._maybe_prepare_rebalance(now_ms, fx)
 
-    def _remove_member(self, member_id: str, now_ms: int, fx: Effects) -> MemberMetadata | None:
+    def _remove_member(self, member_id: str, now_ms: int, fx: Effects) -> ClassicGroupMember | None:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
@@ -321,30 +247,30 @@ class GroupMetadata:
         if member.sync_waiter is not None:
             fx.answer(member.sync_waiter, SyncResult(Errors.UNKNOWN_MEMBER_ID))
             member.sync_waiter = None
-        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+        if self.state in (ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(now_ms, fx)
-        elif self.state == GroupState.PREPARING_REBALANCE:
+        elif self.state == ClassicGroupState.PREPARING_REBALANCE:
             self._try_complete_join(now_ms, fx)
 
     def _maybe_prepare_rebalance(self, now_ms: int, fx: Effects) -> None:
-        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+        if self.state in (ClassicGroupState.STABLE, ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.EMPTY):
             self._prepare_rebalance(now_ms, fx)
 
     def _prepare_rebalance(self, now_ms: int, fx: Effects) -> None:
         self.assignment_store_generation = None
-        if self.state == GroupState.COMPLETING_REBALANCE:
+        if self.state == ClassicGroupState.COMPLETING_REBALANCE:
             self._reset_assignment_with_error(Errors.REBALANCE_IN_PROGRESS, fx)
         self.sync_deadline_ms = None
         self.pending_sync.clear()
         rebalance_timeout = self.rebalance_timeout_ms()
-        if self.state == GroupState.EMPTY:
+        if self.state == ClassicGroupState.EMPTY:
             delay = min(self.config.initial_rebalance_delay_ms, rebalance_timeout)
             self.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
             self.join_deadline_ms = now_ms + delay
         else:
             self.initial_delay_remaining_ms = None
             self.join_deadline_ms = now_ms + rebalance_timeout
-        self._transition(GroupState.PREPARING_REBALANCE, now_ms)
+        self._transition(ClassicGroupState.PREPARING_REBALANCE, now_ms)
         self._try_complete_join(now_ms, fx)
 
     def _try_complete_join(self, now_ms: int, fx: Effects) -> None:
@@ -360,7 +286,7 @@ class GroupMetadata:
         for mid in [mid for mid, m in self.members.items() if not m.awaiting_join]:
             self._remove_member(mid, now_ms, fx)
         self.pending_members.clear()
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             return
         # Prefer a leader that rejoined (it is the one the old leader was, if it did).
         if self.leader_id is None or self.leader_id not in self.members:
@@ -368,10 +294,10 @@ class GroupMetadata:
         self.generation_id += 1
         if self.members:
             self.protocol_name = self.select_protocol()
-            self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
+            self._transition(ClassicGroupState.COMPLETING_REBALANCE, now_ms)
         else:
             self.protocol_name = None
-            self._transition(GroupState.EMPTY, now_ms)
+            self._transition(ClassicGroupState.EMPTY, now_ms)
             fx.store_generation = self.generation_id
             return
         self.pending_sync = set(self.members)
@@ -426,7 +352,7 @@ class GroupMetadata:
         ):
             fx.answer(waiter, JoinResult(Errors.INVALID_SESSION_TIMEOUT, member_id))
             return fx
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             fx.answer(waiter, JoinResult(Errors.COORDINATOR_NOT_AVAILABLE, member_id))
             return fx
         if not self.supports_protocols(protocol_type, protocols):
@@ -452,7 +378,7 @@ class GroupMetadata:
                 self.pending_members[new_id] = now_ms + session_timeout_ms
                 fx.answer(waiter, JoinResult(Errors.MEMBER_ID_REQUIRED, new_id))
                 return fx
-            member = MemberMetadata(
+            member = ClassicGroupMember(
                 new_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
                 session_timeout_ms, protocol_type, protocols, join_waiter=waiter,
             )
@@ -461,7 +387,7 @@ class GroupMetadata:
         # A member that has an id.
         if member_id in self.pending_members:
             del self.pending_members[member_id]
-            member = MemberMetadata(
+            member = ClassicGroupMember(
                 member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
                 session_timeout_ms, protocol_type, protocols, join_waiter=waiter,
             )
@@ -471,16 +397,16 @@ class GroupMetadata:
             fx.answer(waiter, JoinResult(Errors.FENCED_INSTANCE_ID, member_id))
             return fx
         member_or_none = self.members.get(member_id)
-        if member_or_none is None or self.state == GroupState.EMPTY:
+        if member_or_none is None or self.state == ClassicGroupState.EMPTY:
             fx.answer(waiter, JoinResult(Errors.UNKNOWN_MEMBER_ID, member_id))
             return fx
         member = member_or_none
-        if self.state == GroupState.COMPLETING_REBALANCE and member.matches(protocols):
+        if self.state == ClassicGroupState.COMPLETING_REBALANCE and member.matches(protocols):
             # A retried join of this generation: answer with what it already got.
             fx.answer(waiter, self._join_result(member))
             return fx
         if (
-            self.state == GroupState.STABLE
+            self.state == ClassicGroupState.STABLE
             and not self.is_leader(member_id)
             and member.matches(protocols)
         ):
@@ -495,7 +421,7 @@ class GroupMetadata:
         member.session_timeout_ms = session_timeout_ms
         member.client_id, member.client_host = client_id, client_host
         member.join_waiter = waiter
-        if self.state == GroupState.PREPARING_REBALANCE:
+        if self.state == ClassicGroupState.PREPARING_REBALANCE:
             self._try_complete_join(now_ms, fx)
         else:
             self._prepare_rebalance(now_ms, fx)
@@ -539,7 +465,7 @@ class GroupMetadata:
             self.pending_sync.discard(old_id)
             self.pending_sync.add(new_id)
         self._heartbeat(member, now_ms)
-        if self.state == GroupState.STABLE:
+        if self.state == ClassicGroupState.STABLE:
             if self.select_protocol() != self.protocol_name:
                 member.join_waiter = waiter
                 self._prepare_rebalance(now_ms, fx)
@@ -548,7 +474,7 @@ class GroupMetadata:
                 fx.answer(waiter, self._join_result(member, skip_assignment=leader))
                 fx.store_generation = self.generation_id
             return fx
-        if self.state == GroupState.COMPLETING_REBALANCE:
+        if self.state == ClassicGroupState.COMPLETING_REBALANCE:
             member.join_waiter = waiter
             self._prepare_rebalance(now_ms, fx)
             return fx
@@ -574,7 +500,7 @@ class GroupMetadata:
         now_ms: int,
     ) -> Effects:
         fx = Effects()
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             fx.answer(waiter, SyncResult(Errors.COORDINATOR_NOT_AVAILABLE))
             return fx
         if self.is_static_member_fenced(member_id, group_instance_id):
@@ -592,11 +518,11 @@ class GroupMetadata:
         ):
             fx.answer(waiter, SyncResult(Errors.INCONSISTENT_GROUP_PROTOCOL))
             return fx
-        if self.state == GroupState.EMPTY:
+        if self.state == ClassicGroupState.EMPTY:
             fx.answer(waiter, SyncResult(Errors.UNKNOWN_MEMBER_ID))
-        elif self.state == GroupState.PREPARING_REBALANCE:
+        elif self.state == ClassicGroupState.PREPARING_REBALANCE:
             fx.answer(waiter, SyncResult(Errors.REBALANCE_IN_PROGRESS))
-        elif self.state == GroupState.COMPLETING_REBALANCE:
+        elif self.state == ClassicGroupState.COMPLETING_REBALANCE:
             if member.sync_waiter is not None and member.sync_waiter is not waiter:
                 fx.answer(member.sync_waiter, SyncResult(Errors.REBALANCE_IN_PROGRESS))
             member.sync_waiter = waiter
@@ -623,7 +549,7 @@ class GroupMetadata:
         """The group record of ``generation_id`` was written (or failed to be)."""
         fx = Effects()
         if (
-            self.state != GroupState.COMPLETING_REBALANCE
+            self.state != ClassicGroupState.COMPLETING_REBALANCE
             or generation_id != self.generation_id
             or self.assignment_store_generation != generation_id
         ):
@@ -633,7 +559,7 @@ class GroupMetadata:
             self._reset_assignment_with_error(error, fx)
             self._prepare_rebalance(now_ms, fx)
             return fx
-        self._transition(GroupState.STABLE, now_ms)
+        self._transition(ClassicGroupState.STABLE, now_ms)
         self._propagate_assignment(now_ms, fx)
         return fx
 
@@ -642,7 +568,7 @@ class GroupMetadata:
     def heartbeat(
         self, *, member_id: str, group_instance_id: str | None, generation_id: int, now_ms: int
     ) -> Errors:
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             return Errors.COORDINATOR_NOT_AVAILABLE
         if self.is_static_member_fenced(member_id, group_instance_id):
             return Errors.FENCED_INSTANCE_ID
@@ -651,10 +577,10 @@ class GroupMetadata:
             return Errors.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
             return Errors.ILLEGAL_GENERATION
-        if self.state == GroupState.EMPTY:
+        if self.state == ClassicGroupState.EMPTY:
             return Errors.UNKNOWN_MEMBER_ID
         self._heartbeat(member, now_ms)
-        if self.state == GroupState.PREPARING_REBALANCE:
+        if self.state == ClassicGroupState.PREPARING_REBALANCE:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 
@@ -665,7 +591,7 @@ class GroupMetadata:
     ) -> tuple[Errors, list[Errors], Effects]:
         """(top-level error, one error per leaving member, effects)."""
         fx = Effects()
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             return Errors.COORDINATOR_NOT_AVAILABLE, [], fx
         errors: list[Errors] = []
         for member_id, instance_id in members:
@@ -680,7 +606,7 @@ class GroupMetadata:
                 continue
             if member_id in self.pending_members:
                 del self.pending_members[member_id]
-                if self.state == GroupState.PREPARING_REBALANCE:
+                if self.state == ClassicGroupState.PREPARING_REBALANCE:
                     self._try_complete_join(now_ms, fx)
                 errors.append(Errors.NONE)
                 continue
@@ -696,20 +622,20 @@ class GroupMetadata:
     def validate_offset_commit(
         self, member_id: str, generation_id: int, group_instance_id: str | None, now_ms: int
     ) -> Errors:
-        if self.state == GroupState.DEAD:
+        if self.state == ClassicGroupState.DEAD:
             return Errors.COORDINATOR_NOT_AVAILABLE
         if self.is_static_member_fenced(member_id, group_instance_id):
             return Errors.FENCED_INSTANCE_ID
-        if generation_id < 0 and self.state == GroupState.EMPTY:
+        if generation_id < 0 and self.state == ClassicGroupState.EMPTY:
             return Errors.NONE  # a standalone consumer using the group only to store offsets
         member = self.members.get(member_id)
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
             return Errors.ILLEGAL_GENERATION
-        if self.state == GroupState.COMPLETING_REBALANCE:
+        if self.state == ClassicGroupState.COMPLETING_REBALANCE:
             return Errors.REBALANCE_IN_PROGRESS
-        if self.state == GroupState.EMPTY:
+        if self.state == ClassicGroupState.EMPTY:
             return Errors.UNKNOWN_MEMBER_ID
         self._heartbeat(member, now_ms)
         return Errors.NONE
@@ -726,10 +652,10 @@ class GroupMetadata:
         for mid, deadline in list(self.pending_members.items()):
             if deadline <= now_ms:
                 del self.pending_members[mid]
-                if self.state == GroupState.PREPARING_REBALANCE:
+                if self.state == ClassicGroupState.PREPARING_REBALANCE:
                     self._try_complete_join(now_ms, fx)
         if (
-            self.state == GroupState.PREPARING_REBALANCE
+            self.state == ClassicGroupState.PREPARING_REBALANCE
             and self.join_deadline_ms is not None
             and self.join_deadline_ms <= now_ms
         ):
@@ -743,7 +669,7 @@ class GroupMetadata:
             else:
                 self._complete_join(now_ms, fx)
         if (
-            self.state == GroupState.COMPLETING_REBALANCE
+            self.state == ClassicGroupState.COMPLETING_REBALANCE
             and self.sync_deadline_ms is not None
             and self.sync_deadline_ms <= now_ms
         ):
@@ -756,7 +682,7 @@ class GroupMetadata:
             if self.members:
                 self._prepare_rebalance(now_ms, fx)
             else:
-                self._transition(GroupState.PREPARING_REBALANCE, now_ms)
+                self._transition(ClassicGroupState.PREPARING_REBALANCE, now_ms)
                 self._complete_join(now_ms, fx)
         for mid, m in list(self.members.items()):
             if mid not in self.members:
@@ -767,7 +693,7 @@ class GroupMetadata:
                 continue
             if m.awaiting_sync:
                 continue
-            if m.heartbeat_deadline_ms <= now_ms and self.state != GroupState.EMPTY:
+            if m.heartbeat_deadline_ms <= now_ms and self.state != ClassicGroupState.EMPTY:
                 self._remove_member_and_update(mid, now_ms, fx)
         return fx
 
@@ -784,7 +710,7 @@ class GroupMetadata:
                 fx.answer(m.sync_waiter, SyncResult(error))
                 m.sync_waiter = None
         self.join_deadline_ms = self.sync_deadline_ms = None
-        self._transition(GroupState.DEAD, now_ms)
+        self._transition(ClassicGroupState.DEAD, now_ms)
         return fx
 
     def to_record(self) -> GroupRecord:
@@ -807,7 +733,7 @@ class GroupMetadata:
     @classmethod
     def from_record(
         cls, group_id: str, rec: GroupRecord, config: GroupConfig, now_ms: int
-    ) -> GroupMetadata:
+    ) -> ClassicGroup:
         """A group loaded from the log: Stable with its members, or Empty."""
         g = cls(group_id, config, now_ms)
         g.protocol_type = rec.protocol_type or None
@@ -817,7 +743,7 @@ class GroupMetadata:
         if rec.current_state_timestamp >= 0:
             g.current_state_timestamp = rec.current_state_timestamp
         for mr in rec.members:
-            m = MemberMetadata(
+            m = ClassicGroupMember(
                 mr.member_id, mr.group_instance_id, mr.client_id, mr.client_host,
                 mr.rebalance_timeout if mr.rebalance_timeout >= 0 else mr.session_timeout,
                 mr.session_timeout, rec.protocol_type,
@@ -827,7 +753,7 @@ class GroupMetadata:
             g.members[m.member_id] = m
             if m.group_instance_id is not None:
                 g.static_members[m.group_instance_id] = m.member_id
-        g.state = GroupState.STABLE if g.members else GroupState.EMPTY
+        g.state = ClassicGroupState.STABLE if g.members else ClassicGroupState.EMPTY
         if g.leader_id not in g.members:
             g.leader_id = next(iter(g.members), None)
         return g

@@ -1,6 +1,6 @@
 """What an operator reads about classic groups: new generations and members that were removed.
 
-The state machine (:mod:`odradek.coordinator.group_metadata`) does no I/O, logging included; the
+The state machine (:mod:`odradek.coordinator.group.classic_group`) does no I/O, logging included; the
 coordinator takes a :func:`membership` snapshot before each call that can change a group and
 hands it to :func:`log_changes` afterwards, which writes one INFO line per new generation (with
 the members that joined since the last one) and one per member removed by a timeout or replaced
@@ -13,9 +13,10 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from odradek.coordinator.group_metadata import GroupMetadata, GroupState, MemberMetadata
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.classic_group_member import ClassicGroupMember
 
-log = logging.getLogger("odradek.coordinator.group_coordinator")
+log = logging.getLogger("odradek.coordinator.group.group_coordinator")
 
 MAX_IDS = 10  # member ids listed in one line
 
@@ -23,12 +24,12 @@ MAX_IDS = 10  # member ids listed in one line
 @dataclass(frozen=True)
 class Membership:
     generation: int
-    state: GroupState
-    members: dict[str, MemberMetadata]
+    state: ClassicGroupState
+    members: dict[str, ClassicGroupMember]
     new: frozenset[str]  # joined since the last generation
 
 
-def membership(group: GroupMetadata) -> Membership:
+def membership(group: ClassicGroup) -> Membership:
     return Membership(
         group.generation_id,
         group.state,
@@ -43,18 +44,18 @@ def _ids(ids: Iterable[str]) -> str:
     return shown if len(ordered) <= MAX_IDS else f"{shown} and {len(ordered) - MAX_IDS} more"
 
 
-def _removal_reason(member: MemberMetadata, before: Membership, now_ms: int, timers: bool) -> str:
+def _removal_reason(member: ClassicGroupMember, before: Membership, now_ms: int, timers: bool) -> str:
     if not timers:
         return "replaced by a new member with the same group.instance.id"
-    if member.heartbeat_deadline_ms <= now_ms and before.state != GroupState.EMPTY:
+    if member.heartbeat_deadline_ms <= now_ms and before.state != ClassicGroupState.EMPTY:
         return f"no heartbeat within its session timeout ({member.session_timeout_ms} ms)"
-    if before.state == GroupState.COMPLETING_REBALANCE:
+    if before.state == ClassicGroupState.COMPLETING_REBALANCE:
         return f"no SyncGroup within the rebalance timeout ({member.rebalance_timeout_ms} ms)"
     return f"did not rejoin within the rebalance timeout ({member.rebalance_timeout_ms} ms)"
 
 
 def log_changes(
-    group: GroupMetadata, before: Membership, now_ms: int, *, leaving: bool = False, timers: bool = False
+    group: ClassicGroup, before: Membership, now_ms: int, *, leaving: bool = False, timers: bool = False
 ) -> None:
     """Log what changed since ``before``. ``leaving``: a LeaveGroup (its members are logged by
     the request handler); ``timers``: the group's deadlines were handled (poll)."""
@@ -63,7 +64,7 @@ def log_changes(
         for mid in sorted(set(before.members) - set(group.members)):
             reason = _removal_reason(before.members[mid], before, now_ms, timers)
             log.info("Member %s removed from group %s: %s", mid, gid, reason)
-    if group.generation_id == before.generation or group.state == GroupState.DEAD:
+    if group.generation_id == before.generation or group.state == ClassicGroupState.DEAD:
         return
     if not group.members:
         log.info("Classic group %s: generation %d, no members (Empty)", gid, group.generation_id)

@@ -70,10 +70,6 @@ class PartitionAssignor(Protocol):
         ...
 
 
-class AssignorError(ValueError):
-    """The assignor could not compute an assignment."""
-
-
 TP = tuple[str, int]  # (topic name, partition): names sort deterministically, ids do not mean much
 
 
@@ -260,10 +256,3 @@ ASSIGNORS: dict[str, PartitionAssignor] = {
 }
 
 DEFAULT_ASSIGNORS: tuple[str, ...] = ("uniform", "range")
-
-
-def get_assignor(name: str) -> PartitionAssignor:
-    try:
-        return ASSIGNORS[name]
-    except KeyError:
-        raise AssignorError(f"unknown assignor {name!r}") from None

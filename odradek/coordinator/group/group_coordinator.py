@@ -1,22 +1,27 @@
-"""GroupCoordinator: the asyncio shell around the classic group state machine and the offsets.
+"""GroupCoordinator: the asyncio shell around the sans-I/O groups and the offsets.
 
 It owns the groups of the ``__consumer_offsets`` partitions this node leads (through
-:class:`GroupMetadataManager`), turns JoinGroup/SyncGroup into futures that the state machine
+:class:`GroupMetadataManager`), turns JoinGroup/SyncGroup into futures that the classic group
 answers (a join completes when every known member rejoined or the rebalance timeout passed; sync
 followers wait for the leader's assignment), keeps one timer per group at the group's next
 deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay), writes group records
 when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup.
+Time comes from the injected clock and timers go through the injected
+:class:`~odradek.coordinator.group.coordinator_timer.CoordinatorTimer` only. OffsetCommit,
+OffsetFetch and OffsetDelete go to the
+:class:`~odradek.coordinator.group.offset_metadata_manager.OffsetMetadataManager` once the
+coordinator has checked that it serves the group.
 
 KIP-848 consumer groups (``group.protocol=consumer``) live in the same manager as
-:class:`~odradek.coordinator.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat runs
-the sans-I/O group under a per-group lock (one change at a time: the next request sees only
-state whose records were written), writes the records it returns to the group's
-``__consumer_offsets`` partition and answers only once they are appended; if the append fails
-the group is restored from a snapshot taken before. One timer per group fires at the group's next
-session/rebalance deadline and fences the members whose time has passed. The topic metadata
-the groups assign from is a mapping rebuilt whenever the metadata image changes
-(:meth:`on_metadata_update` is a metadata loader publisher), so new topics and partitions reach
-every group at its members' next heartbeat.
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` objects. A ConsumerGroupHeartbeat
+runs :func:`~odradek.coordinator.group.consumer_group_heartbeat.consumer_group_heartbeat` under a
+per-group lock (one change at a time: the next request sees only state whose records were
+written), writes the records it returns to the group's ``__consumer_offsets`` partition and
+answers only once they are appended; if the append fails the group is restored from a snapshot
+taken before. One timer per group fires at the group's next session/rebalance deadline and fences
+the members whose time has passed. The topic metadata the groups assign from is a mapping rebuilt
+whenever the metadata image changes (:meth:`on_metadata_update` is a metadata loader publisher),
+so new topics and partitions reach every group at its members' next heartbeat.
 """
 
 from __future__ import annotations
@@ -27,31 +32,35 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
-from odradek.coordinator.group_events import Membership, log_changes, membership
-from odradek.coordinator.group_metadata import (
-    Effects,
-    GroupConfig,
-    GroupMetadata,
-    GroupState,
-    JoinResult,
-    SyncResult,
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState, Effects
+from odradek.coordinator.group.classic_group_member import JoinResult, SyncResult
+from odradek.coordinator.group.consumer_group import ConsumerGroup, describe_error
+from odradek.coordinator.group.consumer_group_heartbeat import (
+    consumer_group_heartbeat,
+    error_response,
+    expire_due,
 )
-from odradek.coordinator.group_metadata_manager import (
+from odradek.coordinator.group.coordinator_timer import CoordinatorTimer, EventLoopTimer
+from odradek.coordinator.group.group_coordinator_config import (
+    classic_group_config,
+    consumer_group_config,
+)
+from odradek.coordinator.group.group_events import Membership, log_changes, membership
+from odradek.coordinator.group.group_metadata_manager import (
     OFFSETS_TOPIC,
     GroupMetadataManager,
     TopicPartition,
 )
-from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.coordinator.group.offset_metadata_manager import CommitRequest, OffsetMetadataManager
+from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.protocol.errors import Errors
-from odradek.server.kafka_config import ConfigError, KafkaConfig
+from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -59,70 +68,6 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class CommitRequest:
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-_CONSUMER_KEYS = (
-    "group.consumer.session.timeout.ms",
-    "group.consumer.heartbeat.interval.ms",
-    "group.consumer.max.size",
-    "group.consumer.assignors",
-)
-
-
-def consumer_group_config(config: KafkaConfig) -> ConsumerGroupConfig:
-    """``group.consumer.*`` from the broker's configuration, checked as Kafka checks them."""
-    session = int(config.get("group.consumer.session.timeout.ms"))
-    heartbeat = int(config.get("group.consumer.heartbeat.interval.ms"))
-    for key, value in (("session.timeout.ms", session), ("heartbeat.interval.ms", heartbeat)):
-        lo = int(config.get(f"group.consumer.min.{key}"))
-        hi = int(config.get(f"group.consumer.max.{key}"))
-        if not lo <= value <= hi:
-            raise ConfigError(
-                f"group.consumer.{key}={value} must be between group.consumer.min.{key}={lo} "
-                f"and group.consumer.max.{key}={hi}"
-            )
-    if heartbeat >= session:
-        raise ConfigError(
-            f"group.consumer.heartbeat.interval.ms={heartbeat} must be less than "
-            f"group.consumer.session.timeout.ms={session}"
-        )
-    try:
-        return ConsumerGroupConfig.from_properties({k: config.get(k) for k in _CONSUMER_KEYS})
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-
-
-def _heartbeat_error(code: Errors, message: str | None = None) -> dict[str, Any]:
-    return {
-        "throttle_time_ms": 0,
-        "error_code": code,
-        "error_message": message if message is not None else code.name,
-        "member_id": None,
-        "member_epoch": 0,
-        "heartbeat_interval_ms": 0,
-        "assignment": None,
-    }
-
-
-def _describe_error(group_id: str, code: Errors, message: str | None = None) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "error_message": message if message is not None else code.name,
-        "group_id": group_id,
-        "group_state": "",
-        "group_epoch": 0,
-        "assignment_epoch": 0,
-        "assignor_name": "",
-        "members": [],
-        "authorized_operations": -(2**31),
-    }
 
 
 class GroupCoordinator:
@@ -135,6 +80,7 @@ class GroupCoordinator:
         image: MetadataImage,
         controller: QuorumController | None,
         clock_ms: Callable[[], int] = _now_ms,
+        timer: CoordinatorTimer | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -142,12 +88,8 @@ class GroupCoordinator:
         self.image = image
         self.controller = controller
         self.clock_ms = clock_ms
-        self.group_config = GroupConfig(
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            max_size=config.group_max_size,
-        )
+        self.timer: CoordinatorTimer = timer if timer is not None else EventLoopTimer()
+        self.group_config = classic_group_config(config)
         self.consumer_group_config = consumer_group_config(config)
         protocols = config.get("group.coordinator.rebalance.protocols") or []
         self.consumer_protocol_enabled = "consumer" in [str(p).strip() for p in protocols]
@@ -160,9 +102,14 @@ class GroupCoordinator:
             clock_ms=clock_ms,
             consumer_group_config=self.consumer_group_config,
         )
+        self.offset_manager = OffsetMetadataManager(
+            groups=self.metadata_manager,
+            partition_exists=lambda topic, p: self.image.partition(topic, p) is not None,
+            clock_ms=clock_ms,
+            on_member_heartbeat=self._schedule,
+        )
         self.metadata_manager.on_group_loaded = self._schedule
         self.metadata_manager.on_group_unloaded = self._on_unloaded
-        self._timers: dict[str, asyncio.TimerHandle] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> (lock, users)
         self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
@@ -198,9 +145,7 @@ class GroupCoordinator:
     async def shutdown(self) -> None:
         if self._expiry_task is not None:
             self._expiry_task.cancel()
-        for h in self._timers.values():
-            h.cancel()
-        self._timers.clear()
+        self.timer.cancel_all()
         self.metadata_manager.shutdown()
         for t in list(self._tasks):
             t.cancel()
@@ -304,18 +249,18 @@ class GroupCoordinator:
             return Errors.COORDINATOR_NOT_AVAILABLE
         return self.metadata_manager.partition_error(group_id)
 
-    def _classic(self, group_id: str, create: bool) -> GroupMetadata | None | Errors:
+    def _classic(self, group_id: str, create: bool) -> ClassicGroup | None | Errors:
         g = self.metadata_manager.get_group(group_id)
         if g is None:
             return self.metadata_manager.get_or_create_classic_group(group_id) if create else None
-        if not isinstance(g, GroupMetadata):
+        if not isinstance(g, ClassicGroup):
             return Errors.INCONSISTENT_GROUP_PROTOCOL  # a KIP-848 group of the same id
         return g
 
     # ------------------------------------------------------------------------ effects & timers
 
     def _apply(
-        self, group: GroupMetadata, fx: Effects, before: Membership | None = None, **how: bool
+        self, group: ClassicGroup, fx: Effects, before: Membership | None = None, **how: bool
     ) -> None:
         """Deliver ``fx``; with ``before`` (taken before the call), log what changed."""
         if before is not None:
@@ -327,7 +272,7 @@ class GroupCoordinator:
             self._spawn(self._store(group, fx.store_generation))
         self._schedule(group)
 
-    async def _store(self, group: GroupMetadata, generation: int) -> None:
+    async def _store(self, group: ClassicGroup, generation: int) -> None:
         err = await self.metadata_manager.store_group(group, group.to_record())
         if err != Errors.NONE:
             log.warning("Storing group %s generation %d failed: %s", group.group_id, generation, err.name)
@@ -338,7 +283,7 @@ class GroupCoordinator:
     def _schedule(self, group: Any) -> None:
         """(Re-)arm the one timer of ``group`` at its next deadline."""
         fire: Callable[[Any], None]
-        if isinstance(group, GroupMetadata):
+        if isinstance(group, ClassicGroup):
             fire = self._fire
         elif isinstance(group, ConsumerGroup):
             fire = self._fire_consumer
@@ -346,19 +291,15 @@ class GroupCoordinator:
             return
         self._cancel_timer(group.group_id)
         deadline = group.next_deadline()
-        if deadline is None or (isinstance(group, GroupMetadata) and group.state == GroupState.DEAD):
+        if deadline is None or (isinstance(group, ClassicGroup) and group.state == ClassicGroupState.DEAD):
             return
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (deadline - self.clock_ms()) / 1000.0)
-        self._timers[group.group_id] = loop.call_later(delay, fire, group)
+        delay_ms = max(0, deadline - self.clock_ms())
+        self.timer.schedule(group.group_id, delay_ms, lambda: fire(group))
 
     def _cancel_timer(self, group_id: str) -> None:
-        old = self._timers.pop(group_id, None)
-        if old is not None:
-            old.cancel()
+        self.timer.cancel(group_id)
 
-    def _fire(self, group: GroupMetadata) -> None:
-        self._timers.pop(group.group_id, None)
+    def _fire(self, group: ClassicGroup) -> None:
         if self.metadata_manager.get_group(group.group_id) is not group:
             return
         before = membership(group)
@@ -366,7 +307,7 @@ class GroupCoordinator:
 
     def _on_unloaded(self, group: Any) -> None:
         self._cancel_timer(group.group_id)
-        if isinstance(group, GroupMetadata):
+        if isinstance(group, ClassicGroup):
             self._apply(group, group.make_dead(Errors.NOT_COORDINATOR, self.clock_ms()))
 
     @contextlib.asynccontextmanager
@@ -411,21 +352,21 @@ class GroupCoordinator:
     ) -> dict[str, Any]:
         """ConsumerGroupHeartbeat: join, heartbeat, reconcile, leave (KIP-848)."""
         if not self.consumer_protocol_enabled:
-            return _heartbeat_error(
+            return error_response(
                 Errors.UNSUPPORTED_VERSION,
                 "The new consumer group protocol is disabled on this broker "
                 "(group.coordinator.rebalance.protocols does not include consumer).",
             )
         group_id = request.get("group_id") or ""
         if not group_id:
-            return _heartbeat_error(Errors.INVALID_REQUEST, "GroupId can't be empty.")
+            return error_response(Errors.INVALID_REQUEST, "GroupId can't be empty.")
         err = self.check_group(group_id)
         if err != Errors.NONE:
-            return _heartbeat_error(err)
+            return error_response(err)
         async with self._lock(group_id):
             err = self.check_group(group_id)  # leadership may have moved while waiting
             if err != Errors.NONE:
-                return _heartbeat_error(err)
+                return error_response(err)
             return await self._consumer_group_heartbeat(request, group_id, client_id, client_host)
 
     async def _consumer_group_heartbeat(
@@ -435,16 +376,16 @@ class GroupCoordinator:
         existing = mgr.get_group(group_id)
         joining = int(request.get("member_epoch", 0)) == 0
         before: list[tuple[bytes, bytes | None]] = []
-        replaced: GroupMetadata | None = None
+        replaced: ClassicGroup | None = None
         if isinstance(existing, ConsumerGroup):
             group = existing
         elif existing is None:
             if not joining:
-                return _heartbeat_error(
+                return error_response(
                     Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found."
                 )
             group = mgr.new_consumer_group(group_id)
-        elif isinstance(existing, GroupMetadata) and joining and existing.is_empty():
+        elif isinstance(existing, ClassicGroup) and joining and existing.is_empty():
             # Kafka's maybeDeleteEmptyClassicGroup: an empty classic group (e.g. one that only
             # holds committed offsets) gives its id to the new consumer group; the offsets stay.
             replaced = existing
@@ -460,11 +401,12 @@ class GroupCoordinator:
                 else f"Group {group_id} is not a consumer group."
             )
             log.info("ConsumerGroupHeartbeat for group %s refused: %s", group_id, message)
-            return _heartbeat_error(Errors.GROUP_ID_NOT_FOUND, message)
+            return error_response(Errors.GROUP_ID_NOT_FOUND, message)
 
         snapshot = group.snapshot()
         epoch_before, members_before = group.group_epoch, set(group.members)
-        response, records = group.heartbeat(
+        response, records = consumer_group_heartbeat(
+            group,
             request,
             self.clock_ms(),
             self.topics_metadata(),
@@ -494,7 +436,7 @@ class GroupCoordinator:
                         mgr.groups[group_id] = replaced
                     else:
                         mgr.remove_group(group_id)
-                return _heartbeat_error(err)
+                return error_response(err)
             if replaced is not None:
                 log.info("Empty classic group %s became a consumer group", group_id)
                 self._cancel_timer(group_id)
@@ -513,7 +455,6 @@ class GroupCoordinator:
         return response
 
     def _fire_consumer(self, group: ConsumerGroup) -> None:
-        self._timers.pop(group.group_id, None)
         if self.metadata_manager.get_group(group.group_id) is group:
             self._spawn(self._expire_consumer(group))
 
@@ -524,7 +465,7 @@ class GroupCoordinator:
                 return
             snapshot = group.snapshot()
             members_before = set(group.members)
-            records = group.expire_due(self.clock_ms())
+            records = expire_due(group, self.clock_ms())
             if records:
                 err = await self.metadata_manager.write_records(gid, records)
                 if err != Errors.NONE:
@@ -534,10 +475,7 @@ class GroupCoordinator:
                         gid, err.name,
                     )
                     if self.metadata_manager.get_group(gid) is group:
-                        self._cancel_timer(gid)
-                        self._timers[gid] = asyncio.get_running_loop().call_later(
-                            1.0, self._fire_consumer, group
-                        )
+                        self.timer.schedule(gid, 1000, lambda: self._fire_consumer(group))
                     return
                 gone = sorted(members_before - set(group.members))
                 log.info(
@@ -555,12 +493,12 @@ class GroupCoordinator:
             err = self.check_group(gid)
             g = self.metadata_manager.get_group(gid) if err == Errors.NONE else None
             if err != Errors.NONE:
-                out.append(_describe_error(gid, err))
+                out.append(describe_error(gid, err))
             elif g is None:
-                out.append(_describe_error(gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
+                out.append(describe_error(gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
             elif not isinstance(g, ConsumerGroup):
                 out.append(
-                    _describe_error(
+                    describe_error(
                         gid, Errors.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."
                     )
                 )
@@ -577,7 +515,7 @@ class GroupCoordinator:
             if mgr.get_group(gid) is not group or not group.is_empty():
                 return Errors.NONE
             self._cancel_timer(gid)
-            classic = GroupMetadata(gid, self.group_config, self.clock_ms())
+            classic = ClassicGroup(gid, self.group_config, self.clock_ms())
             classic.offsets = group.offsets
             classic.pending_offset_commits = group.pending_offset_commits
             mgr.groups[gid] = classic
@@ -720,46 +658,12 @@ class GroupCoordinator:
         offsets: dict[TopicPartition, CommitRequest],
         api_version: int = 8,
     ) -> dict[TopicPartition, Errors]:
-        def all_with(e: Errors) -> dict[TopicPartition, Errors]:
-            return {tp: e for tp in offsets}
-
         err = self.check_group(group_id)
         if err != Errors.NONE:
-            return all_with(err)
-        now = self.clock_ms()
-        g = self.metadata_manager.get_group(group_id)
-        if g is None:
-            if generation_id >= 0:
-                # Not a standalone commit, yet the group is unknown: a stale member (v9+, which
-                # KIP-848 members use, says so with GROUP_ID_NOT_FOUND).
-                return all_with(
-                    Errors.GROUP_ID_NOT_FOUND if api_version >= 9 else Errors.ILLEGAL_GENERATION
-                )
-            g = self.metadata_manager.get_or_create_classic_group(group_id)
-        if isinstance(g, ConsumerGroup):
-            err = g.validate_offset_commit(
-                member_id, generation_id, group_instance_id, now, api_version=api_version
-            )
-        else:
-            err = g.validate_offset_commit(member_id, generation_id, group_instance_id, now)
-        if isinstance(g, GroupMetadata):
-            self._schedule(g)
-        if err != Errors.NONE:
-            return all_with(err)
-        results: dict[TopicPartition, Errors] = {}
-        to_store: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, c in offsets.items():
-            if not self.metadata_manager.validate_offset_metadata(c.metadata):
-                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-            elif self.image.partition(*tp) is None:
-                results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                to_store[tp] = OffsetAndMetadata(c.offset, c.leader_epoch, c.metadata or "", now)
-        if to_store:
-            err = await self.metadata_manager.store_offsets(g, to_store)
-            for tp in to_store:
-                results[tp] = err
-        return results
+            return {tp: err for tp in offsets}
+        return await self.offset_manager.commit_offsets(
+            group_id, member_id, generation_id, group_instance_id, offsets, api_version
+        )
 
     def fetch_offsets(
         self,
@@ -772,21 +676,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err != Errors.NONE:
             return err, []
-        g = self.metadata_manager.get_group(group_id)
-        if g is None:
-            return Errors.NONE, [(tp, None, Errors.NONE) for tp in tps or []]
-        err = g.validate_offset_fetch(member_id, member_epoch)
-        if err != Errors.NONE:
-            return err, []
-        if tps is None:
-            tps = sorted(g.offsets)
-        out: list[tuple[TopicPartition, OffsetAndMetadata | None, Errors]] = []
-        for tp in tps:
-            if require_stable and tp in g.pending_offset_commits:
-                out.append((tp, None, Errors.UNSTABLE_OFFSET_COMMIT))
-            else:
-                out.append((tp, g.offsets.get(tp), Errors.NONE))
-        return Errors.NONE, out
+        return self.offset_manager.fetch_offsets(group_id, tps, require_stable, member_id, member_epoch)
 
     async def delete_offsets(
         self, group_id: str, tps: list[TopicPartition]
@@ -794,32 +684,7 @@ class GroupCoordinator:
         err = self.check_group(group_id)
         if err != Errors.NONE:
             return err, {}
-        g = self.metadata_manager.get_group(group_id)
-        if g is None or g.state_name == GroupState.DEAD.value:
-            return Errors.GROUP_ID_NOT_FOUND, {}
-        results: dict[TopicPartition, Errors] = {}
-        if not g.is_empty():
-            subscribed = g.subscribed_topics()
-            if subscribed is None:
-                return Errors.NON_EMPTY_GROUP, {}
-        else:
-            subscribed = set()
-        deletable: list[TopicPartition] = []
-        for tp in tps:
-            if tp[0] in subscribed:
-                results[tp] = Errors.GROUP_SUBSCRIBED_TO_TOPIC
-            else:
-                results[tp] = Errors.NONE
-                if tp in g.offsets:
-                    deletable.append(tp)
-        if deletable:
-            for tp in deletable:
-                g.offsets.pop(tp, None)
-            err = await self.metadata_manager.write_tombstones(group_id, deletable)
-            if err != Errors.NONE:
-                for tp in deletable:
-                    results[tp] = err
-        return Errors.NONE, results
+        return await self.offset_manager.delete_offsets(group_id, tps)
 
     # ------------------------------------------------------------------------ admin
 
@@ -837,7 +702,7 @@ class GroupCoordinator:
         wanted_types = {t.lower() for t in types} if types else None
         out = []
         for g in self.metadata_manager.owned_groups():
-            if g.state_name == GroupState.DEAD.value:
+            if g.state_name == ClassicGroupState.DEAD.value:
                 continue
             if wanted_states is not None and g.state_name.lower() not in wanted_states:
                 continue
@@ -859,13 +724,13 @@ class GroupCoordinator:
 
     async def _delete_group(self, gid: str) -> Errors:
         g = self.metadata_manager.get_group(gid)
-        if g is None or g.state_name == GroupState.DEAD.value:
+        if g is None or g.state_name == ClassicGroupState.DEAD.value:
             return Errors.GROUP_ID_NOT_FOUND
         if not g.is_empty():
             return Errors.NON_EMPTY_GROUP
         tps = list(g.offsets)
         self._cancel_timer(gid)
-        if isinstance(g, GroupMetadata):
+        if isinstance(g, ClassicGroup):
             self._apply(g, g.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, self.clock_ms()))
         self.metadata_manager.remove_group(gid)
         err = await self.metadata_manager.delete_group_records(g, tps)

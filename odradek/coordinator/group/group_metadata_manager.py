@@ -11,8 +11,8 @@ leads, and their life on the log.
   consumer group no longer subscribes to) are tombstoned, and empty groups without offsets die.
 
 The manager stores any group object that follows :class:`Group`: the classic
-:class:`~odradek.coordinator.group_metadata.GroupMetadata` and the KIP-848
-:class:`~odradek.coordinator.consumer_group.ConsumerGroup` (records with key versions 3-8,
+:class:`~odradek.coordinator.group.classic_group.ClassicGroup` and the KIP-848
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` (records with key versions 3-8,
 replayed into the group on load and deleted with its own tombstones) share the offsets machinery.
 """
 
@@ -20,28 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from odradek.coordinator.consumer_group import (
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group_records import (
     GROUP_METADATA as CONSUMER_GROUP_METADATA,
 )
-from odradek.coordinator.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
+from odradek.coordinator.group.consumer_group_records import (
     CoordinatorRecord,
     decode_record,
     encode_record,
     is_consumer_group_key,
 )
-from odradek.coordinator.group_metadata import (
-    GroupConfig,
-    GroupMetadata,
-    GroupState,
-)
-from odradek.coordinator.records import (
+from odradek.coordinator.group.group_coordinator_config import ConsumerGroupConfig, GroupConfig
+from odradek.coordinator.group.records import (
     GroupKey,
     GroupRecord,
     OffsetAndMetadata,
@@ -139,7 +134,7 @@ class GroupMetadataManager:
         group_config: GroupConfig,
         offsets_retention_ms: int,
         offset_metadata_max_bytes: int,
-        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock_ms: Callable[[], int],
         append_timeout_ms: int = 5000,
         consumer_group_config: ConsumerGroupConfig | None = None,
     ) -> None:
@@ -188,10 +183,10 @@ class GroupMetadataManager:
         """Register a group (returns the one already registered under its id, if any)."""
         return self.groups.setdefault(group.group_id, group)
 
-    def get_or_create_classic_group(self, group_id: str) -> GroupMetadata:
+    def get_or_create_classic_group(self, group_id: str) -> ClassicGroup:
         g = self.groups.get(group_id)
         if g is None:
-            g = GroupMetadata(group_id, self.group_config, self.clock_ms())
+            g = ClassicGroup(group_id, self.group_config, self.clock_ms())
             self.groups[group_id] = g
         return g  # type: ignore[no-any-return]
 
@@ -288,18 +283,14 @@ class GroupMetadataManager:
         if err != Errors.NONE:
             return _append_error(err, True)
         current: Any = self.groups.get(gid)
-        if current is group and current.state_name != GroupState.DEAD.value:
+        if current is group and current.state_name != ClassicGroupState.DEAD.value:
             current.offsets.update(offsets)
         return Errors.NONE
 
-    async def write_tombstones(
-        self, group_id: str, tps: Iterable[TopicPartition], group_too: bool = False
-    ) -> Errors:
+    async def write_tombstones(self, group_id: str, tps: Iterable[TopicPartition]) -> Errors:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(group_id, t, p), None) for t, p in tps
         ]
-        if group_too:
-            records.append((group_metadata_key(group_id), None))
         if not records:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), records)
@@ -327,7 +318,7 @@ class GroupMetadataManager:
         self._load_tasks[partition] = task
 
     async def _load(self, partition: int, epoch: int) -> None:
-        started = time.monotonic()
+        started = self.clock_ms()
         try:
             offsets, groups, consumer_groups, n = await self._replay(partition)
         except asyncio.CancelledError:
@@ -352,9 +343,9 @@ class GroupMetadataManager:
         ):
             rec = groups.get(gid)
             g = (
-                GroupMetadata.from_record(gid, rec, self.group_config, now)
+                ClassicGroup.from_record(gid, rec, self.group_config, now)
                 if rec is not None
-                else GroupMetadata(gid, self.group_config, now)
+                else ClassicGroup(gid, self.group_config, now)
             )
             g.offsets = offsets.get(gid, {})
             if rec is None and not g.offsets:
@@ -368,8 +359,8 @@ class GroupMetadataManager:
         # An operator wants to hear about restored groups, not about 50 empty partitions.
         log.log(
             logging.INFO if loaded else logging.DEBUG,
-            "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s) in %.0f ms",
-            OFFSETS_TOPIC, partition, epoch, n, len(loaded), (time.monotonic() - started) * 1000,
+            "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s) in %d ms",
+            OFFSETS_TOPIC, partition, epoch, n, len(loaded), self.clock_ms() - started,
         )
 
     async def _replay(
@@ -508,7 +499,7 @@ class GroupMetadataManager:
                     out.append(tp)
             return out
         subscribed = group.subscribed_topics()
-        if subscribed is None or group.state_name != GroupState.STABLE.value:
+        if subscribed is None or group.state_name != ClassicGroupState.STABLE.value:
             return out
         for tp, o in group.offsets.items():
             if tp[0] not in subscribed and tp not in group.pending_offset_commits:
@@ -527,7 +518,7 @@ class GroupMetadataManager:
             removed += len(expired)
             drop_group = group.is_empty() and not group.offsets and not group.pending_offset_commits
             if drop_group:
-                if isinstance(group, GroupMetadata):
+                if isinstance(group, ClassicGroup):
                     group.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, now)
                 self.groups.pop(group.group_id, None)
                 log.info("Group %s is empty and has no offsets: removed", group.group_id)

@@ -1,8 +1,10 @@
-"""Records the group coordinator writes to ``__consumer_offsets``.
+"""Offset commits and classic group metadata: the records of ``__consumer_offsets`` with key
+versions 0-2 (the KIP-848 consumer group records, 3-8, are in
+:mod:`~odradek.coordinator.group.consumer_group_records`).
 
 Written from Kafka's group-coordinator record schemas. A key starts with an int16 key version that
-says what the record is (0/1 = an offset commit, 2 = group metadata); a value starts with an
-int16 value version. A record with a null value (a tombstone) deletes its key; compaction then
+says what the record is (0/1 = an offset commit, 2 = classic group metadata); a value starts with
+an int16 value version. A record with a null value (a tombstone) deletes its key; compaction then
 removes it for good.
 """
 
