@@ -49,7 +49,9 @@ from odradek.coordinator.group_metadata_manager import (
 )
 from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
@@ -132,14 +134,14 @@ class GroupCoordinator:
         node_id: int,
         config: KafkaConfig,
         replica_manager: ReplicaManager,
-        image: MetadataImage,
+        metadata_cache: KRaftMetadataCache,
         controller: QuorumController | None,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self.replica_manager = replica_manager
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.controller = controller
         self.clock_ms = clock_ms
         self.group_config = GroupConfig(
@@ -228,12 +230,12 @@ class GroupCoordinator:
         with any count, before the coordinator does. The count is kept while the topic lives,
         also if partitions are added, so that no group moves to another partition.
         """
-        t = self.image.topics_by_name.get(OFFSETS_TOPIC)
-        if t is None:
+        topic_id = self.metadata_cache.get_topic_id(OFFSETS_TOPIC)
+        if topic_id is None:
             return False
-        if t.topic_id != self._offsets_topic_id and t.partitions:
-            self._offsets_topic_id = t.topic_id
-            count = len(t.partitions)
+        count = self.metadata_cache.num_partitions(OFFSETS_TOPIC) or 0
+        if topic_id != self._offsets_topic_id and count:
+            self._offsets_topic_id = topic_id
             if count != self.metadata_manager.num_partitions:
                 log.warning(
                     "%s has %d partition(s), not offsets.topic.num.partitions=%d: groups are "
@@ -254,7 +256,7 @@ class GroupCoordinator:
     async def _create_offsets_topic(self) -> None:
         assert self.controller is not None
         cfg = self.config
-        live = len(self.image.live_brokers())
+        live = len(self.metadata_cache.get_alive_brokers())
         rf = max(1, min(cfg.offsets_topic_replication_factor, live))
         topic = {
             "name": OFFSETS_TOPIC,
@@ -285,16 +287,13 @@ class GroupCoordinator:
         if not self.offsets_topic_exists():
             self.ensure_offsets_topic()
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        reg = self.image.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        reg = self.metadata_cache.get_partition_info(OFFSETS_TOPIC, self.partition_for(group_id))
         if reg is None or reg.leader < 0:
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        for b in self.image.live_brokers():
-            if b.broker_id == reg.leader:
-                ep = b.endpoints.get(listener)
-                if ep is None:
-                    return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-                return Errors.NONE, b.broker_id, ep.host, ep.port
-        return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
+        if node is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return Errors.NONE, node.id, node.host, node.port
 
     def check_group(self, group_id: str | None) -> Errors:
         """INVALID_GROUP_ID / COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / LOAD_IN_PROGRESS / NONE."""
@@ -395,7 +394,7 @@ class GroupCoordinator:
         if md is None:
             md = {
                 name: TopicMetadata(t.topic_id, name, len(t.partitions))
-                for name, t in self.image.topics_by_name.items()
+                for name, t in self.metadata_cache.image.topics.by_name.items()
             }
             self._topics_metadata = md
         return md
@@ -751,7 +750,7 @@ class GroupCoordinator:
         for tp, c in offsets.items():
             if not self.metadata_manager.validate_offset_metadata(c.metadata):
                 results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-            elif self.image.partition(*tp) is None:
+            elif not self.metadata_cache.contains_partition(*tp):
                 results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 to_store[tp] = OffsetAndMetadata(c.offset, c.leader_epoch, c.metadata or "", now)
