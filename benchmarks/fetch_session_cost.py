@@ -85,7 +85,8 @@ async def main(partitions: int, requests: int) -> None:
             await c.close()
             apis = server.broker_apis
             assert apis is not None
-            topic_id = server.image.topics_by_name["t"].topic_id
+            topic_id = server.metadata_cache.get_topic_id("t")
+            assert topic_id is not None
             conn = ConnectionInfo("bench", "127.0.0.1:1", "PLAINTEXT")
             cache = apis.fetch_manager.cache
             for version in (12, 16):

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
@@ -25,7 +25,8 @@ from odradek.controller.replication_control import (
     ReplicationControlManager,
     TopicResult,
 )
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
 from odradek.protocol.errors import Errors
 from odradek.raft.metadata_log import MetadataLog
 
@@ -58,7 +59,7 @@ class QuorumController:
     ) -> None:
         self.node_id = node_id
         self.metadata_log = metadata_log
-        self.image = MetadataImage()
+        self.image: MetadataImage = EMPTY_IMAGE
         self.epoch = 1
         self.delete_topic_enable = delete_topic_enable
         self.replication = ReplicationControlManager(
@@ -76,12 +77,18 @@ class QuorumController:
 
     def replay_log(self) -> None:
         """Rebuild the controller's image from the committed metadata log."""
-        delta = MetadataDelta()
-        n = 0
-        for offset, name, _version, rec in self.metadata_log.read(0):
-            self.image.apply(name, rec, delta, offset)
-            n += 1
-        log.info("Controller replayed %d metadata records up to offset %d", n, self.image.offset)
+        records = [(offset, name, rec) for offset, name, _version, rec in self.metadata_log.read(0)]
+        self.replay(records)
+        log.info("Controller replayed %d metadata records up to offset %d", len(records), self.image.offset)
+
+    def replay(self, records: Iterable[tuple[int, str, dict[str, Any]]]) -> MetadataDelta:
+        """Apply committed records (offset, name, fields) to the controller's image: one
+        delta over the current image, and the next image swapped in for the managers too."""
+        delta = MetadataDelta(self.image)
+        for offset, name, rec in records:
+            delta.replay(name, rec, offset)
+        self.image = self.replication.image = self.configuration.image = delta.apply()
+        return delta
 
     # -- the write path -------------------------------------------------------------------------
 
@@ -97,9 +104,7 @@ class QuorumController:
     async def _commit(self, records: list[MetadataRecord]) -> None:
         first, last = self.metadata_log.append(records, self.epoch, self._clock_ms())
         await asyncio.get_running_loop().run_in_executor(None, self.metadata_log.commit, last + 1)
-        delta = MetadataDelta()
-        for i, (name, rec) in enumerate(records):
-            self.image.apply(name, rec, delta, first + i)
+        self.replay((first + i, name, rec) for i, (name, rec) in enumerate(records))
         self._on_commit(last + 1)
 
     # -- operations -----------------------------------------------------------------------------
@@ -123,7 +128,7 @@ class QuorumController:
                 )
                 records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
                 self.metadata_log.open_transaction = None
-            if "metadata.version" not in self.image.features:
+            if "metadata.version" not in self.image.features.levels:
                 records.append(
                     ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})
                 )
@@ -176,7 +181,7 @@ class QuorumController:
                 # replicas (the last known ones once both are empty); only this node is live.
                 # "Unclean" only for a partition whose sole replica is this node.
                 eligible = list(dict.fromkeys([*p.isr, *p.elr] if p.isr or p.elr else p.last_known_elr))
-                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == [node]).select(
+                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == (node,)).select(
                     PartitionLeadership(p.replicas, eligible, p.leader), {node}
                 )
                 if chosen.leader != node:

@@ -12,7 +12,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
 from odradek.server import config_defs
 from odradek.server.dynamic_broker_config import describe_broker_config
@@ -29,11 +30,11 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 class AdminApis:
     def __init__(
-        self, *, node_id: int, config: KafkaConfig, image: MetadataImage, controller: QuorumController
+        self, *, node_id: int, config: KafkaConfig, metadata_cache: KRaftMetadataCache, controller: QuorumController
     ) -> None:
         self.node_id = node_id
         self.config = config
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.controller = controller
 
     # -- CreateTopics ---------------------------------------------------------------------------
@@ -144,12 +145,12 @@ class AdminApis:
             entries: list[config_defs.ConfigEntry] = []
             is_topic = rtype == TOPIC_RESOURCE
             if is_topic:
-                if rname not in self.image.topics_by_name:
+                if not self.metadata_cache.contains_topic(rname):
                     res["error_code"] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                     res["error_message"] = f"Topic '{rname}' does not exist."
                 else:
                     entries = config_defs.describe_topic_config(
-                        self.config, self.image.topic_config(rname), keys
+                        self.config, self.metadata_cache.topic_config(rname), keys
                     )
             elif rtype == BROKER_RESOURCE:
                 if rname != "" and not rname.lstrip("-").isdigit():

@@ -26,8 +26,10 @@ from odradek.log.log import Log
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta, MetadataReplayError
+from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
@@ -115,19 +117,19 @@ class BrokerServer:
         self.controller: QuorumController | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
-        self.image = MetadataImage()
+        self.metadata_cache = KRaftMetadataCache()
         self._started = False
         self._dir_locks: list[DirLock] = []
 
     # -- configuration helpers ------------------------------------------------------------------
 
     def log_config_for(self, topic: str) -> LogConfig:
-        return config_defs.build_log_config(self.config, self.image.topic_config(topic))
+        return config_defs.build_log_config(self.config, self.metadata_cache.topic_config(topic))
 
     def _apply_dynamic_configs(self) -> None:
         """Lay the dynamic broker configs of the metadata image over the static configuration."""
         ignored = self.config.update_dynamic(
-            self.image.broker_config(""), self.image.broker_config(str(self.node_id))
+            self.metadata_cache.broker_config(""), self.metadata_cache.broker_config(str(self.node_id))
         )
         if ignored:
             log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
@@ -150,7 +152,7 @@ class BrokerServer:
         )
         # Every topic's log config may default from a changed broker key (Kafka's
         # DynamicLogConfig.reconfigure updates all logs).
-        delta.changed_topic_configs.update(image.topics_by_name)
+        delta.changed_topic_configs.update(image.topics.by_name)
 
     def _on_metadata_commit(self, _offset: int) -> None:
         self.loader.catch_up()
@@ -183,7 +185,7 @@ class BrokerServer:
             lambda: Log.load(meta_dir, meta_config, now_ms=_now_ms(), clean_shutdown=False),
         )
         metadata_log = MetadataLog(self._metadata_raw_log)
-        self.loader = MetadataLoader(metadata_log, self.image)
+        self.loader = MetadataLoader(metadata_log, self.metadata_cache)
         self.controller = QuorumController(
             self.node_id,
             metadata_log,
@@ -201,7 +203,7 @@ class BrokerServer:
             # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
             # at that epoch, never below it (the leader epoch cache only moves forward).
             self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
-            level = self.image.features.get("metadata.version", 0)
+            level = self.metadata_cache.metadata_version()
             if level > METADATA_VERSION:
                 log.warning(
                     "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
@@ -209,7 +211,7 @@ class BrokerServer:
                     "configs, brokers, features) and keeps reporting level %d as finalized",
                     level, METADATA_VERSION, level,
                 )
-        except UnreadableMetadataRecord as e:
+        except (UnreadableMetadataRecord, MetadataReplayError) as e:
             raise StartupError(
                 f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
                 f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
@@ -243,12 +245,13 @@ class BrokerServer:
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
-        self.replica_manager = ReplicaManager(self.node_id, lm, self.image, self.log_config_for)
-        initial = MetadataDelta()
-        for t in self.image.topics_by_name.values():
+        self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        image = self.metadata_cache.image
+        initial = MetadataDelta(image)
+        for t in image.topics.by_name.values():
             for p in t.partitions:
                 initial.changed_partitions.add((t.name, p))
-        self.replica_manager.apply_delta(initial, self.image)
+        self.replica_manager.apply_delta(initial, image)
         # Dynamic broker configs first: a change reaches every log through the replica manager.
         self.loader.publishers.append(self._on_broker_configs)
         self.loader.publishers.append(self.replica_manager.apply_delta)
@@ -259,7 +262,7 @@ class BrokerServer:
             node_id=self.node_id,
             config=cfg,
             replica_manager=self.replica_manager,
-            image=self.image,
+            metadata_cache=self.metadata_cache,
             controller=self.controller,
         )
         self.group_coordinator.startup()
@@ -279,7 +282,7 @@ class BrokerServer:
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
-            image=self.image,
+            metadata_cache=self.metadata_cache,
             replica_manager=self.replica_manager,
             controller=self.controller,
             log_manager=lm,
@@ -290,7 +293,7 @@ class BrokerServer:
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
-            image=self.image,
+            metadata_cache=self.metadata_cache,
             replica_manager=self.replica_manager,
             controller=self.controller,
             log_manager=lm,
@@ -386,8 +389,8 @@ class BrokerServer:
         Odradek does not have."""
         assert self.log_manager is not None
         elsewhere = sorted(
-            (t.name, pid, p.replicas)
-            for t in self.image.topics_by_name.values()
+            (t.name, pid, list(p.replicas))
+            for t in self.metadata_cache.image.topics.by_name.values()
             for pid, p in t.partitions.items()
             if any(r != self.node_id for r in p.replicas)
         )
@@ -411,7 +414,7 @@ class BrokerServer:
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None
         for (topic, part), lg in self.log_manager.all_logs().items():
-            t = self.image.topics_by_name.get(topic)
+            t = self.metadata_cache.image.topics.by_name.get(topic)
             stray = t is None or part not in t.partitions
             if not stray and t is not None and lg.topic_id is not None and lg.topic_id != t.topic_id.bytes:
                 stray = True  # a deleted-and-recreated topic: the old log is not this topic's

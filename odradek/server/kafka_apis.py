@@ -24,7 +24,7 @@ from odradek.controller.replication_control import (
     topic_name_error,
 )
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
@@ -101,7 +101,7 @@ class KafkaApis:
         node_id: int,
         cluster_id: str,
         config: KafkaConfig,
-        image: MetadataImage,
+        metadata_cache: KRaftMetadataCache,
         replica_manager: ReplicaManager,
         controller: QuorumController,
         log_manager: LogManager,
@@ -114,7 +114,7 @@ class KafkaApis:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
         self.controller = controller
         self.log_manager = log_manager
@@ -122,7 +122,9 @@ class KafkaApis:
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
-        self.admin_apis = AdminApis(node_id=node_id, config=config, image=image, controller=controller)
+        self.admin_apis = AdminApis(
+            node_id=node_id, config=config, metadata_cache=metadata_cache, controller=controller
+        )
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
         self.handlers: dict[int, Handler] = {
@@ -211,6 +213,7 @@ class KafkaApis:
     # -- ApiVersions ----------------------------------------------------------------------------
 
     def _api_versions_body(self, error: Errors) -> dict[str, Any]:
+        features = self.metadata_cache.features()
         return {
             "error_code": error,
             "api_keys": [
@@ -224,10 +227,10 @@ class KafkaApis:
                 {"name": name, "min_version": lo, "max_version": hi}
                 for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
             ],
-            "finalized_features_epoch": self.image.offset if self.image.features else -1,
+            "finalized_features_epoch": features.epoch,
             "finalized_features": [
                 {"name": name, "max_version_level": level, "min_version_level": level}
-                for name, level in sorted(self.image.features.items())
+                for name, level in sorted(features.levels.items())
             ],
         }
 
@@ -245,17 +248,15 @@ class KafkaApis:
     # -- Metadata -------------------------------------------------------------------------------
 
     def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
-        out = []
-        for b in sorted(self.image.live_brokers(), key=lambda b: b.broker_id):
-            ep = b.endpoints.get(listener)
-            if ep is None:
-                continue
-            out.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
-        return out
+        return [
+            {"node_id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
+            for n in self.metadata_cache.get_alive_broker_nodes(listener)
+        ]
 
-    def _topic_metadata(self, name: str, error: Errors = Errors.NONE) -> dict[str, Any]:
-        t = self.image.topics_by_name.get(name)
-        if t is None:
+    def _topic_metadata(self, name: str, live: set[int], error: Errors = Errors.NONE) -> dict[str, Any]:
+        cache = self.metadata_cache
+        topic_id = cache.get_topic_id(name)
+        if topic_id is None:
             return {
                 "error_code": error or Errors.UNKNOWN_TOPIC_OR_PARTITION,
                 "name": name,
@@ -264,10 +265,10 @@ class KafkaApis:
                 "partitions": [],
                 "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
             }
-        live = {b.broker_id for b in self.image.live_brokers()}
+        parts = cache.get_topic_partitions(name)
         partitions = []
-        for pid in sorted(t.partitions):
-            p = t.partitions[pid]
+        for pid in sorted(parts):
+            p = parts[pid]
             offline = [r for r in p.replicas if r not in live]
             perr = Errors.NONE
             if p.leader < 0 or p.leader not in live:
@@ -278,16 +279,16 @@ class KafkaApis:
                     "partition_index": pid,
                     "leader_id": p.leader,
                     "leader_epoch": p.leader_epoch,
-                    "replica_nodes": p.replicas,
-                    "isr_nodes": p.isr,
+                    "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr),
                     "offline_replicas": offline,
                 }
             )
         return {
             "error_code": Errors.NONE,
-            "name": t.name,
-            "topic_id": t.topic_id,
-            "is_internal": t.name in INTERNAL_TOPICS,
+            "name": name,
+            "topic_id": topic_id,
+            "is_internal": name in INTERNAL_TOPICS,
             "partitions": partitions,
             "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
         }
@@ -299,18 +300,18 @@ class KafkaApis:
         names: list[str]
         unknown_ids: list[uuid.UUID] = []
         if topics is None or (version == 0 and not topics):
-            names = sorted(self.image.topics_by_name)
+            names = sorted(self.metadata_cache.get_all_topics())
             allow_auto = False
         else:
             names = []
             for t in topics:
                 if t.get("name") is None:
                     tid = t.get("topic_id") or _ZERO_UUID
-                    topic = self.image.topics_by_id.get(tid)
-                    if topic is None:
+                    topic_name = self.metadata_cache.get_topic_name(tid)
+                    if topic_name is None:
                         unknown_ids.append(tid)
                     else:
-                        names.append(topic.name)
+                        names.append(topic_name)
                 else:
                     names.append(t["name"])
 
@@ -319,7 +320,10 @@ class KafkaApis:
         cluster_ops = version <= 10 and req.get("include_cluster_authorized_operations", False)
 
         def body(errors: dict[str, Errors]) -> dict[str, Any]:
-            out_topics = [self._topic_metadata(n, errors.get(n, Errors.NONE)) for n in names if n is not None]
+            live = self.metadata_cache.get_alive_broker_ids()
+            out_topics = [
+                self._topic_metadata(n, live, errors.get(n, Errors.NONE)) for n in names if n is not None
+            ]
             if topic_ops:
                 for t in out_topics:
                     t["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
@@ -348,7 +352,7 @@ class KafkaApis:
         errors: dict[str, Errors] = {}
         to_create: list[str] = []
         for n in names:
-            if n is None or n in self.image.topics_by_name:
+            if n is None or self.metadata_cache.contains_topic(n):
                 continue
             if topic_name_error(n) is not None:
                 errors[n] = Errors.INVALID_TOPIC_EXCEPTION
@@ -481,11 +485,7 @@ class KafkaApis:
 
     def handle_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         version = ctx.version
-        image = self.image
-
-        def resolve(topic_id: uuid.UUID) -> str | None:
-            t = image.topics_by_id.get(topic_id)
-            return t.name if t is not None else None
+        resolve = self.metadata_cache.get_topic_name
 
         fetch_data, to_forget = parse_fetch_request(req, version, resolve)
         replica_id = req.get("replica_id", -1)
@@ -677,14 +677,16 @@ class KafkaApis:
             body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE
             body["error_message"] = "The request was sent to a broker endpoint, but asked for controllers"
             return body
-        for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
-            if b.fenced and not req.get("include_fenced_brokers", False):
-                continue
-            ep = b.endpoints.get(ctx.conn.listener_name)
-            if ep is None:
-                continue
+        cache = self.metadata_cache
+        listener = ctx.conn.listener_name
+        nodes = (
+            cache.get_broker_nodes(listener)
+            if req.get("include_fenced_brokers", False)
+            else cache.get_alive_broker_nodes(listener)
+        )
+        for n in nodes:
             body["brokers"].append(
-                {"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack, "is_fenced": b.fenced}
+                {"broker_id": n.id, "host": n.host, "port": n.port, "rack": n.rack, "is_fenced": cache.is_broker_fenced(n.id)}
             )
         return body
 

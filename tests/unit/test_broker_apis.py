@@ -363,7 +363,7 @@ def test_restart_keeps_topics_data_and_producer_ids(tmp_path: Path) -> None:
             assert (await produce(c, "keep", 1, batch([b"3"])))["base_offset"] == 2
             pid2 = (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None}))["producer_id"]
             assert pid2 > pid1  # ids are never handed out twice
-            assert server.image.topic_config("keep") == {"retention.ms": "86400000"}
+            assert server.metadata_cache.topic_config("keep") == {"retention.ms": "86400000"}
 
     run(go)
 

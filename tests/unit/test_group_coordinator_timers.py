@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from test_group_coordinator import FakeReplicaManager
@@ -21,6 +21,9 @@ from odradek.coordinator.group.consumer_group_member import MemberState
 from odradek.coordinator.group.coordinator_timer import EventLoopTimer
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import EMPTY_IMAGE
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ProducePartitionStatus
@@ -61,24 +64,24 @@ class FakeTimer:
         return ran
 
 
-class _Topic:
-    def __init__(self, name: str, topic_id: uuid.UUID, partitions: int) -> None:
-        self.name, self.topic_id = name, topic_id
-        self.partitions = {p: object() for p in range(partitions)}
-
-
-class FakeImage:
-    """What the coordinator reads of the metadata image: topics by name and partitions."""
-
-    def __init__(self, **topics: int) -> None:
-        self.topics_by_name = {
-            OFFSETS_TOPIC: _Topic(OFFSETS_TOPIC, uuid.UUID(int=1), 1),
-            **{n: _Topic(n, TOPIC_ID, c) for n, c in topics.items()},
-        }
-
-    def partition(self, topic: str, p: int) -> Any:
-        t = self.topics_by_name.get(topic)
-        return None if t is None else t.partitions.get(p)
+def metadata_cache(**topics: int) -> KRaftMetadataCache:
+    """A cache whose image has __consumer_offsets (1 partition) and the given topics."""
+    delta = MetadataDelta(EMPTY_IMAGE)
+    offset = 0
+    named = {OFFSETS_TOPIC: (uuid.UUID(int=1), 1), **{n: (TOPIC_ID, c) for n, c in topics.items()}}
+    for name, (topic_id, count) in named.items():
+        delta.replay("TopicRecord", {"name": name, "topic_id": topic_id}, offset)
+        offset += 1
+        for p in range(count):
+            delta.replay("PartitionRecord", {
+                "partition_id": p, "topic_id": topic_id, "replicas": [1], "isr": [1],
+                "removing_replicas": [], "adding_replicas": [], "leader": 1, "leader_epoch": 0,
+                "partition_epoch": 0, "directories": [uuid.UUID(int=0)],
+            }, offset)
+            offset += 1
+    cache = KRaftMetadataCache()
+    cache.set_image(delta.apply())
+    return cache
 
 
 def kafka_config(tmp_path: Path) -> KafkaConfig:
@@ -100,7 +103,7 @@ async def coordinator(
         node_id=1,
         config=kafka_config(tmp_path),
         replica_manager=rm,
-        image=cast(Any, FakeImage(t=4)),
+        metadata_cache=metadata_cache(t=4),
         controller=None,
         clock_ms=lambda: clock[0],
         timer=timer,

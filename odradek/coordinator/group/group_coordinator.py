@@ -58,7 +58,9 @@ from odradek.coordinator.group.group_metadata_manager import (
 from odradek.coordinator.group.offset_metadata_manager import CommitRequest, OffsetMetadataManager
 from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
@@ -77,7 +79,7 @@ class GroupCoordinator:
         node_id: int,
         config: KafkaConfig,
         replica_manager: ReplicaManager,
-        image: MetadataImage,
+        metadata_cache: KRaftMetadataCache,
         controller: QuorumController | None,
         clock_ms: Callable[[], int] = _now_ms,
         timer: CoordinatorTimer | None = None,
@@ -85,7 +87,7 @@ class GroupCoordinator:
         self.node_id = node_id
         self.config = config
         self.replica_manager = replica_manager
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.controller = controller
         self.clock_ms = clock_ms
         self.timer: CoordinatorTimer = timer if timer is not None else EventLoopTimer()
@@ -104,7 +106,7 @@ class GroupCoordinator:
         )
         self.offset_manager = OffsetMetadataManager(
             groups=self.metadata_manager,
-            partition_exists=lambda topic, p: self.image.partition(topic, p) is not None,
+            partition_exists=lambda topic, p: self.metadata_cache.contains_partition(topic, p),
             clock_ms=clock_ms,
             on_member_heartbeat=self._schedule,
         )
@@ -173,12 +175,12 @@ class GroupCoordinator:
         with any count, before the coordinator does. The count is kept while the topic lives,
         also if partitions are added, so that no group moves to another partition.
         """
-        t = self.image.topics_by_name.get(OFFSETS_TOPIC)
-        if t is None:
+        topic_id = self.metadata_cache.get_topic_id(OFFSETS_TOPIC)
+        if topic_id is None:
             return False
-        if t.topic_id != self._offsets_topic_id and t.partitions:
-            self._offsets_topic_id = t.topic_id
-            count = len(t.partitions)
+        count = self.metadata_cache.num_partitions(OFFSETS_TOPIC) or 0
+        if topic_id != self._offsets_topic_id and count:
+            self._offsets_topic_id = topic_id
             if count != self.metadata_manager.num_partitions:
                 log.warning(
                     "%s has %d partition(s), not offsets.topic.num.partitions=%d: groups are "
@@ -199,7 +201,7 @@ class GroupCoordinator:
     async def _create_offsets_topic(self) -> None:
         assert self.controller is not None
         cfg = self.config
-        live = len(self.image.live_brokers())
+        live = len(self.metadata_cache.get_alive_brokers())
         rf = max(1, min(cfg.offsets_topic_replication_factor, live))
         topic = {
             "name": OFFSETS_TOPIC,
@@ -230,16 +232,13 @@ class GroupCoordinator:
         if not self.offsets_topic_exists():
             self.ensure_offsets_topic()
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        reg = self.image.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        reg = self.metadata_cache.get_partition_info(OFFSETS_TOPIC, self.partition_for(group_id))
         if reg is None or reg.leader < 0:
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        for b in self.image.live_brokers():
-            if b.broker_id == reg.leader:
-                ep = b.endpoints.get(listener)
-                if ep is None:
-                    return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-                return Errors.NONE, b.broker_id, ep.host, ep.port
-        return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
+        if node is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return Errors.NONE, node.id, node.host, node.port
 
     def check_group(self, group_id: str | None) -> Errors:
         """INVALID_GROUP_ID / COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / LOAD_IN_PROGRESS / NONE."""
@@ -336,7 +335,7 @@ class GroupCoordinator:
         if md is None:
             md = {
                 name: TopicMetadata(t.topic_id, name, len(t.partitions))
-                for name, t in self.image.topics_by_name.items()
+                for name, t in self.metadata_cache.image.topics.by_name.items()
             }
             self._topics_metadata = md
         return md
