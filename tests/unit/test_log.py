@@ -550,7 +550,7 @@ def test_recovery_logs_what_it_truncates(tmp_path: Path, caplog: pytest.LogCaptu
     size = os.path.getsize(seg_path)
     last = headers[-1]
     os.truncate(seg_path, size - 7)  # the last batch (2 records) is torn
-    caplog.set_level("WARNING", logger="odradek.log.log")
+    caplog.set_level("WARNING", logger="odradek.log.log_loader")
     log = Log.load(d, SMALL, recovery_point=0, now_ms=0, clean_shutdown=False)
     log.close()
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]

@@ -129,7 +129,7 @@ def test_full_disk_append_is_undone_and_answered_with_storage_error(
     # The files hold exactly what was acknowledged: a recovering reload truncates nothing.
     log.close()
     caplog.clear()
-    caplog.set_level(logging.WARNING, logger="odradek.log.log")
+    caplog.set_level(logging.WARNING, logger="odradek.log.log_loader")
     log = Log.load(d, config, recovery_point=0, now_ms=0, clean_shutdown=False)
     assert read_all(log) == list(range(leo + 22))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
