@@ -573,10 +573,11 @@ class Log:
         has base offset ``new_base``). The files must be complete and fsynced.
 
         Steps, each leaving a loadable log if the process dies there: `.cleaned` -> `.swap`
-        (the `.log` rename last: it is the commit point, after which :meth:`load` finishes the
-        swap instead of discarding it), directory fsync, old segments unlinked (their descriptors
-        stay open for in-flight reads until ``file.delete.delay.ms`` has passed, like retention),
-        `.swap` -> live names, directory fsync. All under the log lock, so readers and appenders
+        (the `.log` rename last: it is the commit point, after which
+        :class:`~odradek.log.log_loader.LogLoader` finishes the swap instead of discarding it),
+        directory fsync, old segments unlinked (their descriptors stay open for in-flight reads
+        until ``file.delete.delay.ms`` has passed, like retention), `.swap` -> live names,
+        directory fsync. All under the log lock, so readers and appenders
         see the old list or the new one.
 
         Returns the new segment, or None (the `.cleaned` files removed) when ``old`` is no longer
