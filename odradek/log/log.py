@@ -650,9 +650,11 @@ class Log:
         """Delete all segments and restart the log empty at ``offset``."""
         with self._lock:
             segs = self._segments
-            seg = open_segment(self.dir, offset, self.config, segs.active.last_modified_ms)
-            for old in segs.reset(seg):
+            last_modified_ms = segs.active.last_modified_ms
+            # The old files go first: the new segment may reuse their names.
+            for old in segs.values():
                 segs.retire(old, 0)
+            segs.reset(open_segment(self.dir, offset, self.config, last_modified_ms))
             self.leader_epoch_cache.clear()
             self._log_start_offset = offset
             self._recovery_point = offset

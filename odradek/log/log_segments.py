@@ -114,12 +114,10 @@ class LogSegments:
         self._segments[i : i + count] = [segment]
         self._bases[i : i + count] = [segment.base_offset]
 
-    def reset(self, segment: LogSegment) -> list[LogSegment]:
-        """Make ``segment`` the only one; returns the ones taken out."""
-        old = self._segments
+    def reset(self, segment: LogSegment) -> None:
+        """Make ``segment`` the only one (the caller has retired the others)."""
         self._segments = [segment]
         self._bases = [segment.base_offset]
-        return old
 
     # --------------------------------------------------------------------------- retiring
     def retire(self, segment: LogSegment, close_deadline_ms: int) -> None:

@@ -276,6 +276,23 @@ def test_truncate_to_and_fully(tmp_path: Path) -> None:
     assert read_all(log, 500) == [500, 501, 502, 503]
 
 
+
+def test_truncate_fully_at_the_active_segments_own_base(tmp_path: Path) -> None:
+    # The new segment reuses the file names of the old one: the old files go first, and the
+    # new, empty segment is the one left on disk.
+    d = str(tmp_path / "t-0")
+    log = Log.load(d, SMALL, now_ms=0)
+    fill(log, 3)
+    assert log.num_segments == 1
+    log.truncate_fully_and_start_at(0)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    fill(log, 2)
+    assert read_all(log) == [0, 1, 2, 3]
+    log.close()
+    log = Log.load(d, SMALL, now_ms=0)
+    assert read_all(log) == [0, 1, 2, 3]
+    log.close()
+
 def test_leader_epoch_cache(tmp_path: Path) -> None:
     d = str(tmp_path / "t-0")
     log = Log.load(d, SMALL, now_ms=0)

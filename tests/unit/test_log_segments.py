@@ -80,8 +80,8 @@ def test_changes_keep_bases_in_step(tmp_path: Path) -> None:
     assert [segs.floor_index(o) for o in (17, 19, 20)] == [0, 0, 1]
     assert segs.pop() is c and len(segs) == 1
     fresh = segment_with(tmp_path, 300, 0)
-    assert segs.reset(fresh) == [merged]
-    assert segs.floor_index(0) == 0 and segs.active is fresh
+    segs.reset(fresh)
+    assert segs.values() == [fresh] and segs.floor_index(0) == 0 and segs.active is fresh
 
 
 def test_retired_segments_close_after_their_deadline(tmp_path: Path) -> None:
