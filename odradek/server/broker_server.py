@@ -226,9 +226,9 @@ class BrokerServer:
             backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
         )
-        lm = LogManager(cfg.log_dirs, default_log_config, _now_ms(), cleaner_config=cleaner_config)
+        lm = LogManager(cfg.log_dirs, default_log_config, _now_ms, cleaner_config=cleaner_config)
         try:
-            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, _now_ms()))
+            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for))
         except BaseException:
             # Close what was loaded, but write no clean-shutdown marker: the logs not yet
             # loaded must still be recovered next time.
@@ -316,9 +316,9 @@ class BrokerServer:
         # 6. Background work: retention, flushing, checkpoints.
         # Compaction runs in a worker thread, one pass at a time, off the request path.
         if cleaner_config.enable:
-            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lambda: lm.clean_logs(_now_ms()))
-        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(_now_ms()))
-        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(_now_ms()))
+            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lm.clean_logs)
+        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
+        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
         self._schedule(
             "high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks
@@ -456,7 +456,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         if self.log_manager is not None:
             lm = self.log_manager
-            await loop.run_in_executor(None, lambda: lm.shutdown(_now_ms()))
+            await loop.run_in_executor(None, lm.shutdown)
         if self._metadata_raw_log is not None:
             raw = self._metadata_raw_log
             await loop.run_in_executor(None, raw.flush)
