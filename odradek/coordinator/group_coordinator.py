@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.assignors import TopicMetadata
 from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
 from odradek.coordinator.group_events import Membership, log_changes, membership
@@ -50,7 +49,13 @@ from odradek.coordinator.group_metadata_manager import (
 from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.errors import KafkaStorageError
 from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.server.controller_channel import (
+    ControllerChannel,
+    ControllerRequest,
+    ControllerRequestTimeout,
+)
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
@@ -133,14 +138,14 @@ class GroupCoordinator:
         config: KafkaConfig,
         replica_manager: ReplicaManager,
         image: MetadataImage,
-        controller: QuorumController | None,
+        controller_channel: ControllerChannel | None,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.node_id = node_id
         self.config = config
         self.replica_manager = replica_manager
         self.image = image
-        self.controller = controller
+        self.controller_channel = controller_channel
         self.clock_ms = clock_ms
         self.group_config = GroupConfig(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -245,14 +250,14 @@ class GroupCoordinator:
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` in the background if it does not exist yet."""
-        if self.offsets_topic_exists() or self.controller is None:
+        if self.offsets_topic_exists() or self.controller_channel is None:
             return
         if self._create_task is not None and not self._create_task.done():
             return
         self._create_task = asyncio.get_running_loop().create_task(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        assert self.controller is not None
+        assert self.controller_channel is not None
         cfg = self.config
         live = len(self.image.live_brokers())
         rf = max(1, min(cfg.offsets_topic_replication_factor, live))
@@ -266,15 +271,19 @@ class GroupCoordinator:
                 {"name": "compression.type", "value": "producer"},
             ],
         }
+        request = ControllerRequest(
+            m.CREATE_TOPICS.api_key, 7, {"topics": [topic], "timeout_ms": cfg.request_timeout_ms, "validate_only": False}
+        )
         try:
-            results = await self.controller.create_topics([topic], validate_only=False)
-        except KafkaStorageError as e:  # disk full (logged once by the log layer): tried again
-            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # at the next FindCoordinator
-            return
+            results = (await self.controller_channel.send(request))["topics"]
+        except (KafkaStorageError, ControllerRequestTimeout) as e:  # disk full (logged once by
+            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # the log layer): tried again
+            return  # at the next FindCoordinator
         for r in results:
-            if r.error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-                log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, r.error.name, r.message or "")
-            elif r.error == Errors.NONE:  # the controller logs the creation at INFO
+            error = Errors(r["error_code"])
+            if error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, error.name, r["error_message"] or "")
+            elif error == Errors.NONE:  # the controller logs the creation at INFO
                 log.debug(
                     "Created %s with %d partitions, replication factor %d",
                     OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,

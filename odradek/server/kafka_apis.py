@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import shutil
 import uuid
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES, QuorumController
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES
 from odradek.controller.replication_control import (
     INTERNAL_TOPICS,
     RESERVED_TOPICS,
@@ -43,6 +44,13 @@ from odradek.server.acl_operations import (
     TOPIC_AUTHORIZED_OPERATIONS,
 )
 from odradek.server.admin_apis import AdminApis
+from odradek.server.controller_channel import (
+    ControllerChannel,
+    ControllerRequest,
+    ControllerRequestTimeout,
+    ForwardingManager,
+    RequestClient,
+)
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -103,7 +111,7 @@ class KafkaApis:
         config: KafkaConfig,
         image: MetadataImage,
         replica_manager: ReplicaManager,
-        controller: QuorumController,
+        controller_channel: ControllerChannel,
         log_manager: LogManager,
         producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
@@ -116,13 +124,15 @@ class KafkaApis:
         self.config = config
         self.image = image
         self.replica_manager = replica_manager
-        self.controller = controller
+        self.controller_channel = controller_channel
         self.log_manager = log_manager
         self.fetch_manager = FetchManager(
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
-        self.admin_apis = AdminApis(node_id=node_id, config=config, image=image, controller=controller)
+        self.admin_apis = AdminApis(
+            node_id=node_id, config=config, image=image, forwarding=ForwardingManager(controller_channel)
+        )
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
         self.handlers: dict[int, Handler] = {
@@ -244,6 +254,18 @@ class KafkaApis:
 
     # -- Metadata -------------------------------------------------------------------------------
 
+    def _controller_id_for_clients(self) -> int:
+        """The controller id of Metadata and DescribeCluster responses. Clients cannot reach a
+        KRaft controller (KIP-590): they send controller-bound requests to the node named here,
+        so it must be a live broker. The active controller when it is one (a combined node);
+        otherwise, as Kafka's KRaftMetadataCache, a random live broker; -1 when none is live."""
+        live = [b.broker_id for b in self.image.live_brokers()]
+        active = self.controller_channel.active_controller_id()
+        if active is not None and active in live:
+            return active
+        return random.choice(live) if live else -1
+
+
     def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
         out = []
         for b in sorted(self.image.live_brokers(), key=lambda b: b.broker_id):
@@ -338,7 +360,7 @@ class KafkaApis:
                 "throttle_time_ms": 0,
                 "brokers": self._brokers_for(ctx.conn.listener_name),
                 "cluster_id": self.cluster_id,
-                "controller_id": self.node_id,
+                "controller_id": self._controller_id_for_clients(),
                 "topics": out_topics,
                 "cluster_authorized_operations": (
                     CLUSTER_AUTHORIZED_OPERATIONS if cluster_ops else AUTHORIZED_OPS_OMITTED
@@ -360,22 +382,39 @@ class KafkaApis:
             return body(errors)
 
         async def create_then_answer() -> dict[str, Any]:
-            results = await self.controller.create_topics(
-                [{"name": n, "num_partitions": -1, "replication_factor": -1} for n in to_create],
-                validate_only=False,
+            # Kafka's AutoTopicCreationManager: a CreateTopics to the controller on the
+            # client's behalf.
+            request = ControllerRequest(
+                m.CREATE_TOPICS.api_key,
+                7,
+                {
+                    "topics": [
+                        {"name": n, "num_partitions": -1, "replication_factor": -1, "assignments": [], "configs": []}
+                        for n in to_create
+                    ],
+                    "timeout_ms": self.config.request_timeout_ms,
+                    "validate_only": False,
+                },
+                RequestClient(ctx.header.client_id, ctx.conn.peer),
             )
+            try:
+                results = (await self.controller_channel.send(request))["topics"]
+            except ControllerRequestTimeout as e:
+                log.warning("Auto-creation of topics %s failed: %s", ", ".join(to_create), e)
+                results = [{"name": n, "error_code": Errors.REQUEST_TIMED_OUT, "error_message": str(e)} for n in to_create]
             for r in results:
-                if r.error == Errors.TOPIC_ALREADY_EXISTS:
+                error = Errors(r["error_code"])
+                if error == Errors.TOPIC_ALREADY_EXISTS:
                     continue
-                if r.error != Errors.NONE:
-                    log.warning("Auto-creation of topic %s failed: %s", r.name, r.message)
-                    errors[r.name] = (
+                if error != Errors.NONE:
+                    log.warning("Auto-creation of topic %s failed: %s", r["name"], r["error_message"])
+                    errors[r["name"]] = (
                         Errors.INVALID_TOPIC_EXCEPTION
-                        if r.error == Errors.INVALID_TOPIC_EXCEPTION
+                        if error == Errors.INVALID_TOPIC_EXCEPTION
                         else Errors.LEADER_NOT_AVAILABLE
                     )
                 else:
-                    log.info("Auto-created topic %s for %s", r.name, ctx.conn.peer)
+                    log.info("Auto-created topic %s for %s", r["name"], ctx.conn.peer)
             return body(errors)
 
         return create_then_answer()
@@ -667,7 +706,7 @@ class KafkaApis:
             "error_message": None,
             "endpoint_type": 1,
             "cluster_id": self.cluster_id,
-            "controller_id": self.node_id,
+            "controller_id": -1,
             "brokers": [],
             "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
             if req["include_cluster_authorized_operations"]
@@ -686,6 +725,10 @@ class KafkaApis:
             body["brokers"].append(
                 {"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack, "is_fenced": b.fenced}
             )
+        # As Kafka: a controller id that is not among the listed brokers would confuse clients.
+        controller_id = self._controller_id_for_clients()
+        if any(b["broker_id"] == controller_id for b in body["brokers"]):
+            body["controller_id"] = controller_id
         return body
 
     # -- InitProducerId -------------------------------------------------------------------------
@@ -706,7 +749,10 @@ class KafkaApis:
         async def run() -> dict[str, Any]:
             # An idempotent producer gets a fresh id with epoch 0, also when it asks to bump
             # the epoch of its old one (KIP-360), as Kafka does without a transactional id.
-            pid = await manager.generate_producer_id()
+            try:
+                pid = await manager.generate_producer_id()
+            except KafkaError as e:
+                return {"throttle_time_ms": 0, "error_code": e.code, "producer_id": -1, "producer_epoch": -1}
             return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid, "producer_epoch": 0}
 
         return run()
