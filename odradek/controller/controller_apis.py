@@ -18,6 +18,7 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.schema import Api
 from odradek.server import config_defs
+from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
 from odradek.server.controller_channel import (
     ALLOCATE_PRODUCER_IDS,
     BROKER_HEARTBEAT,
@@ -247,7 +248,9 @@ class ControllerApis:
             "cluster_id": self.cluster_id,
             "controller_id": -1,
             "brokers": [],
-            "cluster_authorized_operations": -(2**31),
+            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
+            if req["include_cluster_authorized_operations"]
+            else AUTHORIZED_OPS_OMITTED,
         }
         if endpoint_type not in (_ENDPOINT_TYPE_BROKER, _ENDPOINT_TYPE_CONTROLLER):
             body["error_code"] = (

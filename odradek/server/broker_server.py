@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -320,9 +321,10 @@ class BrokerServer:
             extensions=[controller_apis],
         )
         controller_names = set(cfg.controller_listener_names)
-        for lst in cfg.listeners:
+        for lst in cfg.listeners:  # advertised by DescribeCluster to the controllers' clients
             if lst.name in controller_names and lst.name in self.bound_ports:
-                controller_apis.listener_endpoints[lst.name] = (lst.host or "localhost", self.bound_ports[lst.name])
+                host = socket.gethostname() if lst.host in ("", "0.0.0.0", "::") else lst.host
+                controller_apis.listener_endpoints[lst.name] = (host, self.bound_ports[lst.name])
         for server in self._servers:
             is_controller = server.listener_name in controller_names
             server.handler = controller_listener_apis if is_controller else broker_apis

@@ -24,6 +24,7 @@ from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader
 from odradek.raft.metadata_log import MetadataLog
 from odradek.server import config_defs
+from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
 from odradek.server.admin_apis import AdminApis
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import (
@@ -373,6 +374,9 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
         resp = await describe(ctx(m.DESCRIBE_CLUSTER.api_key, 1), {"include_cluster_authorized_operations": False, "endpoint_type": 2})
         assert (resp["error_code"], resp["controller_id"], resp["endpoint_type"]) == (Errors.NONE, 3000, 2)
         assert resp["brokers"] == [{"broker_id": 3000, "host": "ctl.example", "port": 9093, "rack": None}]
+        assert resp["cluster_authorized_operations"] == AUTHORIZED_OPS_OMITTED
+        resp = await describe(ctx(m.DESCRIBE_CLUSTER.api_key, 1), {"include_cluster_authorized_operations": True, "endpoint_type": 2})
+        assert resp["cluster_authorized_operations"] == CLUSTER_AUTHORIZED_OPERATIONS
         leader[0] = 3001  # not a controller this node knows: named -1, as Kafka does
         resp = await describe(ctx(m.DESCRIBE_CLUSTER.api_key, 1), {"include_cluster_authorized_operations": False, "endpoint_type": 2})
         assert resp["controller_id"] == -1
