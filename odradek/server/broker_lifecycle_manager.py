@@ -116,7 +116,7 @@ class BrokerLifecycleManager:
             if code == Errors.NONE:
                 self.broker_epoch = resp["broker_epoch"]
                 self.is_fenced = True
-                log.info("Broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
+                log.debug("Broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
                 return
             log.warning(
                 "Registration of broker %d failed: %s %s; retrying in %d ms",
@@ -147,7 +147,7 @@ class BrokerLifecycleManager:
             log.warning("Broker %d heartbeat failed: %s", self.node_id, code.name)
             return True
         if self.is_fenced and not resp["is_fenced"]:
-            log.info("Broker %d is unfenced at broker epoch %d", self.node_id, self.broker_epoch)
+            log.debug("Broker %d is unfenced at broker epoch %d", self.node_id, self.broker_epoch)
         self.is_fenced = resp["is_fenced"]
         if not self.is_fenced and self._unfenced is not None:
             self._unfenced.set()

@@ -206,13 +206,13 @@ class InMemoryControllerChannel(ControllerChannel):
                 item.future.set_result(response)
 
     async def close(self) -> None:
+        """Stop: the request in flight is answered (a controller write is never cut short),
+        the queued ones fail with ControllerRequestTimeout."""
         self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.set()
         if self._worker is not None:
-            self._worker.cancel()
-            try:
-                await self._worker
-            except asyncio.CancelledError:
-                pass
+            await self._worker
             self._worker = None
         while self._queue:
             item = self._queue.popleft()

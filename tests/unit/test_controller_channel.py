@@ -174,16 +174,20 @@ def test_forwarded_request_gets_not_controller_back_without_retry(tmp_path: Path
     run(go)
 
 
-def test_closed_channel_fails_what_is_queued() -> None:
+def test_closing_answers_the_request_in_flight_and_fails_what_is_queued() -> None:
     async def go() -> None:
-        channel = InMemoryControllerChannel({}, lambda: None, retry_backoff_ms=5)
-        pending = asyncio.ensure_future(channel.send(req(1)))
+        rec = Recorder(delays=[0.05])
+        channel = InMemoryControllerChannel({1: rec}, lambda: 1)
+        in_flight = asyncio.ensure_future(channel.send(req(1)))
+        queued = asyncio.ensure_future(channel.send(req(2)))
         await asyncio.sleep(0.01)
         await channel.close()
+        assert (await in_flight)["n"] == 1  # a controller write is never cut short
         with pytest.raises(ControllerRequestTimeout):
-            await pending
+            await queued
         with pytest.raises(ControllerRequestTimeout):
-            await channel.send(req(2))
+            await channel.send(req(3))
+        assert rec.seen == [1]
 
     run(go)
 
