@@ -44,13 +44,8 @@ from odradek.server.acl_operations import (
     TOPIC_AUTHORIZED_OPERATIONS,
 )
 from odradek.server.admin_apis import AdminApis
-from odradek.server.controller_channel import (
-    ControllerChannel,
-    ControllerRequest,
-    ControllerRequestTimeout,
-    ForwardingManager,
-    RequestClient,
-)
+from odradek.server.auto_topic_creation_manager import AutoTopicCreationManager
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager, RequestClient
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -130,6 +125,7 @@ class KafkaApis:
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
+        self.auto_topic_creation = AutoTopicCreationManager(controller_channel, config.request_timeout_ms)
         self.admin_apis = AdminApis(
             node_id=node_id, config=config, image=image, forwarding=ForwardingManager(controller_channel)
         )
@@ -382,39 +378,8 @@ class KafkaApis:
             return body(errors)
 
         async def create_then_answer() -> dict[str, Any]:
-            # Kafka's AutoTopicCreationManager: a CreateTopics to the controller on the
-            # client's behalf.
-            request = ControllerRequest(
-                m.CREATE_TOPICS.api_key,
-                7,
-                {
-                    "topics": [
-                        {"name": n, "num_partitions": -1, "replication_factor": -1, "assignments": [], "configs": []}
-                        for n in to_create
-                    ],
-                    "timeout_ms": self.config.request_timeout_ms,
-                    "validate_only": False,
-                },
-                RequestClient(ctx.header.client_id, ctx.conn.peer),
-            )
-            try:
-                results = (await self.controller_channel.send(request))["topics"]
-            except ControllerRequestTimeout as e:
-                log.warning("Auto-creation of topics %s failed: %s", ", ".join(to_create), e)
-                results = [{"name": n, "error_code": Errors.REQUEST_TIMED_OUT, "error_message": str(e)} for n in to_create]
-            for r in results:
-                error = Errors(r["error_code"])
-                if error == Errors.TOPIC_ALREADY_EXISTS:
-                    continue
-                if error != Errors.NONE:
-                    log.warning("Auto-creation of topic %s failed: %s", r["name"], r["error_message"])
-                    errors[r["name"]] = (
-                        Errors.INVALID_TOPIC_EXCEPTION
-                        if error == Errors.INVALID_TOPIC_EXCEPTION
-                        else Errors.LEADER_NOT_AVAILABLE
-                    )
-                else:
-                    log.info("Auto-created topic %s for %s", r["name"], ctx.conn.peer)
+            client = RequestClient(ctx.header.client_id, ctx.conn.peer)
+            errors.update(await self.auto_topic_creation.create_topics(to_create, client))
             return body(errors)
 
         return create_then_answer()

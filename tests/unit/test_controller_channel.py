@@ -440,3 +440,43 @@ def test_a_controller_clients_cannot_reach_is_replaced_by_a_live_broker() -> Non
     md, dc = _controller_ids(_image_with_brokers(1, 2), active=3000)
     assert md in (1, 2) and dc in (1, 2)
     assert _controller_ids(MetadataImage(), active=3000) == (-1, -1)
+
+
+def test_metadata_auto_creates_topics_through_the_channel(tmp_path: Path) -> None:
+    async def go() -> None:
+        controller = new_controller(tmp_path)
+        capis = ControllerApis(node_id=1, cluster_id=CLUSTER_ID, config=CONFIG, controller=controller, leader_id=lambda: 1)
+        channel = InMemoryControllerChannel({1: capis}, lambda: 1)
+        lifecycle = BrokerLifecycleManager(
+            node_id=1, cluster_id=CLUSTER_ID, channel=channel, heartbeat_interval_ms=lambda: 10_000,
+            metadata_offset=lambda: controller.image.offset,
+        )
+        lifecycle.start([("PLAINTEXT", "localhost", 9092)], SUPPORTED_FEATURES, None)
+        await lifecycle.wait_for_unfence()
+
+        def metadata(apis: KafkaApis, *names: str) -> Any:
+            return apis.handle_metadata(ctx(m.METADATA.api_key, 12), {
+                "topics": [{"name": n, "topic_id": uuid.UUID(int=0)} for n in names],
+                "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False,
+            })
+
+        apis = KafkaApis(
+            node_id=1, cluster_id=CLUSTER_ID, config=CONFIG, image=controller.image, replica_manager=_Clock(),  # type: ignore[arg-type]
+            controller_channel=channel, log_manager=None,  # type: ignore[arg-type]
+            enabled_apis=[m.METADATA],
+        )
+        resp = await metadata(apis, "auto-1")
+        assert [(t["name"], t["error_code"], len(t["partitions"])) for t in resp["topics"]] == [("auto-1", Errors.NONE, 1)]
+        assert "auto-1" in controller.image.topics_by_name
+        # No controller answers: the topic is LEADER_NOT_AVAILABLE (retriable), not created.
+        lost = InMemoryControllerChannel({}, lambda: None, retry_timeout_ms=30, retry_backoff_ms=5)
+        apis.auto_topic_creation.channel = lost
+        resp = await metadata(apis, "auto-2")
+        assert [(t["name"], t["error_code"]) for t in resp["topics"]] == [("auto-2", Errors.LEADER_NOT_AVAILABLE)]
+        assert "auto-2" not in controller.image.topics_by_name
+        await lifecycle.close()
+        await channel.close()
+        await lost.close()
+
+    run(go)
