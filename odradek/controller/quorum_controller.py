@@ -27,7 +27,7 @@ from odradek.controller.replication_control import (
 )
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
-from odradek.protocol.errors import Errors
+from odradek.protocol.errors import Errors, KafkaError
 from odradek.raft.metadata_log import MetadataLog
 
 log = logging.getLogger(__name__)
@@ -109,10 +109,19 @@ class QuorumController:
 
     # -- operations -----------------------------------------------------------------------------
 
-    async def bootstrap_and_register(
-        self, incarnation_id: uuid.UUID, endpoints: list[tuple[str, str, int]], rack: str | None
-    ) -> int:
-        """Write the bootstrap records on a new log, then register and unfence this broker.
+    def _check_broker_epoch(self, broker_id: int, broker_epoch: int) -> None:
+        """Kafka's ClusterControlManager.checkBrokerEpoch."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            raise KafkaError(Errors.BROKER_ID_NOT_REGISTERED, f"No broker registration found for broker {broker_id}")
+        if b.epoch != broker_epoch:
+            raise KafkaError(
+                Errors.STALE_BROKER_EPOCH, f"Expected broker epoch {b.epoch}, but got broker epoch {broker_epoch}"
+            )
+
+    async def register_broker(self, request: dict[str, Any]) -> int:
+        """BrokerRegistration: write the bootstrap records on a new log, then register the broker,
+        fenced until its first heartbeat from a caught-up broker.
 
         Returns the broker epoch (the offset of the registration record, as Kafka does).
         """
@@ -137,33 +146,45 @@ class QuorumController:
                 (
                     "RegisterBrokerRecord",
                     {
-                        "broker_id": self.node_id,
-                        "incarnation_id": incarnation_id,
+                        "broker_id": request["broker_id"],
+                        "incarnation_id": request["incarnation_id"],
                         "broker_epoch": epoch,
                         "end_points": [
-                            {"name": n, "host": h, "port": p, "security_protocol": 0}
-                            for n, h, p in endpoints
+                            {"name": e["name"], "host": e["host"], "port": e["port"], "security_protocol": e["security_protocol"]}
+                            for e in request["listeners"]
                         ],
-                        "features": [
-                            {
-                                "name": "metadata.version",
-                                "min_supported_version": MIN_METADATA_VERSION,
-                                "max_supported_version": METADATA_VERSION,
-                            }
-                        ],
-                        "rack": rack,
+                        "features": [dict(f) for f in request["features"]],
+                        "rack": request["rack"],
                         "fenced": True,
                     },
                 )
             )
-            records.append(("UnfenceBrokerRecord", {"id": self.node_id, "epoch": epoch}))
-            records.extend(self._elect_offline_partitions())
             return epoch, records
 
         return await self._write(op)
 
-    def _elect_offline_partitions(self) -> list[MetadataRecord]:
-        """Leaders for the partitions without one that this node may lead.
+    async def broker_heartbeat(
+        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool
+    ) -> tuple[bool, bool]:
+        """BrokerHeartbeat: (caught up, fenced). A fenced broker that has caught up with the
+        metadata up to its registration and does not want to stay fenced is unfenced, and
+        takes over the partitions without a leader it may lead."""
+
+        def op() -> tuple[tuple[bool, bool], list[MetadataRecord]]:
+            self._check_broker_epoch(broker_id, broker_epoch)
+            b = self.image.brokers[broker_id]
+            caught_up = current_metadata_offset >= broker_epoch
+            if not b.fenced or not caught_up or want_fence:
+                return (caught_up, b.fenced), []
+            log.info("Unfencing broker %d at broker epoch %d", broker_id, broker_epoch)
+            records: list[MetadataRecord] = [("UnfenceBrokerRecord", {"id": broker_id, "epoch": broker_epoch})]
+            records.extend(self._elect_offline_partitions(broker_id))
+            return (caught_up, False), records
+
+        return await self._write(op)
+
+    def _elect_offline_partitions(self, node: int) -> list[MetadataRecord]:
+        """Leaders for the partitions without one that broker ``node``, just unfenced, may lead.
 
         Odradek never leaves a partition leaderless, but Apache Kafka's controlled shutdown of
         its last broker does (``leader=-1``, and with KIP-966 ``isr=[]`` with the broker kept in
@@ -172,7 +193,6 @@ class QuorumController:
         is unfenced again. Never an unclean election: a replica outside ISR and ELR of a
         partition with other replicas is left alone."""
         records: list[MetadataRecord] = []
-        node = self.node_id
         for t in self.image.topics_by_name.values():
             for pid, p in sorted(t.partitions.items()):
                 if p.leader >= 0 or node not in p.replicas:
@@ -209,6 +229,7 @@ class QuorumController:
         """Hand a broker a block of producer ids (Kafka's AllocateProducerIds): (first, count)."""
 
         def op() -> tuple[tuple[int, int], list[MetadataRecord]]:
+            self._check_broker_epoch(broker_id, broker_epoch)
             first = self.image.next_producer_id
             record = {
                 "broker_id": broker_id,

@@ -14,12 +14,17 @@ import asyncio
 import dataclasses
 import logging
 import os
+import socket
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.controller.controller_apis import ControllerApis
+from odradek.controller.quorum_controller import (
+    METADATA_VERSION,
+    SUPPORTED_FEATURES,
+    QuorumController,
+)
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
@@ -37,6 +42,8 @@ from odradek.protocol import messages as m
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.server import config_defs
+from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
+from odradek.server.controller_channel import InMemoryControllerChannel
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
 from odradek.server.group_apis import GroupApis
@@ -115,6 +122,8 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: QuorumController | None = None
+        self.controller_channel: InMemoryControllerChannel | None = None
+        self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
         self.metadata_cache = KRaftMetadataCache()
@@ -256,6 +265,18 @@ class BrokerServer:
         self.loader.publishers.append(self._on_broker_configs)
         self.loader.publishers.append(self.replica_manager.apply_delta)
 
+        # 3a. The controller's request handlers, and the broker's channel to them. A quorum of
+        # one: this node is the Raft leader, so the active controller.
+        def raft_leader() -> int | None:
+            return self.node_id
+
+        controller_apis = ControllerApis(
+            node_id=self.node_id, cluster_id=self.cluster_id, config=cfg, controller=self.controller,
+            leader_id=raft_leader,
+        )
+        channel = InMemoryControllerChannel({self.node_id: controller_apis}, raft_leader)
+        self.controller_channel = channel
+
         # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
         # and on every later leadership change) and serves the group APIs.
         self.group_coordinator = GroupCoordinator(
@@ -263,7 +284,7 @@ class BrokerServer:
             config=cfg,
             replica_manager=self.replica_manager,
             metadata_cache=self.metadata_cache,
-            controller=self.controller,
+            controller_channel=channel,
         )
         self.group_coordinator.startup()
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
@@ -271,47 +292,56 @@ class BrokerServer:
         self.loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
-        controller = self.controller
-
-        async def allocate_block() -> tuple[int, int]:
-            return await controller.allocate_producer_ids(self.node_id, self.broker_epoch)
-
-        self.broker_epoch = -1
+        lifecycle = BrokerLifecycleManager(
+            node_id=self.node_id,
+            cluster_id=self.cluster_id,
+            channel=channel,
+            heartbeat_interval_ms=lambda: cfg.broker_heartbeat_interval_ms,
+            metadata_offset=lambda: self.metadata_cache.image.offset,
+        )
+        self.lifecycle_manager = lifecycle
         broker_apis = KafkaApis(
-            producer_id_manager=ProducerIdManager(allocate_block),
+            producer_id_manager=ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel),
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
             metadata_cache=self.metadata_cache,
             replica_manager=self.replica_manager,
-            controller=self.controller,
+            controller_channel=channel,
             log_manager=lm,
             extensions=[GroupApis(self.group_coordinator)],
         )
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
-        controller_apis = KafkaApis(
+        controller_listener_apis = KafkaApis(
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
             metadata_cache=self.metadata_cache,
             replica_manager=self.replica_manager,
-            controller=self.controller,
+            controller_channel=channel,
             log_manager=lm,
             enabled_apis=[m.API_VERSIONS],
+            extensions=[controller_apis],
         )
         controller_names = set(cfg.controller_listener_names)
+        for lst in cfg.listeners:  # advertised by DescribeCluster to the controllers' clients
+            if lst.name in controller_names and lst.name in self.bound_ports:
+                host = socket.gethostname() if lst.host in ("", "0.0.0.0", "::") else lst.host
+                controller_apis.listener_endpoints[lst.name] = (host, self.bound_ports[lst.name])
         for server in self._servers:
             is_controller = server.listener_name in controller_names
-            server.handler = controller_apis if is_controller else broker_apis
+            server.handler = controller_listener_apis if is_controller else broker_apis
             await server.start()
 
-        # 5. Register with the controller; the broker is unfenced once the records commit.
+        # 5. Register with the controller and heartbeat; the controller unfences the broker
+        # once it has caught up with the metadata.
         endpoints = []
         for adv in cfg.advertised_listeners:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
-        broker_epoch = await self.controller.bootstrap_and_register(uuid.uuid4(), endpoints, cfg.broker_rack)
-        self.broker_epoch = broker_epoch
+        lifecycle.start(endpoints, SUPPORTED_FEATURES, cfg.broker_rack)
+        await lifecycle.wait_for_unfence()
+        broker_epoch = lifecycle.broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
         # Compaction runs in a worker thread, one pass at a time, off the request path.
@@ -438,6 +468,8 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
+        if self.lifecycle_manager is not None:
+            await self.lifecycle_manager.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -445,6 +477,8 @@ class BrokerServer:
         for server in self._servers:
             await server.stop()
         self._servers.clear()
+        if self.controller_channel is not None:
+            await self.controller_channel.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import shutil
 import uuid
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES, QuorumController
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES
 from odradek.controller.replication_control import (
     INTERNAL_TOPICS,
     RESERVED_TOPICS,
@@ -43,6 +44,8 @@ from odradek.server.acl_operations import (
     TOPIC_AUTHORIZED_OPERATIONS,
 )
 from odradek.server.admin_apis import AdminApis
+from odradek.server.auto_topic_creation_manager import AutoTopicCreationManager
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager, RequestClient
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -103,7 +106,7 @@ class KafkaApis:
         config: KafkaConfig,
         metadata_cache: KRaftMetadataCache,
         replica_manager: ReplicaManager,
-        controller: QuorumController,
+        controller_channel: ControllerChannel,
         log_manager: LogManager,
         producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
@@ -116,14 +119,15 @@ class KafkaApis:
         self.config = config
         self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
-        self.controller = controller
+        self.controller_channel = controller_channel
         self.log_manager = log_manager
         self.fetch_manager = FetchManager(
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
+        self.auto_topic_creation = AutoTopicCreationManager(controller_channel, config.request_timeout_ms)
         self.admin_apis = AdminApis(
-            node_id=node_id, config=config, metadata_cache=metadata_cache, controller=controller
+            node_id=node_id, config=config, metadata_cache=metadata_cache, forwarding=ForwardingManager(controller_channel)
         )
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
@@ -247,6 +251,18 @@ class KafkaApis:
 
     # -- Metadata -------------------------------------------------------------------------------
 
+    def _controller_id_for_clients(self) -> int:
+        """The controller id of Metadata and DescribeCluster responses. Clients cannot reach a
+        KRaft controller (KIP-590): they send controller-bound requests to the node named here,
+        so it must be a live broker. The active controller when it is one (a combined node);
+        otherwise, as Kafka's KRaftMetadataCache, a random live broker; -1 when none is live."""
+        live = sorted(self.metadata_cache.get_alive_broker_ids())
+        active = self.controller_channel.active_controller_id()
+        if active is not None and active in live:
+            return active
+        return random.choice(live) if live else -1
+
+
     def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
         return [
             {"node_id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
@@ -342,7 +358,7 @@ class KafkaApis:
                 "throttle_time_ms": 0,
                 "brokers": self._brokers_for(ctx.conn.listener_name),
                 "cluster_id": self.cluster_id,
-                "controller_id": self.node_id,
+                "controller_id": self._controller_id_for_clients(),
                 "topics": out_topics,
                 "cluster_authorized_operations": (
                     CLUSTER_AUTHORIZED_OPERATIONS if cluster_ops else AUTHORIZED_OPS_OMITTED
@@ -364,22 +380,8 @@ class KafkaApis:
             return body(errors)
 
         async def create_then_answer() -> dict[str, Any]:
-            results = await self.controller.create_topics(
-                [{"name": n, "num_partitions": -1, "replication_factor": -1} for n in to_create],
-                validate_only=False,
-            )
-            for r in results:
-                if r.error == Errors.TOPIC_ALREADY_EXISTS:
-                    continue
-                if r.error != Errors.NONE:
-                    log.warning("Auto-creation of topic %s failed: %s", r.name, r.message)
-                    errors[r.name] = (
-                        Errors.INVALID_TOPIC_EXCEPTION
-                        if r.error == Errors.INVALID_TOPIC_EXCEPTION
-                        else Errors.LEADER_NOT_AVAILABLE
-                    )
-                else:
-                    log.info("Auto-created topic %s for %s", r.name, ctx.conn.peer)
+            client = RequestClient(ctx.header.client_id, ctx.conn.peer)
+            errors.update(await self.auto_topic_creation.create_topics(to_create, client))
             return body(errors)
 
         return create_then_answer()
@@ -667,7 +669,7 @@ class KafkaApis:
             "error_message": None,
             "endpoint_type": 1,
             "cluster_id": self.cluster_id,
-            "controller_id": self.node_id,
+            "controller_id": -1,
             "brokers": [],
             "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
             if req["include_cluster_authorized_operations"]
@@ -688,6 +690,10 @@ class KafkaApis:
             body["brokers"].append(
                 {"broker_id": n.id, "host": n.host, "port": n.port, "rack": n.rack, "is_fenced": cache.is_broker_fenced(n.id)}
             )
+        # As Kafka: a controller id that is not among the listed brokers would confuse clients.
+        controller_id = self._controller_id_for_clients()
+        if any(b["broker_id"] == controller_id for b in body["brokers"]):
+            body["controller_id"] = controller_id
         return body
 
     # -- InitProducerId -------------------------------------------------------------------------
@@ -708,7 +714,10 @@ class KafkaApis:
         async def run() -> dict[str, Any]:
             # An idempotent producer gets a fresh id with epoch 0, also when it asks to bump
             # the epoch of its old one (KIP-360), as Kafka does without a transactional id.
-            pid = await manager.generate_producer_id()
+            try:
+                pid = await manager.generate_producer_id()
+            except KafkaError as e:
+                return {"throttle_time_ms": 0, "error_code": e.code, "producer_id": -1, "producer_epoch": -1}
             return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid, "producer_epoch": 0}
 
         return run()

@@ -34,7 +34,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.group.assignors import TopicMetadata
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState, Effects
 from odradek.coordinator.group.classic_group_member import JoinResult, SyncResult
@@ -61,7 +60,13 @@ from odradek.log.errors import KafkaStorageError
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.server.controller_channel import (
+    ControllerChannel,
+    ControllerRequest,
+    ControllerRequestTimeout,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
@@ -80,7 +85,7 @@ class GroupCoordinator:
         config: KafkaConfig,
         replica_manager: ReplicaManager,
         metadata_cache: KRaftMetadataCache,
-        controller: QuorumController | None,
+        controller_channel: ControllerChannel | None,
         clock_ms: Callable[[], int] = _now_ms,
         timer: CoordinatorTimer | None = None,
     ) -> None:
@@ -88,7 +93,7 @@ class GroupCoordinator:
         self.config = config
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
-        self.controller = controller
+        self.controller_channel = controller_channel
         self.clock_ms = clock_ms
         self.timer: CoordinatorTimer = timer if timer is not None else EventLoopTimer()
         self.group_config = classic_group_config(config)
@@ -192,14 +197,14 @@ class GroupCoordinator:
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` in the background if it does not exist yet."""
-        if self.offsets_topic_exists() or self.controller is None:
+        if self.offsets_topic_exists() or self.controller_channel is None:
             return
         if self._create_task is not None and not self._create_task.done():
             return
         self._create_task = asyncio.get_running_loop().create_task(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        assert self.controller is not None
+        assert self.controller_channel is not None
         cfg = self.config
         live = len(self.metadata_cache.get_alive_brokers())
         rf = max(1, min(cfg.offsets_topic_replication_factor, live))
@@ -213,15 +218,19 @@ class GroupCoordinator:
                 {"name": "compression.type", "value": "producer"},
             ],
         }
+        request = ControllerRequest(
+            m.CREATE_TOPICS.api_key, 7, {"topics": [topic], "timeout_ms": cfg.request_timeout_ms, "validate_only": False}
+        )
         try:
-            results = await self.controller.create_topics([topic], validate_only=False)
-        except KafkaStorageError as e:  # disk full (logged once by the log layer): tried again
-            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # at the next FindCoordinator
-            return
+            results = (await self.controller_channel.send(request))["topics"]
+        except (KafkaStorageError, ControllerRequestTimeout) as e:  # disk full (logged once by
+            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # the log layer): tried again
+            return  # at the next FindCoordinator
         for r in results:
-            if r.error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-                log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, r.error.name, r.message or "")
-            elif r.error == Errors.NONE:  # the controller logs the creation at INFO
+            error = Errors(r["error_code"])
+            if error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, error.name, r["error_message"] or "")
+            elif error == Errors.NONE:  # the controller logs the creation at INFO
                 log.debug(
                     "Created %s with %d partitions, replication factor %d",
                     OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
