@@ -473,6 +473,11 @@ class ClientConnection(FrameReader):
         return len(self._in_flight)
 
     @property
+    def oldest_in_flight(self) -> InFlightRequest | None:
+        """The request the next response answers."""
+        return self._in_flight[0] if self._in_flight else None
+
+    @property
     def can_send(self) -> bool:
         return len(self._in_flight) < self.max_in_flight and self._error is None
 
