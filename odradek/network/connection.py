@@ -127,11 +127,34 @@ class FrameReader:
             return self._frame_view[pos:]
         if self._end == len(self._stage):
             self._compact()
-            if self._end == len(self._stage):  # only if complete frames are parked untaken
-                self._stage.extend(bytes(len(self._stage)))
-                self._stage_view.release()
-                self._stage_view = memoryview(self._stage)
+            if self._end == len(self._stage):  # frames not taken yet fill it
+                if self._head_is_large_frame():
+                    return self.get_buffer(limit)
+                self._grow_stage()
         return self._stage_view[self._end :]
+
+    def _head_is_large_frame(self) -> bool:
+        """If the first frame held is too large for the staging buffer, go on reading it into
+        its own buffer (frames are cut only when taken; bytes may arrive before)."""
+        start = self._start
+        if self._end - start < 4 or self._error is not None:
+            return False
+        size = int.from_bytes(self._stage[start : start + 4], "big", signed=True)
+        if not self.min_frame_bytes <= size <= self.max_frame_bytes or 4 + size <= len(self._stage):
+            return False
+        self._begin_large_frame(size, self._end - start - 4)
+        return True
+
+    def _grow_stage(self) -> None:
+        old = len(self._stage)
+        self._stage_view.release()
+        try:
+            self._stage.extend(bytes(old))
+        except BufferError:  # a frame handed out (reuse_buffer) still views it: copy instead
+            grown = bytearray(2 * old)
+            grown[:old] = self._stage
+            self._stage = grown
+        self._stage_view = memoryview(self._stage)
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` were written into the buffer :meth:`get_buffer` returned."""
