@@ -59,6 +59,8 @@ class _Protocol(asyncio.BufferedProtocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self is not self._client._protocol:  # a connection already replaced: bytes ignored
+            return memoryview(bytearray(max(sizehint, 1024)))
         return self._client.core.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:

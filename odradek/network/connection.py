@@ -137,8 +137,8 @@ class FrameReader:
         """If the first frame held is too large for the staging buffer, go on reading it into
         its own buffer (frames are cut only when taken; bytes may arrive before)."""
         start = self._start
-        if self._end - start < 4 or self._error is not None:
-            return False
+        if self._end - start < 4 or self._error is not None or self._ready is not None:
+            return False  # (one large frame at a time: the last one has not been taken yet)
         size = int.from_bytes(self._stage[start : start + 4], "big", signed=True)
         if not self.min_frame_bytes <= size <= self.max_frame_bytes or 4 + size <= len(self._stage):
             return False

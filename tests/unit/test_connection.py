@@ -377,3 +377,19 @@ def test_reconnect_backoff_without_room_to_grow_is_constant() -> None:
     for t in range(3):
         b.disconnected(t)
         assert b.backoff_ms == 100
+
+
+def test_a_large_frame_not_taken_is_not_overwritten_by_the_next() -> None:
+    """Bytes keep arriving while a complete large frame waits to be taken (reading paused):
+    the next large frame waits in the staging buffer instead of replacing it."""
+    rnd = random.Random(9)
+    bodies = [rnd.randbytes(200_000), rnd.randbytes(300_000), b"small"]
+    data = b"".join(request(i, b) for i, b in enumerate(bodies))
+    for reuse in (False, True):
+        c = ClientConnection("unit", max_in_flight=5, max_response_bytes=MiB, reuse_buffer=reuse)
+        conn: Any = c
+        conn.receive_data(data)  # all of it before anything is taken
+        frames = []
+        while (f := conn._next_frame()) is not None:
+            frames.append(bytes(f))
+        assert frames == [request(i, b)[4:] for i, b in enumerate(bodies)]
