@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import inspect
 import itertools
 import logging
@@ -161,6 +160,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # The response being written that waits for the transport to drain; the core keeps
         # the ones after it.
         self._rest: _Rest | None = None
+        self._delayed: set[asyncio.Task[None]] = set()  # tasks awaiting delayed operations
         self._closing = False  # no more requests will be handled
         self._write_paused = False
         self._read_paused = False
@@ -198,7 +198,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if exc is not None:
             log.debug("connection %s lost: %s", self._conn_id, exc)
         # Delayed operations still pending keep running (they belong to the purgatory); their
-        # results are dropped when they complete (_delayed_done).
+        # results are dropped when they complete (_await_response).
         if self._rest is not None:
             self._rest.release()
             self._rest = None
@@ -336,10 +336,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         core = self.core
         if inspect.isawaitable(result):
-            slot = core.reserve_response()
-            asyncio.ensure_future(result).add_done_callback(
-                functools.partial(self._delayed_done, slot)
-            )
+            task = self._loop.create_task(self._await_response(core.reserve_response(), result))
+            self._delayed.add(task)
         elif not core.owed and self._rest is None:
             self._rest = self._write(result)  # fast path: nothing queued ahead of it
             return
@@ -353,43 +351,60 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _hold(self, buffers: ResponseBuffers) -> ResponseBuffers | _Rest:
         return _Rest(self._segments(buffers)) if _has_file_regions(buffers) else buffers
 
-    def _delayed_done(self, slot: ResponseSlot, fut: asyncio.Future[ResponseBuffers | None]) -> None:
-        """A delayed operation completed: its response takes its place in the order."""
-        core = self.core
-        lost = self.closed.done()
-        if fut.cancelled():
-            if not lost:
-                log.error(
-                    "delayed response on connection %s was cancelled; closing connection",
-                    self._conn_id,
-                )
-                self._closing = True
-                core.complete_close(slot)
-                self._flush()
-            return
-        exc = fut.exception()
-        if exc is not None:
-            if lost:
+    async def _await_response(
+        self, slot: ResponseSlot, awaitable: Awaitable[ResponseBuffers | None]
+    ) -> None:
+        """A delayed operation: its response takes its place in the order when it completes.
+
+        A coroutine runs inside this task (no task or callback of its own). Nothing cancels
+        these tasks when the connection goes: the operation belongs to the purgatory, and its
+        result is dropped.
+        """
+        try:
+            try:
+                result = await awaitable
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the loop is going away
+                self._delayed_failed(slot, None)
                 return
-            if isinstance(exc, CloseConnection):
-                log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, exc)
-            else:
-                log.error(
-                    "error completing a request on connection %s from %s; closing connection",
-                    self._conn_id, self._peer, exc_info=exc,
-                )
-            self._closing = True
-            core.complete_close(slot)
+            except Exception as e:
+                self._delayed_failed(slot, e)
+                return
+            core = self.core
+            response: ResponseBuffers | _Rest | None = result
+            if result is not None and (self._rest is not None or not core.is_next(slot)):
+                response = self._hold(result)
+            if not core.complete(slot, response):  # the connection is gone
+                if isinstance(response, _Rest):
+                    response.release()
+                return
             self._flush()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._delayed.discard(task)
+
+    def _delayed_failed(self, slot: ResponseSlot, exc: Exception | None) -> None:
+        """A delayed operation raised (``exc``) or was cancelled (None): close the connection
+        once the responses before it are out."""
+        if self.closed.done():
             return
-        result = fut.result()
-        response: ResponseBuffers | _Rest | None = result
-        if result is not None and (self._rest is not None or not core.is_next(slot)):
-            response = self._hold(result)
-        if not core.complete(slot, response):  # the connection is gone
-            if isinstance(response, _Rest):
-                response.release()
-            return
+        if exc is None:
+            log.error(
+                "delayed response on connection %s was cancelled; closing connection",
+                self._conn_id,
+            )
+        elif isinstance(exc, CloseConnection):
+            log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, exc)
+        else:
+            log.error(
+                "error completing a request on connection %s from %s; closing connection",
+                self._conn_id, self._peer, exc_info=exc,
+            )
+        self._closing = True
+        self.core.complete_close(slot)
         self._flush()
 
     def _flush(self) -> None:
