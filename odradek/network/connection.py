@@ -332,6 +332,7 @@ class Close:
 
 CLOSE = Close()
 
+
 class ServerConnection(FrameReader, Generic[R]):
     """The broker's side of one connection: request frames in, responses out in request order.
 
