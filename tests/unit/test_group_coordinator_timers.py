@@ -104,7 +104,7 @@ async def coordinator(
         config=kafka_config(tmp_path),
         replica_manager=rm,
         metadata_cache=metadata_cache(t=4),
-        controller=None,
+        controller_channel=None,
         clock_ms=lambda: clock[0],
         timer=timer,
     )
