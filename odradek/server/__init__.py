@@ -1,1 +1,1 @@
-"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, Partition, purgatory, MetadataCache, KafkaConfig."""
+"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, delayed operations and their purgatory, MetadataCache, KafkaConfig."""

@@ -16,7 +16,7 @@ from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
-from odradek.server.replica_manager import ProducePartitionStatus
+from odradek.server.delayed_produce import ProducePartitionStatus
 
 
 class FakePartition:
