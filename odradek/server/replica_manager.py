@@ -110,6 +110,9 @@ class ReplicaManager:
         self.log_worker: LogWorker = log_worker if log_worker is not None else ExecutorLogWorker()
         self._pending_log_work: dict[TopicPartition, int] = {}  # jobs queued per partition
         self._ready_waiters: dict[TopicPartition, list[asyncio.Future[None]]] = {}
+        # The last produce waiting to append to each partition (done once it has appended).
+        self._queued_appends: dict[TopicPartition, asyncio.Future[None]] = {}
+        self._shut_down = False
         self._announced_leader: dict[TopicPartition, int] = {}  # leader epoch told to listeners
 
     # -- metadata → partition states -------------------------------------------------------------
@@ -275,7 +278,9 @@ class ReplicaManager:
         return tp in self._pending_log_work
 
     async def wait_for_log_work(self, tps: list[TopicPartition]) -> None:
-        """Until no file work is queued for any of ``tps``."""
+        """Until no file work is queued for any of ``tps`` (or the replica manager shut down)."""
+        if self._shut_down:
+            return
         loop = asyncio.get_running_loop()
         futs: list[asyncio.Future[None]] = []
         for tp in tps:
@@ -326,9 +331,16 @@ class ReplicaManager:
         """Append to the leaders. Returns the statuses, or an awaitable of them when the answer
         must wait: for log work on a partition (see the module doc), for fsync
         (``flush.messages`` reached) and/or for the HW (acks=-1)."""
-        loading = [tp for tp in entries if tp in self._pending_log_work]
-        if loading:
-            return self._append_when_ready(loading, timeout_ms, required_acks, entries)
+        if any(tp in self._pending_log_work or tp in self._queued_appends for tp in entries):
+            return self._queue_append(timeout_ms, required_acks, entries)
+        return self._append_to_leaders(timeout_ms, required_acks, entries)
+
+    def _append_to_leaders(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: dict[TopicPartition, bytearray | None],
+    ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         now = self.clock_ms()
         to_flush: list[Log] = []
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
@@ -375,16 +387,37 @@ class ReplicaManager:
             return statuses
         return self._complete_produce(timeout_ms, required_acks, statuses, to_flush)
 
-    async def _append_when_ready(
+    def _queue_append(
         self,
-        loading: list[TopicPartition],
         timeout_ms: int,
         required_acks: int,
         entries: dict[TopicPartition, bytearray | None],
-    ) -> dict[TopicPartition, ProducePartitionStatus]:
-        await self.wait_for_log_work(loading)
-        result = self.append_records(timeout_ms, required_acks, entries)
-        return result if isinstance(result, dict) else await result
+    ) -> Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
+        """Append once the partitions' log work is done, after the appends queued before on
+        them: records reach a partition in the order their requests arrived."""
+        before = {id(f): f for tp in entries if (f := self._queued_appends.get(tp)) is not None}
+        loop = asyncio.get_running_loop()
+        mine: asyncio.Future[None] = loop.create_future()
+        for tp in entries:
+            self._queued_appends[tp] = mine
+
+        async def append_in_turn() -> dict[TopicPartition, ProducePartitionStatus]:
+            try:
+                for f in before.values():
+                    await f
+                tps = list(entries)
+                while not self._shut_down and any(tp in self._pending_log_work for tp in tps):
+                    await self.wait_for_log_work(tps)
+                result = self._append_to_leaders(timeout_ms, required_acks, entries)
+            finally:
+                mine.set_result(None)
+                for tp in entries:
+                    if self._queued_appends.get(tp) is mine:
+                        del self._queued_appends[tp]
+            return result if isinstance(result, dict) else await result
+
+        # A task, so the queue moves on even if nobody awaits this produce's answer.
+        return loop.create_task(append_in_turn())
 
     async def _complete_produce(
         self,
@@ -501,6 +534,7 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         """Answer what waits, and finish the queued log work (its callbacks no longer run)."""
+        self._shut_down = True
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
         self.log_worker.shutdown()

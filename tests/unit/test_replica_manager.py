@@ -88,6 +88,29 @@ def test_produce_and_fetch_wait_for_the_log_work(s: Setup) -> None:
     asyncio.run(run())
 
 
+def test_appends_keep_their_order_while_a_partition_is_made(s: Setup) -> None:
+    """A produce to a ready partition does not overtake one queued before it behind another
+    partition's log work."""
+    other = ("t", 1)
+
+    async def run() -> None:
+        s.rm.make_leaders([state()])
+        s.worker.run_all()
+        s.rm.make_leaders([PartitionState("t", 1, TOPIC_ID, leader=ME, leader_epoch=0, isr=(1,),
+                                          replicas=(1,), partition_epoch=0)])
+        first = s.rm.append_records(1000, 1, {TP: bytearray(build_batch([(b"k", b"first", [], 1)])),
+                                              other: bytearray(build_batch([(b"k", b"x", [], 1)]))})
+        second = s.rm.append_records(1000, 1, {TP: bytearray(build_batch([(b"k", b"second", [], 1)]))})
+        assert not isinstance(first, dict) and not isinstance(second, dict)
+        await asyncio.sleep(0)
+        s.worker.run_all()
+        assert (await first)[TP].base_offset == 0
+        assert (await second)[TP].base_offset == 1
+        assert s.rm._queued_appends == {}
+
+    asyncio.run(run())
+
+
 def test_other_requests_answer_not_leader_while_the_log_is_made(s: Setup) -> None:
     s.rm.make_leaders([state()])
     p = s.rm.get_partition_or_error(TP)
