@@ -248,6 +248,9 @@ class ReplicaManager:
         return lambda: lm.get_or_create_log(st.topic, st.partition, config, st.topic_id.bytes)
 
     def _submit_log_work(self, tp: TopicPartition, job: Callable[[], object]) -> None:
+        if self._shut_down:  # the broker is stopping: its logs are closed, not changed
+            log.info("Log work for %s-%d not started: shutting down", tp[0], tp[1])
+            return
         self._pending_log_work[tp] = self._pending_log_work.get(tp, 0) + 1
 
         def done(error: BaseException | None) -> None:
