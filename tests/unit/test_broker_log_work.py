@@ -51,3 +51,40 @@ def test_requests_wait_for_a_partition_whose_log_is_being_created(tmp_path: Path
             assert server.log_manager.get_log("w", 0) is not None and not rm.is_loading(("w", 0))
 
     run(go)
+
+
+def test_find_coordinator_waits_for_the_offsets_partition_log(tmp_path: Path) -> None:
+    from test_internal_topics import commit
+
+    from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
+
+    async def find(c: Any, group: str) -> int:
+        r = await c.send(m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        return int(r["coordinators"][0]["error_code"])
+
+    async def go() -> None:
+        async with broker(tmp_path, **{"offsets.topic.num.partitions": "3"}) as (server, c):
+            rm = server.replica_manager
+            assert rm is not None
+            worker = ManualLogWorker()
+            rm.log_worker = worker
+            assert (await create(c, "data"))["error_code"] == Errors.NONE
+            worker.run_all()
+            group = "g"
+            tp = (OFFSETS_TOPIC, partition_for(group, 3))
+            assert await find(c, group) == Errors.COORDINATOR_NOT_AVAILABLE  # starts creating the topic
+            for _ in range(200):  # the creation commits in the background
+                if rm.is_loading(tp):
+                    break
+                await asyncio.sleep(0.01)
+            assert rm.is_loading(tp)
+            # The topic exists and names this broker, but its log is not made yet.
+            assert await find(c, group) == Errors.COORDINATOR_NOT_AVAILABLE
+            worker.run_all()
+            for _ in range(200):  # the coordinator loads the (empty) partition
+                if await find(c, group) == Errors.NONE and await commit(c, group, "data", 3) == Errors.NONE:
+                    break
+                await asyncio.sleep(0.01)
+            assert await commit(c, group, "data", 4) == Errors.NONE
+
+    run(go)
