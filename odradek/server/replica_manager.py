@@ -120,7 +120,8 @@ class ReplicaManager:
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """One batch of committed KRaft metadata records (Kafka's ReplicaManager.applyDelta):
         deleted topics and partitions moved off this broker stop; the others' states become
-        leaders and followers. The only place that reads the metadata delta and image."""
+        leaders and followers. The only place that reads a metadata delta (the image is read
+        elsewhere only to tell an unknown partition from one this broker does not host)."""
         for name, deleted in delta.deleted_topics.items():
             self.stop_replicas([(name, p) for p in deleted.partitions], delete=True)
         leaders: list[PartitionState] = []
@@ -226,7 +227,11 @@ class ReplicaManager:
     def _get_or_create_partition(self, st: PartitionState) -> Partition:
         tp = (st.topic, st.partition)
         p = self.partitions.get(tp)
-        if p is None or p.topic_id != st.topic_id:
+        if p is not None and p.topic_id != st.topic_id:  # a topic of the same name, recreated
+            p.stop()
+            self._after_change(tp, None)
+            p = None
+        if p is None:
             p = Partition(st.topic, st.partition, st.topic_id, self.node_id)
             self.partitions[tp] = p
         return p

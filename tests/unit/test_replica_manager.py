@@ -233,3 +233,14 @@ def test_acks_all_waits_in_the_purgatory_until_the_hw_or_the_timeout(s: Setup) -
         assert (await timing_out)[TP].error == Errors.REQUEST_TIMED_OUT
 
     asyncio.run(run())
+
+
+def test_a_recreated_topic_of_the_same_name_is_a_new_leadership(s: Setup) -> None:
+    s.rm.make_leaders([state()])
+    s.worker.run_all()
+    old = s.rm.partitions[TP]
+    s.rm.make_leaders([state(topic_id=uuid.UUID(int=9))])  # same name, same epochs, new topic
+    s.worker.run_all()
+    new = s.rm.partitions[TP]
+    assert new is not old and new.is_leader and not old.is_leader
+    assert s.events == [("t", 0, True, 0), ("t", 0, False, 0), ("t", 0, True, 0)]
