@@ -1,3 +1,3 @@
-"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, Partition, purgatory, MetadataCache,
-KafkaConfig, and the controller channel (forwarding, auto topic creation, producer id blocks,
-registration and heartbeats) through which the broker reaches the controller."""
+"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, delayed operations and their
+purgatory, MetadataCache, KafkaConfig, and the controller channel (forwarding, auto topic creation,
+producer id blocks, registration and heartbeats) through which the broker reaches the controller."""

@@ -8,6 +8,7 @@ the declarative definitions in :mod:`odradek.protocol.messages`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -46,6 +47,8 @@ from odradek.server.acl_operations import (
 from odradek.server.admin_apis import AdminApis
 from odradek.server.auto_topic_creation_manager import AutoTopicCreationManager
 from odradek.server.controller_channel import ControllerChannel, ForwardingManager, RequestClient
+from odradek.server.delayed_fetch import FetchPartitionRequest, FetchPartitionResult
+from odradek.server.delayed_produce import ProducePartitionStatus
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -54,13 +57,7 @@ from odradek.server.fetch_session import (
 )
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
-from odradek.server.replica_manager import (
-    DelayedFetch,
-    FetchPartitionRequest,
-    FetchPartitionResult,
-    ProducePartitionStatus,
-    ReplicaManager,
-)
+from odradek.server.replica_manager import ReplicaManager
 from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
@@ -565,18 +562,37 @@ class KafkaApis:
                 "responses": list(by_topic.values()),
             }
 
-        if isinstance(result, DelayedFetch):
-            op = result
+        if isinstance(result, list):
+            return body(result)
+        pending = result
 
-            async def wait() -> dict[str, Any]:
-                return body(await op.future)
+        async def wait() -> dict[str, Any]:
+            return body(await pending)
 
-            return wait()
-        return body(result)
+        return wait()
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
-    def handle_list_offsets(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def _after_log_work(
+        self, tps: list[tuple[str, int]], handler: Handler, ctx: RequestContext, req: dict[str, Any]
+    ) -> Any:
+        """A request on partitions whose log the replica manager is still creating or truncating
+        is handled once that is done (Kafka's requests wait on the partition's leadership
+        change); None when no partition of ``tps`` is."""
+        if not any(self.replica_manager.is_loading(tp) for tp in tps):
+            return None
+
+        async def later() -> Any:
+            await self.replica_manager.wait_for_log_work(tps)
+            result = handler(ctx, req)
+            return await result if inspect.isawaitable(result) else result
+
+        return later()
+
+    def handle_list_offsets(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_list_offsets, ctx, req)) is not None:
+            return waiting
         isolation = req.get("isolation_level", 0)
         topics_out = []
         for t in req["topics"]:
@@ -609,7 +625,10 @@ class KafkaApis:
 
     # -- OffsetForLeaderEpoch -------------------------------------------------------------------
 
-    def handle_offset_for_leader_epoch(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def handle_offset_for_leader_epoch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_offset_for_leader_epoch, ctx, req)) is not None:
+            return waiting
         topics_out = []
         for t in req["topics"]:
             parts = []
@@ -634,7 +653,10 @@ class KafkaApis:
 
     # -- DeleteRecords --------------------------------------------------------------------------
 
-    def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_delete_records, ctx, req)) is not None:
+            return waiting
         topics_out = []
         for t in req["topics"]:
             parts = []
