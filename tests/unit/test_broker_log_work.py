@@ -54,8 +54,9 @@ def test_requests_wait_for_a_partition_whose_log_is_being_created(tmp_path: Path
 
 
 def test_find_coordinator_waits_for_the_offsets_partition_log(tmp_path: Path) -> None:
-    from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, partition_for
     from test_internal_topics import commit
+
+    from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, partition_for
 
     async def find(c: Any, group: str) -> int:
         r = await c.send(m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
