@@ -28,12 +28,16 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
+from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.quorum_state import FILE_NAME as QUORUM_STATE_FILE
+from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.server import config_defs
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
@@ -110,6 +114,7 @@ class BrokerServer:
         self._servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._metadata_raw_log: Log | None = None
+        self._raft_driver: KafkaRaftClientDriver | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: QuorumController | None = None
@@ -152,9 +157,6 @@ class BrokerServer:
         # DynamicLogConfig.reconfigure updates all logs).
         delta.changed_topic_configs.update(image.topics_by_name)
 
-    def _on_metadata_commit(self, _offset: int) -> None:
-        self.loader.catch_up()
-
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def startup(self) -> None:
@@ -182,25 +184,35 @@ class BrokerServer:
             None,
             lambda: Log.load(meta_dir, meta_config, now_ms=_now_ms(), clean_shutdown=False),
         )
-        metadata_log = MetadataLog(self._metadata_raw_log)
-        self.loader = MetadataLoader(metadata_log, self.image)
+        metadata_log = MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE)
+        raft_client: KafkaRaftClient[MetadataRecord] = KafkaRaftClient(
+            self.node_id, metadata_log, FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)), _now_ms
+        )
+        self.raft_client = raft_client
+        self.loader = MetadataLoader(self.image)
         self.controller = QuorumController(
             self.node_id,
-            metadata_log,
+            raft_client,
             default_partitions=cfg.num_partitions,
             default_replication_factor=cfg.default_replication_factor,
             delete_topic_enable=cfg.delete_topic_enable,
             validate_config=config_defs.validate_topic_config,
-            on_commit=self._on_metadata_commit,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
         try:
-            metadata_log.load_snapshot()
-            self.controller.replay_log()
-            self.loader.catch_up()
-            # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
-            # at that epoch, never below it (the leader epoch cache only moves forward).
-            self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
+            await loop.run_in_executor(None, raft_client.initialize)
+            # Both roles replay the committed log as Raft listeners; only once it proved
+            # readable does this node elect itself (a new epoch in quorum-state, above every
+            # epoch in the log: a log Apache Kafka wrote goes on above its quorum's epoch).
+            raft_client.register(self.controller)
+            raft_client.register(self.loader)
+            try:
+                await loop.run_in_executor(None, raft_client.elect)
+            except QuorumStateError as e:
+                raise StartupError(str(e)) from e
+            raft_client.poll()
+            self._raft_driver = KafkaRaftClientDriver(raft_client)
+            self._raft_driver.start()
             level = self.image.features.get("metadata.version", 0)
             if level > METADATA_VERSION:
                 log.warning(
@@ -454,6 +466,9 @@ class BrokerServer:
         if self.log_manager is not None:
             lm = self.log_manager
             await loop.run_in_executor(None, lambda: lm.shutdown(_now_ms()))
+        if self._raft_driver is not None:
+            await self._raft_driver.shutdown()
+            self._raft_driver = None
         if self._metadata_raw_log is not None:
             raw = self._metadata_raw_log
             await loop.run_in_executor(None, raw.flush)

@@ -513,6 +513,7 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
     """Odradek's reader of Kafka's metadata snapshots: the newest snapshot Kafka wrote gives the
     same topics, partitions, configs and features as replaying Kafka's log up to its end offset."""
     from odradek.metadata.image import MetadataDelta, MetadataImage
+    from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
     from odradek.metadata.records import decode_metadata_record
     from odradek.raft.snapshot import list_snapshots, read_snapshot
     from odradek.records.batch import iter_batches
@@ -523,7 +524,7 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
     assert snaps, sorted(p.name for p in meta_dir.iterdir())
     snap = snaps[-1]
     from_snapshot = MetadataImage()
-    for name, _v, rec in read_snapshot(str(meta_dir / snap.filename)):
+    for name, rec in read_snapshot(str(meta_dir / snap.filename), METADATA_RECORD_SERDE):
         from_snapshot.apply(name, rec, MetadataDelta())
     from_log = MetadataImage()
     data = (meta_dir / "00000000000000000000.log").read_bytes()
