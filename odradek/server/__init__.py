@@ -1,1 +1,3 @@
-"""Broker role: BrokerServer wiring, KafkaApis, ReplicaManager, Partition, purgatory, MetadataCache, KafkaConfig."""
+"""The server: KafkaRaftServer starting the roles process.roles names (SharedServer: dir locks,
+metadata log, Raft; ControllerServer: QuorumController, controller listener; BrokerServer:
+KafkaApis, ReplicaManager, Partition, purgatory), KafkaConfig."""

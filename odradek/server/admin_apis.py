@@ -20,7 +20,7 @@ from odradek.server.kafka_config import KafkaConfig
 
 if TYPE_CHECKING:
     from odradek.controller.quorum_controller import QuorumController
-    from odradek.server.kafka_apis import RequestContext
+    from odradek.server.api_dispatcher import RequestContext
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
-"""BrokerServer: one Odradek process, wiring the controller role and the broker role together.
+"""BrokerServer: the broker role of a process (Kafka's ``BrokerServer``).
 
-Start-up follows KRaft's order for a combined node (``process.roles=broker,controller``):
-format the data directories if new, open ``__cluster_metadata`` and replay it into the
-controller's image and the broker's image, load (and if needed recover) the partition logs, take
-up the partitions the metadata says this node leads, open the listeners, and register the
-broker through the controller. From then on every topic change flows controller → metadata log
-→ broker image → replica manager.
+Start-up, once the shared server has opened ``__cluster_metadata``: the MetadataLoader registers
+as a Raft listener (the broker's image replays the committed log), the partition logs are loaded
+(and recovered where the last stop was unclean), the partitions the metadata says this node leads
+are taken up, the broker listeners serve, and the broker registers with the controller. From then
+on every topic change flows controller → Raft commit → MetadataLoader → broker image → replica
+manager.
 """
 
 from __future__ import annotations
@@ -13,55 +13,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
-from odradek.log.log import Log
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.image import MetadataDelta, MetadataImage
 from odradek.metadata.loader import MetadataLoader
-from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
-from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
-from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
-from odradek.protocol import messages as m
-from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
-from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
-from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
-from odradek.raft.quorum_state import FILE_NAME as QUORUM_STATE_FILE
-from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.server import config_defs
-from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
-from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
-from odradek.server.meta_properties import ensure_formatted
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
 log = logging.getLogger(__name__)
-
-
-def _network_limits(cfg: KafkaConfig) -> tuple[RequestMemoryPool | None, ConnectionQuotas]:
-    """queued.max.request.bytes (<= 0: no pool, as in Kafka) and the connection quotas."""
-    pool_bytes = cfg.queued_max_request_bytes
-    quotas = ConnectionQuotas(
-        cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
-    )
-    return (RequestMemoryPool(pool_bytes) if pool_bytes > 0 else None), quotas
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
@@ -94,27 +68,16 @@ async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: 
             failing = 0
 
 
-class _NotServing:
-    """The handler of a listener bound before the broker can answer (never called: a bound
-    listener accepts nothing until it is given its real handler and started)."""
-
-    def handle(self, conn: ConnectionInfo, frame: bytearray) -> None:
-        raise CloseConnection("the broker is not serving yet")
-
-
-_NOT_SERVING = _NotServing()
-
-
 class BrokerServer:
-    def __init__(self, config: KafkaConfig) -> None:
+    def __init__(self, config: KafkaConfig, shared: SharedServer) -> None:
         self.config = config
+        self.shared = shared
         self.node_id = config.node_id
         self.cluster_id = ""
         self.bound_ports: dict[str, int] = {}
         self._servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._metadata_raw_log: Log | None = None
-        self._raft_driver: KafkaRaftClientDriver | None = None
+        self.loader: MetadataLoader | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: QuorumController | None = None
@@ -122,7 +85,6 @@ class BrokerServer:
         self.broker_apis: KafkaApis | None = None
         self.image = MetadataImage()
         self._started = False
-        self._dir_locks: list[DirLock] = []
 
     # -- configuration helpers ------------------------------------------------------------------
 
@@ -159,74 +121,16 @@ class BrokerServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def startup(self) -> None:
+    async def startup(self, cluster_id: str, controller: QuorumController) -> None:
+        """Start the broker role; ``controller`` is how it reaches the active controller."""
         loop = asyncio.get_running_loop()
         cfg = self.config
-        # 0. Lock every data directory, then bind every listener, before anything in the
-        # directories is read or written. Locks first: a second process on the same directories
-        # (usually with the same ports too) is told which directory is in use, and the lock file
-        # is all it creates. Binding next: a port that is taken fails the start while
-        # meta.properties, the clean-shutdown marker and the logs are still untouched.
-        # Nothing is accepted until step 4, when the request handlers exist.
-        self._dir_locks = lock_dirs([*cfg.log_dirs, cfg.metadata_log_dir])
-        try:
-            await self._bind_listeners()
-        except BaseException:
-            await self._close_listeners()
-            self._release_locks()
-            raise
-        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
-
-        # 1. The metadata log, replayed by both roles.
-        meta_dir = os.path.join(os.path.abspath(cfg.metadata_log_dir), f"{METADATA_TOPIC}-0")
-        meta_config = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
-        self._metadata_raw_log = await loop.run_in_executor(
-            None,
-            lambda: Log.load(meta_dir, meta_config, now_ms=_now_ms(), clean_shutdown=False),
-        )
-        metadata_log = MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE)
-        raft_client: KafkaRaftClient[MetadataRecord] = KafkaRaftClient(
-            self.node_id, metadata_log, FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)), _now_ms
-        )
-        self.raft_client = raft_client
-        self.loader = MetadataLoader(self.image)
-        self.controller = QuorumController(
-            self.node_id,
-            raft_client,
-            default_partitions=cfg.num_partitions,
-            default_replication_factor=cfg.default_replication_factor,
-            delete_topic_enable=cfg.delete_topic_enable,
-            validate_config=config_defs.validate_topic_config,
-            broker_configs=DynamicBrokerConfigPolicy(cfg),
-        )
-        try:
-            await loop.run_in_executor(None, raft_client.initialize)
-            # Both roles replay the committed log as Raft listeners; only once it proved
-            # readable does this node elect itself (a new epoch in quorum-state, above every
-            # epoch in the log: a log Apache Kafka wrote goes on above its quorum's epoch).
-            raft_client.register(self.controller)
-            raft_client.register(self.loader)
-            try:
-                await loop.run_in_executor(None, raft_client.elect)
-            except QuorumStateError as e:
-                raise StartupError(str(e)) from e
-            raft_client.poll()
-            self._raft_driver = KafkaRaftClientDriver(raft_client)
-            self._raft_driver.start()
-            level = self.image.features.get("metadata.version", 0)
-            if level > METADATA_VERSION:
-                log.warning(
-                    "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
-                    "than Odradek's %d: Odradek applies the records it knows (topics, partitions, "
-                    "configs, brokers, features) and keeps reporting level %d as finalized",
-                    level, METADATA_VERSION, level,
-                )
-        except UnreadableMetadataRecord as e:
-            raise StartupError(
-                f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
-                f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
-                "these directories again or remove what Odradek does not support first"
-            ) from e
+        self.cluster_id = cluster_id
+        self.controller = controller
+        # 1. The broker's image follows what Raft commits, from the start of the log.
+        loader = MetadataLoader(self.image)
+        self.shared.register(loader)
+        self.loader = loader
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
@@ -236,9 +140,9 @@ class BrokerServer:
             backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
         )
-        lm = LogManager(cfg.log_dirs, default_log_config, _now_ms(), cleaner_config=cleaner_config)
+        lm = LogManager(cfg.log_dirs, default_log_config, now_ms(), cleaner_config=cleaner_config)
         try:
-            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, _now_ms()))
+            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, now_ms()))
         except BaseException:
             # Close what was loaded, but write no clean-shutdown marker: the logs not yet
             # loaded must still be recovered next time.
@@ -262,8 +166,8 @@ class BrokerServer:
                 initial.changed_partitions.add((t.name, p))
         self.replica_manager.apply_delta(initial, self.image)
         # Dynamic broker configs first: a change reaches every log through the replica manager.
-        self.loader.publishers.append(self._on_broker_configs)
-        self.loader.publishers.append(self.replica_manager.apply_delta)
+        loader.publishers.append(self._on_broker_configs)
+        loader.publishers.append(self.replica_manager.apply_delta)
 
         # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
         # and on every later leadership change) and serves the group APIs.
@@ -277,11 +181,9 @@ class BrokerServer:
         self.group_coordinator.startup()
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
         # reach them at their members' next heartbeat.
-        self.loader.publishers.append(self.group_coordinator.on_metadata_update)
+        loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
-        controller = self.controller
-
         async def allocate_block() -> tuple[int, int]:
             return await controller.allocate_producer_ids(self.node_id, self.broker_epoch)
 
@@ -293,25 +195,13 @@ class BrokerServer:
             config=cfg,
             image=self.image,
             replica_manager=self.replica_manager,
-            controller=self.controller,
+            controller=controller,
             log_manager=lm,
             extensions=[GroupApis(self.group_coordinator)],
         )
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
-        controller_apis = KafkaApis(
-            node_id=self.node_id,
-            cluster_id=self.cluster_id,
-            config=cfg,
-            image=self.image,
-            replica_manager=self.replica_manager,
-            controller=self.controller,
-            log_manager=lm,
-            enabled_apis=[m.API_VERSIONS],
-        )
-        controller_names = set(cfg.controller_listener_names)
         for server in self._servers:
-            is_controller = server.listener_name in controller_names
-            server.handler = controller_apis if is_controller else broker_apis
+            server.handler = broker_apis
             await server.start()
 
         # 5. Register with the controller; the broker is unfenced once the records commit.
@@ -319,15 +209,15 @@ class BrokerServer:
         for adv in cfg.advertised_listeners:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
-        broker_epoch = await self.controller.bootstrap_and_register(uuid.uuid4(), endpoints, cfg.broker_rack)
+        broker_epoch = await controller.bootstrap_and_register(uuid.uuid4(), endpoints, cfg.broker_rack)
         self.broker_epoch = broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
         # Compaction runs in a worker thread, one pass at a time, off the request path.
         if cleaner_config.enable:
-            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lambda: lm.clean_logs(_now_ms()))
-        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(_now_ms()))
-        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(_now_ms()))
+            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lambda: lm.clean_logs(now_ms()))
+        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(now_ms()))
+        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(now_ms()))
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
         self._schedule(
             "high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks
@@ -339,51 +229,17 @@ class BrokerServer:
             self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs), broker_epoch,
         )
 
-    async def _bind_listeners(self) -> None:
-        """Bind (not yet serve) every listener this node's roles use; a port that cannot be
-        bound raises StartupError("cannot listen on host:port: reason")."""
+    async def bind_listeners(self) -> None:
+        """Bind (not yet serve) the broker listeners (every listener not a controller one)."""
         cfg = self.config
         controller_names = set(cfg.controller_listener_names)
-        # Request memory and connection limits, shared by the broker's listeners (the controller
-        # listener has its own, as Kafka's controller has its own socket server).
-        limits = {role: _network_limits(cfg) for role in ("broker", "controller")}
+        limits = network_limits(cfg)  # shared by the broker's listeners
         for lst in cfg.listeners:
-            is_controller = lst.name in controller_names
-            if is_controller and "controller" not in cfg.process_roles:
+            if lst.name in controller_names:
                 continue
-            if not is_controller and "broker" not in cfg.process_roles:
-                continue
-            pool, quotas = limits["controller" if is_controller else "broker"]
-            server = SocketServer(
-                lst.host,
-                lst.port,
-                _NOT_SERVING,
-                listener_name=lst.name,
-                max_request_bytes=cfg.socket_request_max_bytes,
-                memory_pool=pool,
-                quotas=quotas,
-                connections_max_idle_ms=cfg.connections_max_idle_ms,
-            )
-            try:
-                await server.bind()
-            except OSError as e:
-                reason = os.strerror(e.errno) if e.errno else str(e)
-                raise StartupError(
-                    f"cannot listen on {lst.host or '0.0.0.0'}:{lst.port} "
-                    f"(listener {lst.name}): {reason[:1].lower()}{reason[1:]}"
-                ) from e
+            server = await bind_listener(cfg, lst, limits)
             self._servers.append(server)
             self.bound_ports[lst.name] = server.port
-
-    async def _close_listeners(self) -> None:
-        for server in self._servers:
-            await server.stop()
-        self._servers.clear()
-
-    def _release_locks(self) -> None:
-        for lock in self._dir_locks:
-            lock.release()
-        self._dir_locks = []
 
     # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
     # directory Kafka used) mean state Odradek would silently drop or misread.
@@ -465,16 +321,9 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         if self.log_manager is not None:
             lm = self.log_manager
-            await loop.run_in_executor(None, lambda: lm.shutdown(_now_ms()))
-        if self._raft_driver is not None:
-            await self._raft_driver.shutdown()
-            self._raft_driver = None
-        if self._metadata_raw_log is not None:
-            raw = self._metadata_raw_log
-            await loop.run_in_executor(None, raw.flush)
-            raw.close()
-            self._metadata_raw_log = None
-        self._release_locks()
+            await loop.run_in_executor(None, lambda: lm.shutdown(now_ms()))
+        if self.loader is not None and self.shared.raft_client is not None:
+            self.shared.raft_client.unregister(self.loader)
         if self._started:
             log.info("Odradek broker %d shut down cleanly", self.node_id)
         self._started = False

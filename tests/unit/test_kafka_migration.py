@@ -368,7 +368,7 @@ def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) ->
     meta = d / "__cluster_metadata-0"
     for _ in range(2):  # and again after the abort was written
         with EmbeddedBroker(log_dir=str(d)) as b:
-            assert "half-made" not in b.server.image.topics_by_name
+            assert "half-made" not in b.server.broker.image.topics_by_name
     ml = _open(meta)
     replayed = _replay(ml)
     names = [n for o, n, _r in replayed.records if o >= end]
