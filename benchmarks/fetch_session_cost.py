@@ -83,9 +83,11 @@ async def main(partitions: int, requests: int) -> None:
                     "topic_data": [{"name": "t", "partition_data": [{"index": p, "records": batch}]}],
                 })
             await c.close()
-            apis = server.broker.broker_apis
+            broker = server.broker
+            assert broker is not None
+            apis = broker.broker_apis
             assert apis is not None
-            topic_id = server.broker.image.topics_by_name["t"].topic_id
+            topic_id = broker.image.topics_by_name["t"].topic_id
             conn = ConnectionInfo("bench", "127.0.0.1:1", "PLAINTEXT")
             cache = apis.fetch_manager.cache
             for version in (12, 16):

@@ -5,7 +5,8 @@ the controller's image and produces records; the controller proposes them to Raf
 ``prepare_append`` at the epoch Raft gave it in ``handle_leader_change`` and waits until Raft
 delivers them committed in ``handle_commit``, where (and only where) its image moves. Nobody acts
 on a change before it is committed. When this node does not lead the quorum, writes are refused
-with NOT_CONTROLLER.
+with NOT_CONTROLLER. A newly active controller first writes its activation records (the abort of
+a metadata transaction left open, the bootstrap metadata.version of a new log).
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ class QuorumController(Listener[MetadataRecord]):
         self.leader_and_epoch = UNKNOWN_LEADER
         # Writes waiting for their last offset to commit (Kafka's DeferredEventQueue).
         self._deferred: list[tuple[int, asyncio.Future[None]]] = []
+        # Set when this node becomes leader: the activation records go first.
+        self._activation_pending = False
+        self._activation: asyncio.Task[None] | None = None
         self.delete_topic_enable = delete_topic_enable
         self.replication = ReplicationControlManager(
             self.image,
@@ -119,6 +123,9 @@ class QuorumController(Listener[MetadataRecord]):
                 "Node %d is the active controller in epoch %d, at metadata offset %d",
                 self.node_id, leader.epoch, self.image.offset,
             )
+            if was != leader:
+                self._activation_pending = True
+                self._schedule_activation()
         elif was.is_leader(self.node_id):
             log.warning("Node %d is no longer the active controller (%s)", self.node_id, leader)
 
@@ -132,6 +139,40 @@ class QuorumController(Listener[MetadataRecord]):
         delta = MetadataDelta()
         for offset, (name, fields) in records:
             self.image.apply(name, fields, delta, offset)
+
+    # -- activation -----------------------------------------------------------------------------
+
+    def _activation_records(self) -> list[MetadataRecord]:
+        """What a newly active controller writes first (Kafka's ActivationRecordsGenerator):
+        the abort of a metadata transaction left open, and the bootstrap metadata.version on a
+        log without one."""
+        records: list[MetadataRecord] = []
+        if self.transactions.open_transaction is not None:
+            # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
+            # active controller does, so that what follows is not taken as part of it.
+            log.warning(
+                "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
+            )
+            records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
+        if "metadata.version" not in self.image.features:
+            records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION}))
+        return records
+
+    def _schedule_activation(self) -> None:
+        """Write the activation records now when on the event loop; else the next write does."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._activation = loop.create_task(self._activate(), name="controller-activation")
+
+    async def _activate(self) -> None:
+        try:
+            await self._write(lambda: (None, []))
+        except KafkaError as e:
+            log.info("Controller activation did not complete: %s", e)
+        except Exception:
+            log.exception("Controller activation failed")
 
     # -- the write path -------------------------------------------------------------------------
 
@@ -154,43 +195,40 @@ class QuorumController(Listener[MetadataRecord]):
             leader = self.leader_and_epoch
             if not leader.is_leader(self.node_id):
                 raise _not_controller(leader)
+            if self._activation_pending:
+                self._activation_pending = False
+                activation = self._activation_records()
+                if activation:
+                    await self._append(leader.epoch, activation)
             result, records = op()
             if records:
-                try:
-                    last = self.raft_client.prepare_append(leader.epoch, records)
-                except NotLeaderError as e:
-                    raise _not_controller(self.raft_client.leader_and_epoch) from e
-                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._deferred.append((last, done))
-                self.raft_client.schedule_prepared_append()
-                await done
+                await self._append(leader.epoch, records)
             return result
+
+    async def _append(self, epoch: int, records: list[MetadataRecord]) -> None:
+        """Propose ``records`` as one batch and wait until Raft delivers them committed."""
+        try:
+            last = self.raft_client.prepare_append(epoch, records)
+        except NotLeaderError as e:
+            raise _not_controller(self.raft_client.leader_and_epoch) from e
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._deferred.append((last, done))
+        self.raft_client.schedule_prepared_append()
+        await done
 
     # -- operations -----------------------------------------------------------------------------
 
     async def bootstrap_and_register(
         self, incarnation_id: uuid.UUID, endpoints: list[tuple[str, str, int]], rack: str | None
     ) -> int:
-        """Write the bootstrap records on a new log, then register and unfence this broker.
+        """Register and unfence this broker.
 
         Returns the broker epoch (the offset of the registration record, as Kafka does).
         """
 
         def op() -> tuple[int, list[MetadataRecord]]:
             records: list[MetadataRecord] = []
-            if self.transactions.open_transaction is not None:
-                # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
-                # active controller does, so that what follows is not taken as part of it.
-                log.warning(
-                    "Aborting the metadata transaction left open at offset %d",
-                    self.transactions.open_transaction,
-                )
-                records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-            if "metadata.version" not in self.image.features:
-                records.append(
-                    ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})
-                )
-            epoch = self.raft_client.log_end_offset + len(records)
+            epoch = self.raft_client.log_end_offset
             records.append(
                 (
                     "RegisterBrokerRecord",

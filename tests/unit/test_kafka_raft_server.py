@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.controller.quorum_controller import METADATA_VERSION
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -36,6 +37,15 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                                                              "client_software_version": "1"})
                 assert resp["error_code"] == Errors.NONE
                 assert [a["api_key"] for a in resp["api_keys"]] == [m.API_VERSIONS.api_key]
+                # The active controller bootstrapped metadata.version on its own (no broker).
+                for _ in range(100):
+                    if controller.image.features:
+                        break
+                    await asyncio.sleep(0.05)
+                resp = await client.send(m.API_VERSIONS, 3, {"client_software_name": "t",
+                                                             "client_software_version": "1"})
+                assert [(f["name"], f["max_version_level"]) for f in resp["finalized_features"]] == [
+                    ("metadata.version", METADATA_VERSION)]
                 # No broker APIs here: a Metadata request closes the connection.
                 with pytest.raises(ConnectionClosed):
                     await client.send(m.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,

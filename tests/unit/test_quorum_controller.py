@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from odradek.controller.quorum_controller import QuorumController
+from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
 from odradek.metadata.metadata_record_serde import MetadataRecord
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.raft.raft_client import (
@@ -101,10 +101,17 @@ def test_controller_proposes_at_raft_epoch_and_applies_only_committed_records() 
     async def run() -> None:
         reg = asyncio.ensure_future(c.bootstrap_and_register(uuid.uuid4(), [("PLAINTEXT", "h", 9092)], None))
         await _settle()
-        assert not reg.done() and raft.scheduled == 1
+        # First the activation records of a new leader on an empty log (the bootstrap
+        # metadata.version), committed before anything else is proposed.
+        (activation,) = raft.proposed
+        assert activation.epoch == 7 and [n for n, _ in activation.records] == ["FeatureLevelRecord"]
+        assert not reg.done() and raft.scheduled == 1 and c.image.features == {}
+        c.handle_commit([activation])
+        await _settle()
+        assert c.image.features == {"metadata.version": METADATA_VERSION}
         batch = raft.proposed[-1]
         assert batch.epoch == 7
-        assert [n for n, _ in batch.records] == ["FeatureLevelRecord", "RegisterBrokerRecord", "UnfenceBrokerRecord"]
+        assert [n for n, _ in batch.records] == ["RegisterBrokerRecord", "UnfenceBrokerRecord"]
         assert c.image.brokers == {}  # proposed, not committed: the image has not moved
         c.handle_commit([batch])
         assert await reg == 1  # the broker epoch: the offset of its registration record
@@ -141,3 +148,30 @@ def test_controller_replays_snapshot_and_commits_it_did_not_write() -> None:
     assert "a" in c.image.topics_by_name and c.transactions.open_transaction == 10
     c.handle_commit([Batch(12, 3, 0, [("EndTransactionRecord", {})])])
     assert "a" not in c.image.topics_by_name and c.image.offset == 12
+
+
+def test_new_leader_writes_activation_records_at_once() -> None:
+    """On becoming leader (on the event loop) the controller aborts a metadata transaction left
+    open and bootstraps metadata.version, without waiting for a write."""
+    raft = FakeRaft()
+    c = _controller(raft)
+    c.handle_commit([Batch(0, 1, 0, [("BeginTransactionRecord", {"name": None})])])
+    assert c.transactions.open_transaction == 0
+    raft._end = 1
+
+    async def run() -> None:
+        raft.leader = LeaderAndEpoch(1, 2)
+        c.handle_leader_change(raft.leader)
+        await _settle()
+        (activation,) = raft.proposed
+        assert [n for n, _ in activation.records] == ["AbortTransactionRecord", "FeatureLevelRecord"]
+        c.handle_commit([activation])
+        await _settle()
+        assert c.transactions.open_transaction is None and c.image.features["metadata.version"] == METADATA_VERSION
+        # Leading again in a later epoch: nothing left to activate.
+        raft.leader = LeaderAndEpoch(1, 3)
+        c.handle_leader_change(raft.leader)
+        await _settle()
+        assert len(raft.proposed) == 1
+
+    asyncio.run(run())
