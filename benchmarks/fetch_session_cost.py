@@ -87,7 +87,8 @@ async def main(partitions: int, requests: int) -> None:
             assert broker is not None
             apis = broker.broker_apis
             assert apis is not None
-            topic_id = broker.image.topics_by_name["t"].topic_id
+            topic_id = broker.metadata_cache.get_topic_id("t")
+            assert topic_id is not None
             conn = ConnectionInfo("bench", "127.0.0.1:1", "PLAINTEXT")
             cache = apis.fetch_manager.cache
             for version in (12, 16):

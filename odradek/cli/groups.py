@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.coordinator.consumer_protocol import parse_assignment
+from odradek.coordinator.group.consumer_protocol import parse_assignment
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name

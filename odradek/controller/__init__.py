@@ -1,1 +1,3 @@
-"""Controller role: validates topic, partition and config changes and turns them into metadata records."""
+"""Controller role: ControllerApis (the requests brokers and the controller listener send),
+QuorumController, which validates topic, partition, config and broker-registration changes and
+turns them into metadata records, and its managers."""

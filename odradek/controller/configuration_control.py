@@ -55,7 +55,7 @@ class ConfigurationControlManager:
         return Errors.INVALID_REQUEST, f"Unsupported resource type {resource_type}"
 
     def _old(self, resource_type: int, name: str) -> dict[str, str]:
-        return self.image.configs.get((resource_type, name), {})
+        return dict(self.image.configs.config(resource_type, name))
 
     def _finish(
         self, resource_type: int, name: str, old: dict[str, str], new: dict[str, str]

@@ -27,8 +27,9 @@ from odradek.controller.replication_control import (
     ReplicationControlManager,
     TopicResult,
 )
-from odradek.metadata.image import MetadataDelta, MetadataImage
-from odradek.metadata.transactions import MetadataTransactions, OffsetRecord
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
+from odradek.metadata.transactions import MetadataTransactions
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.raft.raft_client import (
     UNKNOWN_LEADER,
@@ -73,7 +74,7 @@ class QuorumController(Listener[MetadataRecord]):
     ) -> None:
         self.node_id = node_id
         self.raft_client = raft_client
-        self.image = MetadataImage()
+        self.image: MetadataImage = EMPTY_IMAGE
         self.transactions = MetadataTransactions()
         # The quorum's leader as Raft last announced it; this node writes only while it leads.
         self.leader_and_epoch = UNKNOWN_LEADER
@@ -101,16 +102,19 @@ class QuorumController(Listener[MetadataRecord]):
     def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
         self.transactions.reset()
         offset = reader.last_contained_log_offset
-        self._replay((offset, rec) for rec in reader.records)
+        self.replay(((offset, name, fields) for name, fields in reader.records), base=EMPTY_IMAGE)
 
     def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
-        for batch in batches:
-            self._replay(
-                item
-                for i, rec in enumerate(batch.records)
-                for item in self.transactions.feed(batch.base_offset + i, rec)
-            )
-            self._complete_up_to(batch.last_offset)
+        """One delta over every committed batch, one image swapped in; then the writes whose
+        records are now committed complete."""
+        self.replay(
+            (offset, name, fields)
+            for batch in batches
+            for i, rec in enumerate(batch.records)
+            for offset, (name, fields) in self.transactions.feed(batch.base_offset + i, rec)
+        )
+        if batches:
+            self._complete_up_to(batches[-1].last_offset)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         was = self.leader_and_epoch
@@ -135,10 +139,17 @@ class QuorumController(Listener[MetadataRecord]):
 
     # -- the one place records reach the controller's image ------------------------------------
 
-    def _replay(self, records: Iterable[OffsetRecord]) -> None:
-        delta = MetadataDelta()
-        for offset, (name, fields) in records:
-            self.image.apply(name, fields, delta, offset)
+    def replay(
+        self, records: Iterable[tuple[int, str, dict[str, Any]]], base: MetadataImage | None = None
+    ) -> MetadataDelta:
+        """Apply committed records (offset, name, fields) to the controller's image: one delta
+        over the current image (or ``base``: a snapshot starts from the empty one), and the
+        next image swapped in for the managers too."""
+        delta = MetadataDelta(self.image if base is None else base)
+        for offset, name, fields in records:
+            delta.replay(name, fields, offset)
+        self.image = self.replication.image = self.configuration.image = delta.apply()
+        return delta
 
     # -- activation -----------------------------------------------------------------------------
 
@@ -154,7 +165,7 @@ class QuorumController(Listener[MetadataRecord]):
                 "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-        if "metadata.version" not in self.image.features:
+        if "metadata.version" not in self.image.features.levels:
             records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION}))
         return records
 
@@ -218,48 +229,72 @@ class QuorumController(Listener[MetadataRecord]):
 
     # -- operations -----------------------------------------------------------------------------
 
-    async def bootstrap_and_register(
-        self, incarnation_id: uuid.UUID, endpoints: list[tuple[str, str, int]], rack: str | None
-    ) -> int:
-        """Register and unfence this broker.
+    def _check_broker_epoch(self, broker_id: int, broker_epoch: int) -> None:
+        """Kafka's ClusterControlManager.checkBrokerEpoch."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            raise KafkaError(Errors.BROKER_ID_NOT_REGISTERED, f"No broker registration found for broker {broker_id}")
+        if b.epoch != broker_epoch:
+            raise KafkaError(
+                Errors.STALE_BROKER_EPOCH, f"Expected broker epoch {b.epoch}, but got broker epoch {broker_epoch}"
+            )
+
+    async def register_broker(self, request: dict[str, Any]) -> int:
+        """BrokerRegistration: register the broker, fenced until its first heartbeat from a
+        caught-up broker.
 
         Returns the broker epoch (the offset of the registration record, as Kafka does).
         """
 
         def op() -> tuple[int, list[MetadataRecord]]:
             records: list[MetadataRecord] = []
+            # The activation records (bootstrap metadata.version, abort of an open metadata
+            # transaction) were written when this controller became active: the broker epoch
+            # is the offset the registration record gets.
             epoch = self.raft_client.log_end_offset
             records.append(
                 (
                     "RegisterBrokerRecord",
                     {
-                        "broker_id": self.node_id,
-                        "incarnation_id": incarnation_id,
+                        "broker_id": request["broker_id"],
+                        "incarnation_id": request["incarnation_id"],
                         "broker_epoch": epoch,
                         "end_points": [
-                            {"name": n, "host": h, "port": p, "security_protocol": 0}
-                            for n, h, p in endpoints
+                            {"name": e["name"], "host": e["host"], "port": e["port"], "security_protocol": e["security_protocol"]}
+                            for e in request["listeners"]
                         ],
-                        "features": [
-                            {
-                                "name": "metadata.version",
-                                "min_supported_version": MIN_METADATA_VERSION,
-                                "max_supported_version": METADATA_VERSION,
-                            }
-                        ],
-                        "rack": rack,
+                        "features": [dict(f) for f in request["features"]],
+                        "rack": request["rack"],
                         "fenced": True,
                     },
                 )
             )
-            records.append(("UnfenceBrokerRecord", {"id": self.node_id, "epoch": epoch}))
-            records.extend(self._elect_offline_partitions())
             return epoch, records
 
         return await self._write(op)
 
-    def _elect_offline_partitions(self) -> list[MetadataRecord]:
-        """Leaders for the partitions without one that this node may lead.
+    async def broker_heartbeat(
+        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool
+    ) -> tuple[bool, bool]:
+        """BrokerHeartbeat: (caught up, fenced). A fenced broker that has caught up with the
+        metadata up to its registration and does not want to stay fenced is unfenced, and
+        takes over the partitions without a leader it may lead."""
+
+        def op() -> tuple[tuple[bool, bool], list[MetadataRecord]]:
+            self._check_broker_epoch(broker_id, broker_epoch)
+            b = self.image.brokers[broker_id]
+            caught_up = current_metadata_offset >= broker_epoch
+            if not b.fenced or not caught_up or want_fence:
+                return (caught_up, b.fenced), []
+            log.info("Unfencing broker %d at broker epoch %d", broker_id, broker_epoch)
+            records: list[MetadataRecord] = [("UnfenceBrokerRecord", {"id": broker_id, "epoch": broker_epoch})]
+            records.extend(self._elect_offline_partitions(broker_id))
+            return (caught_up, False), records
+
+        return await self._write(op)
+
+    def _elect_offline_partitions(self, node: int) -> list[MetadataRecord]:
+        """Leaders for the partitions without one that broker ``node``, just unfenced, may lead.
 
         Odradek never leaves a partition leaderless, but Apache Kafka's controlled shutdown of
         its last broker does (``leader=-1``, and with KIP-966 ``isr=[]`` with the broker kept in
@@ -268,7 +303,6 @@ class QuorumController(Listener[MetadataRecord]):
         is unfenced again. Never an unclean election: a replica outside ISR and ELR of a
         partition with other replicas is left alone."""
         records: list[MetadataRecord] = []
-        node = self.node_id
         for t in self.image.topics_by_name.values():
             for pid, p in sorted(t.partitions.items()):
                 if p.leader >= 0 or node not in p.replicas:
@@ -277,7 +311,7 @@ class QuorumController(Listener[MetadataRecord]):
                 # replicas (the last known ones once both are empty); only this node is live.
                 # "Unclean" only for a partition whose sole replica is this node.
                 eligible = list(dict.fromkeys([*p.isr, *p.elr] if p.isr or p.elr else p.last_known_elr))
-                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == [node]).select(
+                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == (node,)).select(
                     PartitionLeadership(p.replicas, eligible, p.leader), {node}
                 )
                 if chosen.leader != node:
@@ -305,6 +339,7 @@ class QuorumController(Listener[MetadataRecord]):
         """Hand a broker a block of producer ids (Kafka's AllocateProducerIds): (first, count)."""
 
         def op() -> tuple[tuple[int, int], list[MetadataRecord]]:
+            self._check_broker_epoch(broker_id, broker_epoch)
             first = self.image.next_producer_id
             record = {
                 "broker_id": broker_id,

@@ -1,9 +1,7 @@
-"""The group coordinator: classic consumer groups and committed offsets on ``__consumer_offsets``.
+"""Kafka's coordinators: brokers that own a slice of an internal topic and the state built on it.
 
-* :mod:`~odradek.coordinator.records` -- the coordinator's record keys and values.
-* :mod:`~odradek.coordinator.group_metadata` -- the sans-I/O classic group state machine.
-* :mod:`~odradek.coordinator.group_metadata_manager` -- groups and offsets of the partitions this
-  node leads: writes, loading (immigration), unloading (emigration), expiry.
-* :mod:`~odradek.coordinator.group_coordinator` -- the asyncio shell: delayed responses, timers,
-  coordinator lookup and the ``__consumer_offsets`` topic.
+* :mod:`odradek.coordinator.group` -- the group coordinator: classic and KIP-848 consumer groups
+  and committed offsets, on ``__consumer_offsets``.
+* ``odradek.coordinator.transaction`` (issue 13, not here yet) -- the transaction coordinator on
+  ``__transaction_state``.
 """

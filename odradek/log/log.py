@@ -1,5 +1,10 @@
 """Log: one partition's log (Kafka's UnifiedLog) in `<log_dir>/<topic>-<partition>/`.
 
+It owns the log start offset, high watermark, recovery point, leader epochs and producer state;
+the segments are a :class:`~odradek.log.log_segments.LogSegments`, opening and recovery are
+:class:`~odradek.log.log_loader.LogLoader`'s, and reads return a
+:class:`~odradek.log.fetch_data_info.FetchDataInfo`.
+
 Synchronous and clock-free: every time-dependent method takes ``now_ms``. One writer thread plus
 concurrent flushes/reads are safe: segment-list mutation, appends and reads hold ``self._lock``;
 fsyncs run outside it.
@@ -7,32 +12,25 @@ fsyncs run outside it.
 
 from __future__ import annotations
 
-import base64
-import bisect
-import logging
 import os
-import re
 import shutil
-import struct
 import threading
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from odradek.log.checkpoint import atomic_write, fsync_dir
+from odradek.log.checkpoint import fsync_dir
 from odradek.log.errors import (
     CorruptIndexError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
-from odradek.log.leader_epoch import (
-    LEADER_EPOCH_CHECKPOINT_FILENAME,
-    UNDEFINED_EPOCH,
-    LeaderEpochFileCache,
-)
+from odradek.log.fetch_data_info import FetchDataInfo, FileRegion
+from odradek.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from odradek.log.log_config import LogConfig
+from odradek.log.log_loader import LogLoader
+from odradek.log.log_segments import LogSegments, open_segment, remove_quietly
+from odradek.log.partition_metadata import write_partition_metadata
 from odradek.log.producer_state import ProducerStateManager, last_sequence
-from odradek.log.record_validation import check_records
+from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
@@ -45,8 +43,6 @@ from odradek.log.segment import (
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
 from odradek.records.batch import (
-    BASE_TIMESTAMP_OFFSET,
-    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     AppendInfo,
     parse_header,
@@ -59,95 +55,11 @@ from odradek.records.errors import (
 )
 from odradek.records.recompress import recompress_batches
 
-PARTITION_METADATA_FILENAME = "partition.metadata"
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
-
-logger = logging.getLogger(__name__)
-
-_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
-
-
-class FileRegion(NamedTuple):
-    """A byte range of an open segment file (usable with os.sendfile)."""
-
-    fd: int
-    position: int
-    size: int
-
-
-@dataclass
-class FetchDataInfo:
-    """What a fetch read: whole batches as regions of segment files, not yet copied.
-
-    The network layer sends ``file_regions`` with ``os.sendfile`` where it can; anyone who needs
-    the bytes calls :meth:`to_bytes` (one copy, straight from the files).
-    """
-
-    fetch_offset: int
-    regions: list[FileRegion] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return sum(r.size for r in self.regions)
-
-    def __len__(self) -> int:
-        return self.size
-
-    @property
-    def file_regions(self) -> list[FileRegion]:
-        return self.regions
-
-    def to_bytes(self) -> bytearray:
-        out = bytearray(self.size)
-        view = memoryview(out)
-        at = 0
-        for r in self.regions:
-            pos, remaining = r.position, r.size
-            while remaining > 0:
-                n = os.preadv(r.fd, [view[at : at + remaining]], pos)
-                if n <= 0:
-                    raise KafkaStorageError(f"segment file shorter than expected at position {pos}")
-                at += n
-                pos += n
-                remaining -= n
-        return out
-
-
-_TIMESTAMP = struct.Struct(">q")
-
-
-def _check_timestamps(buf: bytearray, info: AppendInfo, config: LogConfig, now_ms: int) -> None:
-    """Refuse CreateTime batches outside ``message.timestamp.before.max.ms`` /
-    ``message.timestamp.after.max.ms`` of the broker clock (INVALID_TIMESTAMP), as Kafka does.
-
-    Only the batch header is read (the hot path never decodes records): its max timestamp
-    against the upper bound, its first record's timestamp and its max against the lower one. A
-    record in the middle of a batch older than the batch's first record is not seen.
-    """
-    before = config.message_timestamp_before_max_ms
-    after = config.message_timestamp_after_max_ms
-    lowest = now_ms - before if before < now_ms else None
-    highest = now_ms + after if after < 2**63 - 1 - now_ms else None
-    if lowest is None and highest is None:
-        return
-    unpack = _TIMESTAMP.unpack_from
-    for b in info.batches:
-        first = unpack(buf, b.position + BASE_TIMESTAMP_OFFSET)[0]
-        for ts in (first, b.max_timestamp):
-            if ts == NO_TIMESTAMP:
-                continue
-            if (lowest is not None and ts < lowest) or (highest is not None and ts > highest):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} in the batch at offset {b.base_offset} is out of range: "
-                    f"with message.timestamp.before.max.ms={before} and "
-                    f"message.timestamp.after.max.ms={after} it must lie within "
-                    f"[{lowest if lowest is not None else 'any'}, "
-                    f"{highest if highest is not None else 'any'}] (broker time {now_ms})"
-                )
 
 
 def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
@@ -156,14 +68,6 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not part.isdigit():
         return None
     return topic, int(part)
-
-
-def topic_id_to_string(topic_id: bytes) -> str:
-    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode("ascii")
-
-
-def topic_id_from_string(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 class Log:
@@ -187,8 +91,7 @@ class Log:
         )
         self.config = config
         self._lock = threading.RLock()
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        self._segments = LogSegments(segments)
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._high_watermark = high_watermark
@@ -197,7 +100,6 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
-        self._pending_close: list[tuple[int, LogSegment]] = []
         self._closed = False
         # Idempotent-producer state, rebuilt from batch headers the first time it is needed.
         self.producer_state = ProducerStateManager()
@@ -217,148 +119,34 @@ class Log:
         high_watermark: int | None = None,
         topic_id: bytes | None = None,
     ) -> Log:
-        """Open (creating if needed) and, after an unclean shutdown, recover a partition log.
-
-        When unclean, segments holding offsets at or above ``recovery_point`` are rescanned
-        (CRC included); the first corrupt/torn batch truncates the log there and later segments
-        are deleted. Segments whose index files are missing or inconsistent are always rebuilt.
-        """
-        os.makedirs(directory, exist_ok=True)
-        bases: set[int] = set()
-        swap_bases: list[int] = []
-        for name in os.listdir(directory):
-            path = os.path.join(directory, name)
-            if name.endswith(SWAP_FILE_SUFFIX):
-                m = _SEGMENT_FILE_RE.match(name[: -len(SWAP_FILE_SUFFIX)])
-                if m and m.group(2) == "log":
-                    swap_bases.append(int(m.group(1)))
-                continue
-            if name.endswith((".deleted", ".tmp", CLEANED_FILE_SUFFIX)):
-                _remove_quietly(path)
-                continue
-            m = _SEGMENT_FILE_RE.match(name)
-            if m and m.group(2) == "log":
-                bases.add(int(m.group(1)))
-        # A `.log.swap` file is a cleaned segment whose swap was committed (see
-        # replace_segments) but maybe not finished: finish it. Other `.swap` files are
-        # uncommitted leftovers.
-        for base in sorted(swap_bases):
-            cls._complete_swap(directory, base, config, now_ms, bases)
-        for name in os.listdir(directory):
-            if name.endswith(SWAP_FILE_SUFFIX):
-                _remove_quietly(os.path.join(directory, name))
-        # Orphan index files (no matching .log) are removed.
-        for name in os.listdir(directory):
-            m = _SEGMENT_FILE_RE.match(name)
-            if m and m.group(2) != "log" and int(m.group(1)) not in bases:
-                _remove_quietly(os.path.join(directory, name))
-
-        segments: list[LogSegment] = []
-        ordered = sorted(bases)
-        truncated_at: int | None = None
-        truncated: LogSegment | None = None
-        later: list[tuple[int, int]] = []  # (base, bytes) of segments after the truncated one
-        for i, base in enumerate(ordered):
-            if truncated_at is not None:
-                # An earlier segment was truncated by recovery: later data is unreachable.
-                later.append((base, _file_size(os.path.join(directory, filename_prefix(base)))))
-                _remove_segment_files(directory, base)
-                continue
-            seg = cls._open_segment(directory, base, config, now_ms)
-            had_indexes = os.path.getsize(seg.offset_index.path) > 0 or seg.size == 0
-            next_base = ordered[i + 1] if i + 1 < len(ordered) else None
-            needs_recovery = not clean_shutdown and (
-                next_base is None or next_base > recovery_point
-            )
-            if not needs_recovery:
-                try:
-                    seg.load()
-                    if not had_indexes and seg.size > 4 * config.index_interval_bytes:
-                        needs_recovery = True  # index missing: rebuild it
-                except CorruptIndexError:
-                    needs_recovery = True
-            if needs_recovery:
-                if seg.recover(config.max_message_bytes) > 0:
-                    truncated_at = seg.next_offset
-                    truncated = seg
-            if seg.size == 0 and segments and truncated_at is not None:
-                seg.delete()
-                continue
-            segments.append(seg)
-        if truncated is not None and truncated.last_truncation is not None:
-            logger.warning(
-                "Recovery of partition %s: %s",
-                os.path.basename(directory.rstrip(os.sep)),
-                truncated.last_truncation.describe(truncated.log_path, later),
-            )
-
-        epoch_cache = LeaderEpochFileCache(
-            os.path.join(directory, LEADER_EPOCH_CHECKPOINT_FILENAME)
-        )
-        if not segments:
-            segments.append(cls._open_segment(directory, log_start_offset, config, now_ms))
-        log_end = segments[-1].next_offset
-        start = max(log_start_offset, segments[0].base_offset)
-        start = min(start, log_end)
-        rp = min(max(recovery_point, 0), log_end)
-        epoch_cache.truncate_from_end(log_end)
-        epoch_cache.truncate_from_start(start)
-        stored_topic_id = _read_partition_metadata(directory)
-        hw_initial = high_watermark if high_watermark is not None else rp
+        """Open (creating if needed) and, after an unclean shutdown, recover a partition log
+        (see :class:`~odradek.log.log_loader.LogLoader`)."""
+        loaded = LogLoader(
+            directory,
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            now_ms=now_ms,
+            clean_shutdown=clean_shutdown,
+            high_watermark=high_watermark,
+        ).load()
         log = cls(
             directory,
             config,
-            segments,
-            log_start_offset=start,
-            recovery_point=rp,
-            high_watermark=min(max(hw_initial, start), log_end),
-            topic_id=stored_topic_id,
-            leader_epoch_cache=epoch_cache,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            high_watermark=loaded.high_watermark,
+            topic_id=loaded.topic_id,
+            leader_epoch_cache=loaded.leader_epoch_cache,
             now_ms=now_ms,
         )
-        if topic_id is not None and stored_topic_id != topic_id:
+        if topic_id is not None and loaded.topic_id != topic_id:
             try:
                 log.assign_topic_id(topic_id)
             except OSError as e:  # disk full: written at the first append that succeeds
                 log._storage_failure(e, "creating")
         return log
-
-    @staticmethod
-    def _open_segment(
-        directory: str, base: int, config: LogConfig, now_ms: int, file_suffix: str = ""
-    ) -> LogSegment:
-        return LogSegment(
-            directory,
-            base,
-            index_interval_bytes=config.index_interval_bytes,
-            max_index_size=config.segment_index_bytes,
-            now_ms=now_ms,
-            file_suffix=file_suffix,
-        )
-
-    @classmethod
-    def _complete_swap(
-        cls, directory: str, base: int, config: LogConfig, now_ms: int, bases: set[int]
-    ) -> None:
-        """Finish a cleaner swap interrupted by a crash (Kafka's LogLoader does the same): the
-        `.swap` segment replaces every segment whose base offset lies in its offset range."""
-        seg = cls._open_segment(directory, base, config, now_ms, SWAP_FILE_SUFFIX)
-        try:
-            mtime = os.stat(seg.log_path).st_mtime_ns
-            seg.recover(config.max_message_bytes)  # also rebuilds its index files
-            seg.flush()
-            end = max(seg.next_offset, base + 1)
-        finally:
-            seg.close()
-        for b in sorted(b for b in bases if base <= b < end):
-            _remove_segment_files(directory, b)
-            bases.discard(b)
-        prefix = os.path.join(directory, filename_prefix(base))
-        os.utime(prefix + LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX, ns=(mtime, mtime))
-        for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX):
-            os.replace(prefix + suffix + SWAP_FILE_SUFFIX, prefix + suffix)
-        fsync_dir(directory)
-        bases.add(base)
 
     # ========================================================================= properties
     @property
@@ -367,7 +155,7 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
+        return self._segments.active.next_offset
 
     @property
     def recovery_point(self) -> int:
@@ -389,7 +177,7 @@ class Log:
     @property
     def size(self) -> int:
         with self._lock:
-            return sum(s.size for s in self._segments)
+            return self._segments.size_in_bytes()
 
     @property
     def num_segments(self) -> int:
@@ -398,11 +186,11 @@ class Log:
     @property
     def segments(self) -> list[LogSegment]:
         with self._lock:
-            return list(self._segments)
+            return self._segments.values()
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def latest_epoch(self) -> int:
@@ -422,9 +210,8 @@ class Log:
 
     def assign_topic_id(self, topic_id: bytes) -> None:
         """Record the topic id in `partition.metadata` (`version: 0` / `topic_id: <base64>`)."""
-        text = f"version: 0\ntopic_id: {topic_id_to_string(topic_id)}\n"
         self._topic_id, self._topic_id_saved = topic_id, False
-        atomic_write(os.path.join(self.dir, PARTITION_METADATA_FILENAME), text.encode("ascii"))
+        write_partition_metadata(self.dir, topic_id)
         self._topic_id_saved = True
 
     # ============================================================================= append
@@ -479,7 +266,7 @@ class Log:
             tp = f"{self.topic}-{self.partition}"
             if not config.log_append_time:
                 try:
-                    _check_timestamps(buf, info, config, now_ms)
+                    check_batch_timestamps(buf, info, config, now_ms)
                 except InvalidTimestampError:
                     # Name the records that are out (KIP-467); the header's error stands if
                     # none is (its max timestamp can disagree with the records).
@@ -571,7 +358,7 @@ class Log:
         )
 
     def _maybe_roll(self, info: AppendInfo, now_ms: int | None) -> LogSegment:
-        seg = self._segments[-1]
+        seg = self._segments.active
         config = self.config
         segment_ms = config.segment_ms
         if config.compact and config.max_compaction_lag_ms > 0:
@@ -593,7 +380,7 @@ class Log:
     def roll(self, new_base: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base`` (default: the log end offset)."""
         with self._lock:
-            old = self._segments[-1]
+            old = self._segments.active
             base = self.log_end_offset if new_base is None else max(new_base, self.log_end_offset)
             if old.size == 0 and base == old.base_offset:
                 return old
@@ -601,22 +388,17 @@ class Log:
                 old.on_become_inactive()
             # The new segment is opened before the old one changes: if that fails (disk full),
             # the log is as it was.
-            seg = self._open_segment(
+            seg = open_segment(
                 self.dir, base, self.config, now_ms if now_ms is not None else old.last_modified_ms
             )
             if old.size == 0:
                 # Replace an empty active segment rather than leaving an empty one behind.
                 self._segments.pop()
-                self._bases.pop()
                 old.delete()
             self._segments.append(seg)
-            self._bases.append(base)
             return seg
 
     # =============================================================================== read
-    def _floor_index(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._bases, offset) - 1)
-
     def read(
         self,
         start_offset: int,
@@ -638,7 +420,7 @@ class Log:
                 return result
             if isolation_max_offset is not None and start_offset >= isolation_max_offset:
                 return result
-            for seg in self._segments[self._floor_index(start_offset) :]:
+            for seg in self._segments.from_offset(start_offset):
                 max_position: int | None = None
                 if isolation_max_offset is not None and isolation_max_offset < seg.next_offset:
                     h = seg.translate_offset(isolation_max_offset)
@@ -722,10 +504,7 @@ class Log:
             if self._recovery_point < offset:
                 self._recovery_point = offset
             self.leader_epoch_cache.truncate_from_start(offset)
-            n = 0
-            while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= offset:
-                n += 1
-            self._delete_prefix(n, now_ms)
+            self._delete_prefix(self._segments.count_at_or_below(offset), now_ms)
             return True
 
     def delete_old_segments(self, now_ms: int) -> int:
@@ -733,16 +512,12 @@ class Log:
         log start offset. Only segments below the high watermark and never the active one.
         Returns the number of segments deleted."""
         with self._lock:
-            self._close_pending(now_ms)
-            config = self.config
             segs = self._segments
+            segs.close_retired(now_ms)
+            config = self.config
             # A segment is deletable only if all of it is below the high watermark.
-            limit = 0
-            while limit + 1 < len(segs) and segs[limit + 1].base_offset <= self._high_watermark:
-                limit += 1
-            n = 0
-            while n + 1 < len(segs) and segs[n + 1].base_offset <= self._log_start_offset:
-                n += 1
+            limit = segs.count_at_or_below(self._high_watermark)
+            n = segs.count_at_or_below(self._log_start_offset)
             if config.delete:
                 if config.retention_ms >= 0:
                     k = 0
@@ -750,7 +525,7 @@ class Log:
                         k += 1
                     n = max(n, k)
                 if config.retention_bytes >= 0:
-                    diff = sum(s.size for s in segs) - config.retention_bytes
+                    diff = segs.size_in_bytes() - config.retention_bytes
                     k = 0
                     while k < limit and diff - segs[k].size >= 0:
                         diff -= segs[k].size
@@ -773,27 +548,10 @@ class Log:
     def _delete_prefix(self, n: int, now_ms: int) -> None:
         if n <= 0:
             return
-        doomed = self._segments[:n]
-        del self._segments[:n]
-        del self._bases[:n]
+        # Unlinked now, closed at a retention pass after file.delete.delay.ms.
         deadline = now_ms + self.config.file_delete_delay_ms
-        for seg in doomed:
-            self._retire(seg, deadline)
-
-    def _retire(self, seg: LogSegment, close_deadline_ms: int) -> None:
-        # Unlink now; close the descriptor later (at a retention pass after the deadline) so
-        # in-flight reads and sendfile calls on its fd stay valid and the fd is not reused.
-        seg.unlink_files()
-        self._pending_close.append((close_deadline_ms, seg))
-
-    def _close_pending(self, now_ms: int | None) -> None:
-        keep = []
-        for deadline, seg in self._pending_close:
-            if now_ms is None or now_ms >= deadline:
-                seg.close()
-            else:
-                keep.append((deadline, seg))
-        self._pending_close = keep
+        for seg in self._segments.take_prefix(n):
+            self._segments.retire(seg, deadline)
 
     # ======================================================================= compaction
     def producer_last_offsets(self) -> dict[int, int]:
@@ -815,10 +573,11 @@ class Log:
         has base offset ``new_base``). The files must be complete and fsynced.
 
         Steps, each leaving a loadable log if the process dies there: `.cleaned` -> `.swap`
-        (the `.log` rename last: it is the commit point, after which :meth:`load` finishes the
-        swap instead of discarding it), directory fsync, old segments unlinked (their descriptors
-        stay open for in-flight reads until ``file.delete.delay.ms`` has passed, like retention),
-        `.swap` -> live names, directory fsync. All under the log lock, so readers and appenders
+        (the `.log` rename last: it is the commit point, after which
+        :class:`~odradek.log.log_loader.LogLoader` finishes the swap instead of discarding it),
+        directory fsync, old segments unlinked (their descriptors stay open for in-flight reads
+        until ``file.delete.delay.ms`` has passed, like retention), `.swap` -> live names,
+        directory fsync. All under the log lock, so readers and appenders
         see the old list or the new one.
 
         Returns the new segment, or None (the `.cleaned` files removed) when ``old`` is no longer
@@ -828,7 +587,7 @@ class Log:
         with self._lock:
             segs = self._segments
             first = old[0][0] if old else None
-            i = next((k for k, s in enumerate(segs) if s is first), -1)
+            i = segs.index_of(first) if first is not None else -1
             valid = (
                 i >= 0
                 and first is not None
@@ -842,7 +601,7 @@ class Log:
             )
             if not valid:
                 for suffix in suffixes:
-                    _remove_quietly(prefix + suffix + CLEANED_FILE_SUFFIX)
+                    remove_quietly(prefix + suffix + CLEANED_FILE_SUFFIX)
                 return None
             for suffix in suffixes:
                 os.replace(
@@ -851,17 +610,16 @@ class Log:
             fsync_dir(self.dir)
             deadline = now_ms + self.config.file_delete_delay_ms
             for seg, _ in old:
-                self._retire(seg, deadline)
+                segs.retire(seg, deadline)
             for suffix in suffixes:
                 os.replace(prefix + suffix + SWAP_FILE_SUFFIX, prefix + suffix)
             fsync_dir(self.dir)
-            seg = self._open_segment(self.dir, new_base, self.config, now_ms)
+            seg = open_segment(self.dir, new_base, self.config, now_ms)
             try:
                 seg.load()
             except CorruptIndexError:
                 seg.recover(self.config.max_message_bytes)
-            self._segments[i : i + len(old)] = [seg]
-            self._bases[i : i + len(old)] = [new_base]
+            segs.replace(i, len(old), seg)
             return seg
 
     # ======================================================================= truncation
@@ -876,11 +634,10 @@ class Log:
             if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return True
-            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-                seg = self._segments.pop()
-                self._bases.pop()
-                self._retire(seg, 0)
-            self._segments[-1].truncate_to(offset)
+            segs = self._segments
+            while len(segs) > 1 and segs.active.base_offset >= offset:
+                segs.retire(segs.pop(), 0)
+            segs.active.truncate_to(offset)
             leo = self.log_end_offset
             self.leader_epoch_cache.truncate_from_end(leo)
             self._recovery_point = min(self._recovery_point, leo)
@@ -892,13 +649,12 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all segments and restart the log empty at ``offset``."""
         with self._lock:
-            for old in self._segments:
-                self._retire(old, 0)
-            seg = self._open_segment(
-                self.dir, offset, self.config, self._segments[-1].last_modified_ms
-            )
-            self._segments = [seg]
-            self._bases = [offset]
+            segs = self._segments
+            last_modified_ms = segs.active.last_modified_ms
+            # The old files go first: the new segment may reuse their names.
+            for old in segs.values():
+                segs.retire(old, 0)
+            segs.reset(open_segment(self.dir, offset, self.config, last_modified_ms))
             self.leader_epoch_cache.clear()
             self._log_start_offset = offset
             self._recovery_point = offset
@@ -938,15 +694,13 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            self._segments[-1].on_become_inactive()
-            segs = list(self._segments)
+            self._segments.active.on_become_inactive()
+            segs = self._segments.values()
         for s in segs:
             s.flush()
         with self._lock:
             self._recovery_point = self.log_end_offset
-            for s in segs:
-                s.close()
-            self._close_pending(None)
+            self._segments.close_all()
             self._closed = True
 
     def retire(self) -> None:
@@ -956,36 +710,25 @@ class Log:
         under them. Kafka likewise deletes a log's files ``file.delete.delay.ms`` later."""
         with self._lock:
             self._closed = True
-            self._detach_files()
-
-    def _detach_files(self) -> None:
-        # The directory is going away (and may be renamed): no index is written again.
-        for s in self._segments:
-            s.detach_files()
-        for _, s in self._pending_close:
-            s.detach_files()
+            self._segments.detach_files()
 
     def close_files(self) -> None:
         """Close the segment files of a retired log."""
         with self._lock:
-            for s in self._segments:
-                s.close()
-            self._close_pending(None)
+            self._segments.close_all()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         with self._lock:
-            self._detach_files()
-            for s in self._segments:
-                s.close()
-            self._close_pending(None)
+            self._segments.detach_files()
+            self._segments.close_all()
             self._closed = True
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def rename_dir(self, new_dir: str) -> None:
         """Move the partition directory (used before asynchronous deletion)."""
         with self._lock:
-            self._detach_files()
+            self._segments.detach_files()
             os.rename(self.dir, new_dir)
             self.dir = new_dir
 
@@ -1000,51 +743,10 @@ class Log:
         )
 
 
-def _remove_quietly(path: str) -> None:
-    try:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _file_size(prefix: str) -> int:
-    try:
-        return os.path.getsize(prefix + LOG_FILE_SUFFIX)
-    except OSError:
-        return 0
-
-
-def _remove_segment_files(directory: str, base: int) -> None:
-    prefix = os.path.join(directory, f"{base:020d}")
-    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
-        _remove_quietly(prefix + suffix)
-
-
-def _read_partition_metadata(directory: str) -> bytes | None:
-    try:
-        with open(os.path.join(directory, PARTITION_METADATA_FILENAME), encoding="ascii") as f:
-            text = f.read()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id" and value.strip():
-            try:
-                return topic_id_from_string(value.strip())
-            except ValueError:
-                return None
-    return None
-
-
 __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
-    "FetchDataInfo",
-    "FileRegion",
     "Log",
     "UNDEFINED_EPOCH",
     "parse_topic_partition_dir",

@@ -29,8 +29,8 @@ from the log start to the end of the dirty section is rewritten, in groups of co
 segments whose total size fits ``segment.bytes``, into `<base>.log.cleaned` (+ indexes, rebuilt
 while writing), which :meth:`Log.replace_segments` swaps in (`.cleaned` -> `.swap` -> live
 names, under the log lock, old segments' descriptors closed later so in-flight reads stay valid).
-A crash anywhere leaves the old segments or the new one (:meth:`Log.load` finishes a committed
-swap). The cleaning point of each log is kept in ``cleaner-offset-checkpoint`` in its log
+A crash anywhere leaves the old segments or the new one
+(:class:`~odradek.log.log_loader.LogLoader` finishes a committed swap). The cleaning point of each log is kept in ``cleaner-offset-checkpoint`` in its log
 directory (Kafka's format: ``0``, count, ``topic partition offset`` lines).
 
 Sans-clock: every entry point takes ``now_ms``. It runs on one worker thread of its own (driven by

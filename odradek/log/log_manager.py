@@ -1,8 +1,11 @@
 """LogManager: the broker's log directories, their checkpoints, recovery, retention, flushes and
 log compaction.
 
-Everything is synchronous and takes ``now_ms``; the broker calls these from a thread executor.
-Periodic work the broker schedules (each from a worker thread, never the event loop):
+Everything is synchronous; the broker calls these from a thread executor. Time comes from the
+``clock_ms`` passed in (the broker's wall clock; a test's fake one), read at each call and
+handed to the clock-free :class:`~odradek.log.log.Log` and
+:class:`~odradek.log.log_cleaner.LogCleaner`. Periodic work the broker schedules (each from a
+worker thread, never the event loop):
 
 * :meth:`LogManager.cleanup_logs` every ``log.retention.check.interval.ms`` (retention);
 * :meth:`LogManager.flush_dirty_logs` (``flush.ms``, flushing rolled segments);
@@ -22,7 +25,6 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
@@ -52,7 +54,7 @@ class LogManager:
         self,
         log_dirs: list[str],
         default_config: LogConfig,
-        now_ms: int,
+        clock_ms: Callable[[], int],
         *,
         skip_topics: frozenset[str] = frozenset({METADATA_TOPIC}),
         cleaner_config: CleanerConfig | None = None,
@@ -62,7 +64,7 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.default_config = default_config
         self.skip_topics = skip_topics
-        self._now_ms = now_ms
+        self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, str] = {}
@@ -73,11 +75,9 @@ class LogManager:
         self.cleaner = LogCleaner(self.all_logs, cleaner_config)
 
     # ============================================================================ loading
-    def load_logs(
-        self, configs_for_topic: Callable[[str], LogConfig] | None = None, now_ms: int | None = None
-    ) -> None:
+    def load_logs(self, configs_for_topic: Callable[[str], LogConfig] | None = None) -> None:
         """Discover `<topic>-<partition>` directories and load (recovering if unclean) each log."""
-        now = self._now_ms if now_ms is None else now_ms
+        now = self._clock_ms()
         config_for = configs_for_topic or (lambda _t: self.default_config)
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
@@ -140,7 +140,6 @@ class LogManager:
         partition: int,
         config: LogConfig | None = None,
         topic_id: bytes | None = None,
-        now_ms: int | None = None,
     ) -> Log:
         with self._lock:
             tp = (topic, partition)
@@ -154,7 +153,7 @@ class LogManager:
             log = Log.load(
                 path,
                 config or self.default_config,
-                now_ms=self._now_ms if now_ms is None else now_ms,
+                now_ms=self._clock_ms(),
                 clean_shutdown=True,
                 topic_id=topic_id,
             )
@@ -169,15 +168,14 @@ class LogManager:
             counts[d] = counts.get(d, 0) + 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
-    def delete_log(self, topic: str, partition: int, now_ms: int | None = None) -> None:
+    def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete` (see
         :func:`delete_dir_name`), then remove it.
 
         The files are unlinked now but their descriptors are closed ``file.delete.delay.ms``
         later (at a retention pass), so reads already handed to the network stay valid.
         """
-        if now_ms is None:
-            now_ms = int(time.time() * 1000)
+        now_ms = self._clock_ms()
         with self._lock:
             tp = (topic, partition)
             log = self._logs.pop(tp, None)
@@ -237,8 +235,9 @@ class LogManager:
         )
 
     # ================================================================ periodic maintenance
-    def cleanup_logs(self, now_ms: int) -> int:
+    def cleanup_logs(self) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
+        now_ms = self._clock_ms()
         self._close_retired(now_ms)
         total = 0
         for tp, log in self.all_logs().items():
@@ -264,9 +263,10 @@ class LogManager:
         for log in due:
             log.close_files()
 
-    def flush_dirty_logs(self, now_ms: int) -> None:
+    def flush_dirty_logs(self) -> None:
         """Flush logs whose flush.ms has elapsed since their last flush, and logs with rolled
         segments not yet flushed (Kafka flushes a segment asynchronously when it rolls)."""
+        now_ms = self._clock_ms()
         failure: Exception | None = None
         for log in self.all_logs().values():
             if log.closed:
@@ -281,18 +281,18 @@ class LogManager:
         if failure is not None:
             raise failure
 
-    def clean_logs(self, now_ms: int) -> int:
+    def clean_logs(self) -> int:
         """Compact every eligible compacted log once, dirtiest first (the log cleaner's work;
         call every ``cleaner_backoff_ms`` from a worker thread). Returns the logs cleaned."""
         if not self.cleaner.config.enable:
             return 0
-        return self.cleaner.clean_logs(now_ms)
+        return self.cleaner.clean_logs(self._clock_ms())
 
     @property
     def cleaner_backoff_ms(self) -> int:
         return self.cleaner.config.backoff_ms
 
-    def shutdown(self, now_ms: int | None = None) -> None:
+    def shutdown(self) -> None:
         """Stop the cleaner, flush and close every log, checkpoint, then write the
         clean-shutdown marker. If a flush or checkpoint fails (disk full, I/O error), no
         marker is written: the next start recovers the logs instead of trusting them."""

@@ -1,7 +1,7 @@
-"""Record-level checks of a leader append (Kafka's LogValidator.validateRecord), naming every bad
-record (KIP-467).
+"""Checks of a leader append (Kafka's LogValidator): the batch headers' timestamps, and the
+record-level checks (LogValidator.validateRecord) naming every bad record (KIP-467).
 
-Only run where a record-level rule applies: on compacted topics (every record needs a key) and,
+The record-level checks only run where a rule applies: on compacted topics (every record needs a key) and,
 for timestamps, when the batch headers already showed a CreateTime timestamp out of range (the
 headers give the batch's first and largest timestamps; the records tell which ones are out). The
 records are streamed (:func:`odradek.records.scan.scan_records` over
@@ -13,15 +13,22 @@ decompressing the rest.
 
 from __future__ import annotations
 
+import struct
+
 from odradek.log.log_config import LogConfig
 from odradek.records.batch import (
+    BASE_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     AppendInfo,
     parse_header,
 )
 from odradek.records.compression import decompressed_limit, iter_decompress
-from odradek.records.errors import InvalidRecordsError, InvalidTimestampsError
+from odradek.records.errors import (
+    InvalidRecordsError,
+    InvalidTimestampError,
+    InvalidTimestampsError,
+)
 from odradek.records.scan import scan_records
 
 # At most this many bad records are named in a response (each entry repeats Kafka's message;
@@ -29,6 +36,39 @@ from odradek.records.scan import scan_records
 # the batch is refused whole either way.
 MAX_RECORD_ERRORS = 10_000
 
+_TIMESTAMP = struct.Struct(">q")
+
+
+def check_batch_timestamps(
+    buf: bytearray, info: AppendInfo, config: LogConfig, now_ms: int
+) -> None:
+    """Refuse CreateTime batches outside ``message.timestamp.before.max.ms`` /
+    ``message.timestamp.after.max.ms`` of the broker clock (INVALID_TIMESTAMP), as Kafka does.
+
+    Only the batch header is read (the hot path never decodes records): its max timestamp
+    against the upper bound, its first record's timestamp and its max against the lower one. A
+    record in the middle of a batch older than the batch's first record is not seen.
+    """
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    lowest = now_ms - before if before < now_ms else None
+    highest = now_ms + after if after < 2**63 - 1 - now_ms else None
+    if lowest is None and highest is None:
+        return
+    unpack = _TIMESTAMP.unpack_from
+    for b in info.batches:
+        first = unpack(buf, b.position + BASE_TIMESTAMP_OFFSET)[0]
+        for ts in (first, b.max_timestamp):
+            if ts == NO_TIMESTAMP:
+                continue
+            if (lowest is not None and ts < lowest) or (highest is not None and ts > highest):
+                raise InvalidTimestampError(
+                    f"timestamp {ts} in the batch at offset {b.base_offset} is out of range: "
+                    f"with message.timestamp.before.max.ms={before} and "
+                    f"message.timestamp.after.max.ms={after} it must lie within "
+                    f"[{lowest if lowest is not None else 'any'}, "
+                    f"{highest if highest is not None else 'any'}] (broker time {now_ms})"
+                )
 
 
 def check_records(

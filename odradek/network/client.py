@@ -1,59 +1,145 @@
 """NetworkClient: the asyncio Kafka-protocol client Odradek nodes use to talk to each other.
 
-One connection, requests pipelined and matched to responses by correlation id, requests and
-responses encoded with the same declarative definitions the server uses. Tools and tests use
-it too.
+The I/O around :class:`~odradek.network.connection.ClientConnection`: one connection to one
+broker, requests pipelined (at most ``max_in_flight`` unanswered; more wait in a queue, in order)
+and matched to responses by correlation id, encoded with the same declarative definitions the
+server uses. Tools and tests use it too.
+
+A connection that goes away fails every request in flight with :class:`ConnectionClosed` naming
+it; a response that breaks the protocol (a correlation id that does not match) closes the
+connection the same way. The next request reconnects, after ``reconnect.backoff.ms`` doubling per
+consecutive failure up to ``reconnect.backoff.max.ms`` (Kafka's semantics, 20 % jitter); a
+reconnection that fails fails the requests waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
-from typing import Any
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Any, cast
 
-from odradek.protocol.header import (
-    RequestHeader,
-    decode_response_header,
-    encode_request_header,
+from odradek.network.connection import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    ClientConnection,
+    InFlightRequest,
+    ProtocolError,
+    ReconnectBackoff,
 )
 from odradek.protocol.schema import Api
 
-_SIZE = struct.Struct(">i")
+log = logging.getLogger(__name__)
+
+# The broker stops reading a connection with 100 responses owed, so a deeper pipeline only
+# queues in its socket; requests beyond this wait in the client's queue.
+DEFAULT_MAX_IN_FLIGHT = 1024
+PRODUCE_API_KEY = 0
 
 
 class ConnectionClosed(ConnectionError):
-    """The peer closed the connection (Kafka's way of rejecting some bad requests)."""
+    """The connection closed with the request unanswered (Kafka's way of rejecting some bad
+    requests), or it could not be made."""
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A request waiting for room in flight or for a connection."""
+
+    api: Api | None  # None: a raw frame
+    version: int
+    body: Any  # the request's dict, or the raw frame's bytes
+    future: asyncio.Future[Any]
+    expect_response: bool
+
+
+class _Protocol(asyncio.BufferedProtocol):
+    def __init__(self, client: NetworkClient) -> None:
+        self._client = client
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self is not self._client._protocol:  # a connection already replaced: bytes ignored
+            return memoryview(bytearray(max(sizehint, 1024)))
+        return self._client.core.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._client._received(self, nbytes)
+
+    def eof_received(self) -> bool | None:
+        return None  # close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self._client._connection_lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self._client._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._client._resume_writing()
 
 
 class NetworkClient:
-    def __init__(self, host: str, port: int, client_id: str = "odradek") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str = "odradek",
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._next_id = 1
-        self._pending: dict[int, tuple[Api, int, asyncio.Future[dict[str, Any]]]] = {}
-        self._recv_task: asyncio.Task[None] | None = None
+        self.core = ClientConnection(
+            client_id, max_in_flight=max_in_flight, max_response_bytes=max_response_bytes
+        )
+        self.backoff = ReconnectBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms)
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _Protocol | None = None
+        self._queued: collections.deque[_Queued] = collections.deque()
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._close_reason: str | None = None
+        self._closed = False
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
 
     async def connect(self) -> NetworkClient:
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        self._recv_task = asyncio.get_running_loop().create_task(self._receive_loop())
+        """Connect (an OSError if the broker cannot be reached)."""
+        await self._open()
         return self
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        self._closed = True
+        task = self._reconnect_task
+        if task is not None and not task.done():
+            task.cancel()
             try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
-        if self._recv_task is not None:
-            self._recv_task.cancel()
-            try:
-                await self._recv_task
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
+        protocol, transport = self._protocol, self._transport
+        if transport is not None and protocol is not None:
+            self._close_reason = "the client was closed"
+            transport.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(protocol.lost), 5)
+            except TimeoutError:
+                transport.abort()
+        self._fail_queued(ConnectionClosed(f"the client for {self.address} was closed"))
 
     async def __aenter__(self) -> NetworkClient:
         return await self.connect()
@@ -61,67 +147,168 @@ class NetworkClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # ---- requests -----------------------------------------------------------------------
+
     def send_nowait(self, api: Api, version: int, body: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Write a request; the future resolves with the decoded response."""
-        assert self._writer is not None, "connect() first"
-        cid = self._next_id
-        self._next_id += 1
-        header = encode_request_header(
-            RequestHeader(api.api_key, version, cid, self.client_id), api.request_header_version(version)
-        )
-        parts = [header, *api.encode_request(version, body)]
-        size = sum(len(p) for p in parts)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = (api, version, fut)
-        self._writer.write(_SIZE.pack(size))
-        self._writer.writelines(parts)
-        return fut
+        """Queue a request; the future resolves with the decoded response (an empty dict for a
+        Produce with acks=0, which has none)."""
+        expect = not (api.api_key == PRODUCE_API_KEY and body.get("acks") == 0)
+        return self._enqueue(_Queued(api, version, body, self._new_future(), expect))
 
     async def send(self, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
         fut = self.send_nowait(api, version, body)
-        assert self._writer is not None
-        await self._writer.drain()
+        await self._drain()
         return await fut
 
     async def send_raw(self, frame: bytes, expect_response: bool = True) -> bytes | None:
-        """Write a pre-built frame (size prefix included); return the next raw response frame."""
-        assert self._writer is not None and self._recv_task is not None
-        self._recv_task.cancel()
-        try:
-            await self._recv_task
-        except (asyncio.CancelledError, Exception):
-            pass
-        self._recv_task = None
-        self._writer.write(frame)
-        await self._writer.drain()
-        if not expect_response:
-            return None
-        return await self._read_frame()
+        """Write a pre-built frame (size prefix included); return the raw response frame to it
+        (whatever its correlation id)."""
+        fut = self._enqueue(_Queued(None, -1, frame, self._new_future(), expect_response))
+        await self._drain()
+        result = await fut
+        return cast(bytes, result) if expect_response else None
 
-    async def _read_frame(self) -> bytes:
-        assert self._reader is not None
-        try:
-            head = await self._reader.readexactly(4)
-            (size,) = _SIZE.unpack(head)
-            return await self._reader.readexactly(size)
-        except asyncio.IncompleteReadError as e:
-            raise ConnectionClosed(f"connection to {self.host}:{self.port} closed") from e
+    def _new_future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
 
-    async def _receive_loop(self) -> None:
+    def _enqueue(self, item: _Queued) -> asyncio.Future[Any]:
+        if self._closed:
+            raise ConnectionClosed(f"the client for {self.address} was closed")
+        self._queued.append(item)
+        self._pump()
+        return item.future
+
+    def _pump(self) -> None:
+        """Send queued requests while there is room in flight (reconnecting if need be)."""
+        if self._transport is None:
+            if self._queued and not self._closed:
+                self._ensure_reconnect()
+            return
+        core = self.core
+        while self._queued and core.can_send:
+            item = self._queued.popleft()
+            fut = item.future
+            try:
+                if item.api is None:
+                    parts = core.send_raw(
+                        item.body, expect_response=item.expect_response, context=fut
+                    )
+                else:
+                    _, parts = core.send_request(
+                        item.api, item.version, item.body,
+                        expect_response=item.expect_response, context=fut,
+                    )
+            except Exception as e:  # the body does not encode
+                if not fut.done():
+                    fut.set_exception(e)
+                continue
+            self._transport.writelines(parts)
+            if not item.expect_response and not fut.done():
+                fut.set_result({})
+
+    async def _drain(self) -> None:
+        """Until the transport has room for more (flow control)."""
+        while self._write_paused and self._transport is not None:
+            if self._drained is None or self._drained.done():
+                self._drained = self._new_future()
+            await self._drained
+
+    def _resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # ---- connection ---------------------------------------------------------------------
+
+    def _now_ms(self) -> float:
+        return asyncio.get_running_loop().time() * 1000
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.backoff.connecting(self._now_ms())
         try:
-            while True:
-                frame = await self._read_frame()
-                cid = _SIZE.unpack_from(frame, 0)[0]
-                entry = self._pending.pop(cid, None)
-                if entry is None:
-                    continue
-                api, version, fut = entry
-                _, pos = decode_response_header(frame, api.response_header_version(version))
-                body, _ = api.decode_response(version, frame, pos)
-                if not fut.done():
-                    fut.set_result(body)
-        except (ConnectionClosed, ConnectionError, OSError) as e:
-            for _api, _v, fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(ConnectionClosed(str(e)))
-            self._pending.clear()
+            transport, protocol = await loop.create_connection(
+                lambda: _Protocol(self), self.host, self.port
+            )
+        except OSError:
+            self.backoff.disconnected(self._now_ms())
+            raise
+        if self._closed:
+            transport.close()
+            raise ConnectionClosed(f"the client for {self.address} was closed")
+        self._transport = cast(asyncio.Transport, transport)
+        self._protocol = protocol
+        self._close_reason = None
+        self._write_paused = False
+        self.backoff.ready()
+        self._pump()
+
+    def _ensure_reconnect(self) -> None:
+        if self._reconnect_task is None or self._reconnect_task.done():
+            self._reconnect_task = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        delay_ms = self.backoff.delay_ms(self._now_ms())
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+        try:
+            await self._open()
+        except OSError as e:
+            log.info("reconnecting to %s failed: %s", self.address, e)
+            self._fail_queued(
+                ConnectionClosed(
+                    f"cannot reconnect to {self.address}: {e} (reconnect.backoff.ms: next "
+                    f"attempt after {self.backoff.backoff_ms} ms)"
+                )
+            )
+
+    def _fail_queued(self, error: ConnectionClosed) -> None:
+        queued = list(self._queued)
+        self._queued.clear()
+        for item in queued:
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    def _received(self, protocol: _Protocol, nbytes: int) -> None:
+        if protocol is not self._protocol:
+            return
+        core = self.core
+        core.buffer_updated(nbytes)
+        while True:
+            try:
+                response = core.next_response()
+            except ProtocolError as e:
+                log.warning("closing the connection to %s: %s", self.address, e)
+                self._close_reason = f"protocol error: {e}"
+                if self._transport is not None:
+                    self._transport.abort()
+                return
+            if response is None:
+                break
+            fut: asyncio.Future[Any] = response.request.context
+            if not fut.done():
+                fut.set_result(response.body if response.body is not None else bytes(response.frame))
+        self._pump()
+
+    def _connection_lost(self, protocol: _Protocol, exc: Exception | None) -> None:
+        if protocol is not self._protocol:
+            return
+        self._transport = None
+        self._protocol = None
+        self._resume_writing()
+        reason = self._close_reason or (f"{exc}" if exc is not None else "closed by the broker")
+        self._close_reason = None
+        pending = self.core.connection_lost()
+        if not self._closed:
+            self.backoff.disconnected(self._now_ms())
+        for request in pending:
+            fut = request.context
+            if not fut.done():
+                fut.set_exception(self._lost_error(request, reason, len(pending)))
+        self._pump()  # requests still queued reconnect
+
+    def _lost_error(self, request: InFlightRequest, reason: str, n: int) -> ConnectionClosed:
+        return ConnectionClosed(
+            f"connection to {self.address} lost ({reason}) with {request.describe()} "
+            f"unanswered ({n} request(s) in flight)"
+        )

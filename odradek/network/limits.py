@@ -196,10 +196,6 @@ class RequestMemoryPool:
         self.paused: dict[PoolMember, None] = {}
         self._last_exhausted_log = -EXHAUSTED_LOG_INTERVAL_S
 
-    @property
-    def exhausted(self) -> bool:
-        return self.used >= self.capacity
-
     def update(self, conn: PoolMember, held: int) -> None:
         """``conn`` now holds ``held`` bytes of requests not yet handled."""
         self.used += held - conn.pool_held

@@ -1,13 +1,9 @@
-"""Asyncio socket server: Kafka framing, per-connection in-order pipelining, size limits.
+"""Asyncio socket server: the I/O around :class:`~odradek.network.connection.ServerConnection`.
 
-Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``). Bytes are read
-into a reusable staging buffer; every complete frame is copied once into its own ``bytearray``
-(the request layer may rewrite it in place). A frame too large for the staging buffer gets its
-own ``bytearray`` and the transport reads the rest of it directly into that buffer. The buffer is
-never allocated from the declared size (4 bytes would otherwise claim ``socket.request.max.bytes``
-of memory): it starts at ``FRAME_INITIAL_BYTES`` at most and doubles, up to the declared size, only
-when what has arrived fills it, so a connection holds at most ``FRAME_INITIAL_BYTES`` or twice
-what it has sent.
+Each connection is a :class:`KafkaConnection` (an ``asyncio.BufferedProtocol``) driving the
+sans-I/O connection core (:mod:`odradek.network.connection`): the transport reads straight into the
+core's buffers, the core cuts request frames (``socket.request.max.bytes``; a size out of bounds
+closes the connection once earlier responses are out) and keeps responses in request order.
 
 Limits that the broker's listeners share (:mod:`odradek.network.limits`; the controller listener
 has its own): ``queued.max.request.bytes`` (a pool of the bytes received and not yet handled;
@@ -16,10 +12,10 @@ reading pauses when it is full),
 once). ``connections.max.idle.ms``: a connection with no bytes read for that long and nothing
 owed to it (no response pending or unsent, not paused by the pool) is closed.
 
-The handler runs synchronously, in arrival order, for every frame. Its results (ready buffers,
-``None`` or an awaitable) go through a per-connection FIFO so responses leave in request order
-even when delayed operations complete out of order. Reading pauses while more than
-``MAX_PENDING_RESPONSES`` responses are waiting or while the transport holds unsent bytes (its
+The handler runs synchronously, in arrival order, for every frame. Its result (ready buffers,
+``None`` or an awaitable) takes a place in the core's response order, so responses leave in
+request order even when delayed operations complete out of order. Reading pauses while more than
+``MAX_PENDING_RESPONSES`` responses are owed or while the transport holds unsent bytes (its
 high-water mark is 0: the socket is full).
 
 Fetch responses carry file regions of log segments, sent with ``os.sendfile`` straight from the
@@ -27,9 +23,9 @@ page cache whenever the transport has nothing buffered (bytes must not overtake 
 When the socket is full, one ``SENDFILE_CHUNK_BYTES`` piece is copied through the transport
 instead, which pauses it; the rest of the response, and every response after it, waits until the
 transport has drained (``resume_writing``) and then goes on with ``sendfile``. A large fetch
-response thus costs a small copy per socket-buffer-full instead of a copy of all of it. The waiting regions hold their own
-duplicate of the segment's file descriptor, so a segment closed meanwhile (topic deletion) cannot
-make them read another file.
+response thus costs a small copy per socket-buffer-full instead of a copy of all of it. Regions
+that wait (behind other responses or for a drain) hold their own duplicate of the segment's file
+descriptor, so a segment closed meanwhile (topic deletion) cannot make them read another file.
 """
 
 from __future__ import annotations
@@ -44,20 +40,25 @@ import socket
 from collections.abc import Awaitable
 from typing import Any, cast
 
+from odradek.network.connection import (
+    STAGING_BUFFER_BYTES,
+    Close,
+    FrameTooLarge,
+    InvalidFrameSize,
+    ResponseSlot,
+    ServerConnection,
+    frame_response,
+)
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import (
     CloseConnection,
     ConnectionInfo,
     RequestHandler,
     ResponseBuffers,
-    buffers_size,
 )
 
 log = logging.getLogger(__name__)
 
-STAGING_BUFFER_BYTES = 64 * 1024
-# The most a frame's own buffer holds before the bytes that fill it have arrived; it then doubles.
-FRAME_INITIAL_BYTES = 1024 * 1024
 MAX_PENDING_RESPONSES = 100
 # Transport write buffer limits: pause_writing as soon as anything is left buffered (the socket
 # is full), resume_writing once it is empty again. Kafka likewise mutes a channel (reads no
@@ -69,10 +70,6 @@ WRITE_BUFFER_LOW = 0
 # good part of its send buffer is free again, and sendfile goes on from there.
 SENDFILE_CHUNK_BYTES = 16 * 1024
 RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
-# The smallest request header (v0: api_key int16, api_version int16, correlation_id int32).
-MIN_REQUEST_BYTES = 8
-
-_CLOSE = object()  # FIFO marker: close the connection once everything before it is written
 
 
 class _Region:
@@ -150,16 +147,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self.info: ConnectionInfo | None = None
-        # Staging buffer: valid unread bytes are _stage[_start:_end].
-        self._stage = bytearray(STAGING_BUFFER_BYTES)
-        self._stage_view = memoryview(self._stage)
-        self._start = 0
-        self._end = 0
-        # A large frame being read directly into its own buffer (which grows as bytes arrive).
-        self._frame: bytearray | None = None
-        self._frame_view: memoryview | None = None
-        self._frame_pos = 0
-        self._frame_size = 0
+        self.core: ServerConnection[ResponseBuffers | _Rest] = ServerConnection(
+            server.max_request_bytes
+        )
         # Limits shared with the other connections (see odradek.network.limits).
         self._pool = server.memory_pool
         self.pool_held = 0
@@ -167,12 +157,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pool_paused = False
         self._ip: str | None = None  # counted in the server's connection quotas
         self._last_read = self._loop.time()
-        # Responses not yet written, in request order.
-        self._pending: collections.deque[Any] = collections.deque()
-        self._writer: asyncio.Task[None] | None = None
+        # The response being written that waits for the transport to drain; the core keeps
+        # the ones after it.
+        self._rest: _Rest | None = None
+        self._delayed: set[asyncio.Task[None]] = set()  # tasks awaiting delayed operations
         self._closing = False  # no more requests will be handled
         self._write_paused = False
-        self._drained: asyncio.Future[None] | None = None
         self._read_paused = False
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
@@ -207,20 +197,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closing = True
         if exc is not None:
             log.debug("connection %s lost: %s", self._conn_id, exc)
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
         # Delayed operations still pending keep running (they belong to the purgatory); their
-        # results are dropped. Retrieve their exceptions so asyncio does not warn about them.
-        for item in self._pending:
-            if isinstance(item, asyncio.Future):
-                item.add_done_callback(_discard_result)
-            elif isinstance(item, _Rest):
+        # results are dropped when they complete (_await_response).
+        if self._rest is not None:
+            self._rest.release()
+            self._rest = None
+        for item in self.core.connection_lost():
+            if isinstance(item, _Rest):
                 item.release()
-        self._pending.clear()
-        if self._drained is not None and not self._drained.done():
-            self._drained.cancel()
-        self._frame = None
-        self._frame_view = None
         if self._pool is not None:
             self._pool.remove(self)
         if self._ip is not None and self._server.quotas is not None:
@@ -252,152 +236,82 @@ class KafkaConnection(asyncio.BufferedProtocol):
         twice.
         """
         self._pause_reading()
-        self._closing = True
-        if not self._pending and self._writer is None:
+        if not self._owed():
             self.close()
             return
-        if not self._pending or self._pending[-1] is not _CLOSE:
-            self._pending.append(_CLOSE)
-        self._ensure_writer()
+        self._close_after_pending()
 
     def abort(self) -> None:
         self._closing = True
         if self._transport is not None:
             self._transport.abort()
 
+    def _owed(self) -> int:
+        return self.core.owed + (self._rest is not None)
+
+    def _close_after_pending(self) -> None:
+        """Handle no further request; close once the responses owed so far are out."""
+        self._closing = True
+        self.core.close_after_pending()
+        self._flush()
+
     # ---- reading ------------------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame_view is not None:
-            pos = self._frame_pos
-            if pos == len(self._frame_view):
-                self._grow_frame()
-            pool = self._pool
-            if pool is not None and pool.finisher is not self:
-                # Read no more than the pool has room for (at least a staging buffer's worth).
-                room = max(pool.capacity - pool.used, STAGING_BUFFER_BYTES)
-                return self._frame_view[pos : pos + room]
-            return self._frame_view[pos:]
-        if self._end == len(self._stage):
-            self._compact()
-            if self._end == len(self._stage):  # only possible if frames are parked while paused
-                self._stage.extend(bytes(len(self._stage)))
-                self._stage_view.release()
-                self._stage_view = memoryview(self._stage)
-        return self._stage_view[self._end :]
+        pool = self._pool
+        if pool is not None and pool.finisher is not self:
+            # Read no more than the pool has room for (at least a staging buffer's worth).
+            return self.core.get_buffer(max(pool.capacity - pool.used, STAGING_BUFFER_BYTES))
+        return self.core.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._closing:
             return
         self._last_read = self._loop.time()
-        if self._frame is not None:
-            self._frame_pos += nbytes
-            if self._frame_pos < self._frame_size:
-                if self._pool is not None:
-                    self._pool.update(self, self._frame_pos)
-                return
-            frame = self._frame
-            self._frame = None
-            self._frame_view = None
-            self._frame_pos = 0
-            self._dispatch(frame)
-        else:
-            self._end += nbytes
-        self._process()
+        core = self.core
+        core.buffer_updated(nbytes)
+        if not core.reading_large_frame:
+            self._process()
         if self._pool is not None:
-            self._pool.update(self, self._end - self._start + self._frame_pos)
-
-    def _grow_frame(self) -> None:
-        """The frame's buffer is full but the frame is not: double it (up to the frame's size)."""
-        frame = self._frame
-        assert frame is not None and self._frame_view is not None
-        old = len(frame)
-        new = min(self._frame_size, max(2 * old, old + STAGING_BUFFER_BYTES))
-        self._frame_view.release()
-        try:
-            frame += bytes(new - old)  # in place; bytes(n) of zeros costs no memory until read
-        except BufferError:  # a view of it is still alive somewhere: copy instead
-            grown = bytearray(new)
-            grown[:old] = frame
-            self._frame = frame = grown
-        self._frame_view = memoryview(frame)
+            self._pool.update(self, core.buffered_bytes)
 
     def eof_received(self) -> bool | None:
-        if self._frame is not None or self._end > self._start:
+        if self.core.has_partial_frame:
             log.debug("connection %s closed by peer in the middle of a request", self._conn_id)
         # Returning None closes the transport; pending responses can't be read by the peer anyway
         # once it half-closes in Kafka's protocol, but let earlier ones flush first.
         self._closing = True
-        if not self._pending and self._writer is None:
+        if not self._owed():
             return None
-        self._pending.append(_CLOSE)
-        self._ensure_writer()
+        self._close_after_pending()
         return True
-
-    def _compact(self) -> None:
-        n = self._end - self._start
-        if self._start and n:
-            self._stage[:n] = self._stage_view[self._start : self._end]
-        self._start = 0
-        self._end = n
 
     def _process(self) -> None:
-        """Slice complete frames out of the staging buffer and dispatch them in order."""
-        stage = self._stage
-        while not self._closing and not self._read_paused:
-            avail = self._end - self._start
-            if avail < 4:
-                break
-            start = self._start
-            size = int.from_bytes(stage[start : start + 4], "big", signed=True)
-            if not self._check_size(size):
-                return
-            if avail - 4 >= size:
-                frame = bytearray(self._stage_view[start + 4 : start + 4 + size])
-                self._start = start + 4 + size
-                self._dispatch(frame)
-                continue
-            if 4 + size > len(stage):
-                # Too big for the staging buffer: read the rest straight into its own buffer,
-                # which grows as the bytes arrive (never allocated from the declared size).
-                have = avail - 4
-                frame = bytearray(min(size, max(FRAME_INITIAL_BYTES, have)))
-                frame[:have] = self._stage_view[start + 4 : self._end]
-                self._start = self._end = 0
-                self._frame = frame
-                self._frame_view = memoryview(frame)
-                self._frame_pos = have
-                self._frame_size = size
-                return
-            if start + 4 + size > len(stage):
-                self._compact()
-            break
-        if self._start == self._end:
-            self._start = self._end = 0
-
-    def _check_size(self, size: int) -> bool:
+        """Take complete request frames from the core and dispatch them in order."""
+        core = self.core
         server = self._server
-        if size < MIN_REQUEST_BYTES:
-            log.warning(
-                "invalid request size %d from %s on listener %s (connection %s): "
-                "must be at least %d bytes; closing connection",
-                size, self._peer, server.listener_name, self._conn_id, MIN_REQUEST_BYTES,
-            )
-            self._closing = True
-            self._pending.append(_CLOSE)
-            self._ensure_writer()
-            return False
-        if size > server.max_request_bytes:
-            log.warning(
-                "request of %d bytes from %s on listener %s exceeds socket.request.max.bytes=%d; "
-                "closing connection %s",
-                size, self._peer, server.listener_name, server.max_request_bytes, self._conn_id,
-            )
-            self._closing = True
-            self._pending.append(_CLOSE)
-            self._ensure_writer()
-            return False
-        return True
+        while not self._closing and not self._read_paused:
+            try:
+                frame = core.next_request()
+            except InvalidFrameSize as e:
+                log.warning(
+                    "invalid request size %d from %s on listener %s (connection %s): "
+                    "must be at least %d bytes; closing connection",
+                    e.size, self._peer, server.listener_name, self._conn_id, e.limit,
+                )
+                self._close_after_pending()
+                return
+            except FrameTooLarge as e:
+                log.warning(
+                    "request of %d bytes from %s on listener %s exceeds "
+                    "socket.request.max.bytes=%d; closing connection %s",
+                    e.size, self._peer, server.listener_name, e.limit, self._conn_id,
+                )
+                self._close_after_pending()
+                return
+            if frame is None:
+                break
+            self._dispatch(frame)
 
     # ---- handling -----------------------------------------------------------------------
 
@@ -409,103 +323,107 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result = self._server.handler.handle(info, frame)
         except CloseConnection as e:
             log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, e)
-            self._closing = True
-            self._pending.append(_CLOSE)
-            self._ensure_writer()
+            self._close_after_pending()
             return
         except Exception:
             log.exception(
                 "error handling a request on connection %s from %s; closing connection",
                 self._conn_id, self._peer,
             )
-            self._closing = True
-            self._pending.append(_CLOSE)
-            self._ensure_writer()
+            self._close_after_pending()
             return
         if result is None:
             return
-        if not self._pending and self._writer is None and not inspect.isawaitable(result):
-            rest = self._write(result)  # fast path: nothing queued ahead of it
-            if rest is not None:
-                self._pending.append(rest)
-                self._ensure_writer()
-            return
-        item: Any
+        core = self.core
         if inspect.isawaitable(result):
-            item = asyncio.ensure_future(result)
-        elif _has_file_regions(result):
+            task = self._loop.create_task(self._await_response(core.reserve_response(), result))
+            self._delayed.add(task)
+        elif not core.owed and self._rest is None:
+            self._rest = self._write(result)  # fast path: nothing queued ahead of it
+            return
+        else:
             # Queued behind other responses: hold its files now (they may be closed before
             # their turn comes).
-            item = _Rest(self._segments(result))
-        else:
-            item = result
-        self._pending.append(item)
-        self._ensure_writer()
-        if len(self._pending) > MAX_PENDING_RESPONSES:
+            core.complete(core.reserve_response(), self._hold(result))
+        if self._owed() > MAX_PENDING_RESPONSES:
             self._pause_reading()
 
-    def _ensure_writer(self) -> None:
-        if self._writer is None:
-            self._writer = self._loop.create_task(self._write_pending())
+    def _hold(self, buffers: ResponseBuffers) -> ResponseBuffers | _Rest:
+        return _Rest(self._segments(buffers)) if _has_file_regions(buffers) else buffers
 
-    async def _write_pending(self) -> None:
+    async def _await_response(
+        self, slot: ResponseSlot, awaitable: Awaitable[ResponseBuffers | None]
+    ) -> None:
+        """A delayed operation: its response takes its place in the order when it completes.
+
+        A coroutine runs inside this task (no task or callback of its own). Nothing cancels
+        these tasks when the connection goes: the operation belongs to the purgatory, and its
+        result is dropped.
+        """
         try:
-            while self._pending:
-                item = self._pending[0]
-                if item is _CLOSE:
-                    self._pending.clear()
-                    self.close()
-                    return
-                if isinstance(item, _Rest):
-                    await self._wait_drained()
-                    if self._push(item.segments):
-                        continue  # blocked again: wait for the next drain
-                    if self._pending and self._pending[0] is item:
-                        self._pending.popleft()
-                    self._maybe_resume_reading()
-                    continue
-                if isinstance(item, asyncio.Future):
-                    try:
-                        buffers = await item
-                    except CloseConnection as e:
-                        log.warning(
-                            "closing connection %s from %s: %s", self._conn_id, self._peer, e
-                        )
-                        self._pending.clear()
-                        self.close()
-                        return
-                    except asyncio.CancelledError:
-                        task = asyncio.current_task()
-                        if not item.cancelled() or (task is not None and task.cancelling()):
-                            raise  # the connection is going away
-                        log.error(
-                            "delayed response on connection %s was cancelled; closing connection",
-                            self._conn_id,
-                        )
-                        self._pending.clear()
-                        self.close()
-                        return
-                    except Exception:
-                        log.exception(
-                            "error completing a request on connection %s from %s; "
-                            "closing connection",
-                            self._conn_id, self._peer,
-                        )
-                        self._pending.clear()
-                        self.close()
-                        return
-                else:
-                    buffers = item
-                if self._pending and self._pending[0] is item:
-                    self._pending.popleft()
-                if buffers is not None:
-                    rest = self._write(buffers)
-                    if rest is not None:
-                        self._pending.appendleft(rest)
-                        continue
-                self._maybe_resume_reading()
+            try:
+                result = await awaitable
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the loop is going away
+                self._delayed_failed(slot, None)
+                return
+            except Exception as e:
+                self._delayed_failed(slot, e)
+                return
+            core = self.core
+            response: ResponseBuffers | _Rest | None = result
+            if result is not None and (self._rest is not None or not core.is_next(slot)):
+                response = self._hold(result)
+            if not core.complete(slot, response):  # the connection is gone
+                if isinstance(response, _Rest):
+                    response.release()
+                return
+            self._flush()
         finally:
-            self._writer = None
+            task = asyncio.current_task()
+            if task is not None:
+                self._delayed.discard(task)
+
+    def _delayed_failed(self, slot: ResponseSlot, exc: Exception | None) -> None:
+        """A delayed operation raised (``exc``) or was cancelled (None): close the connection
+        once the responses before it are out."""
+        if self.closed.done():
+            return
+        if exc is None:
+            log.error(
+                "delayed response on connection %s was cancelled; closing connection",
+                self._conn_id,
+            )
+        elif isinstance(exc, CloseConnection):
+            log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, exc)
+        else:
+            log.error(
+                "error completing a request on connection %s from %s; closing connection",
+                self._conn_id, self._peer, exc_info=exc,
+            )
+        self._closing = True
+        self.core.complete_close(slot)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the responses that are next in order, as far as the transport allows."""
+        core = self.core
+        while True:
+            rest = self._rest
+            if rest is not None:
+                if self._write_paused or self._push(rest.segments):
+                    return  # blocked: resume_writing goes on
+                self._rest = None
+            item = core.next_response()
+            if item is None:
+                break
+            if isinstance(item, Close):
+                self.close()
+                return
+            self._rest = item if isinstance(item, _Rest) else self._write(item)
+        self._maybe_resume_reading()
 
     def _write(self, buffers: ResponseBuffers) -> _Rest | None:
         """Hand a response to the socket; what must wait for the transport to drain is returned."""
@@ -513,7 +431,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return None
         if not _has_file_regions(buffers):
-            transport.writelines([buffers_size(buffers).to_bytes(4, "big"), *buffers])
+            transport.writelines(frame_response(buffers))
             return None
         segments = self._segments(buffers)
         if self._push(segments):
@@ -523,10 +441,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     @staticmethod
     def _segments(buffers: ResponseBuffers) -> collections.deque[Any]:
         """The size prefix and the parts of a response, file regions as :class:`_Region`."""
-        segments: collections.deque[Any] = collections.deque(
-            [buffers_size(buffers).to_bytes(4, "big")]
-        )
-        for part in buffers:
+        segments: collections.deque[Any] = collections.deque()
+        for part in frame_response(buffers):
             if hasattr(part, "file_regions"):
                 segments.extend(_Region(r.fd, r.position, r.size) for r in part.file_regions)
             else:
@@ -591,13 +507,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             transport.write(seg)
         return False
 
-    async def _wait_drained(self) -> None:
-        """Until the transport's write buffer is empty (``resume_writing``)."""
-        while self._write_paused:
-            if self._drained is None or self._drained.done():
-                self._drained = self._loop.create_future()
-            await self._drained
-
     def _raw_fd(self, transport: asyncio.Transport) -> int | None:
         if not self._sendfile_ok or transport.get_extra_info("sslcontext") is not None:
             return None
@@ -619,13 +528,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if (
             self._read_paused
             and not self._write_paused
-            and len(self._pending) <= RESUME_PENDING_RESPONSES
+            and self._owed() <= RESUME_PENDING_RESPONSES
             and not self._closing
         ):
             self._read_paused = False
-            self._process()  # frames parked in the staging buffer first
+            self._process()  # frames parked in the core first
             if self._pool is not None:
-                self._pool.update(self, self._end - self._start + self._frame_pos)
+                self._pool.update(self, self.core.buffered_bytes)
             if not self._read_paused and not self._pool_paused and self._transport is not None:
                 if not self._transport.is_closing():
                     self._transport.resume_reading()
@@ -653,8 +562,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """When this connection became idle (nothing read, nothing owed), or None if busy."""
         transport = self._transport
         if (
-            self._pending
-            or self._writer is not None
+            self._owed()
             or self._pool_paused
             or transport is None
             or transport.get_write_buffer_size()
@@ -669,18 +577,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        self._flush()
         self._maybe_resume_reading()
 
 
 def _has_file_regions(buffers: ResponseBuffers) -> bool:
     return any(hasattr(p, "file_regions") for p in buffers)
-
-
-def _discard_result(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 class SocketServer:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek.controller.quorum_controller import SUPPORTED_FEATURES
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -57,13 +58,16 @@ class RequestContext:
         return self.header.api_version
 
 
-class ApiDispatcher:
-    """Subclasses set ``apis`` (what ApiVersions advertises), ``handlers`` (one per API key) and
-    ``image`` (whose finalized features ApiVersions reports)."""
+class ApiDispatcher(ABC):
+    """Subclasses set ``apis`` (what ApiVersions advertises) and ``handlers`` (one per API key),
+    and say which finalized features ApiVersions reports (:meth:`finalized_features`)."""
 
     apis: dict[int, Api]
     handlers: dict[int, Handler]
-    image: MetadataImage
+
+    @abstractmethod
+    def finalized_features(self) -> FinalizedFeatures:
+        """The KIP-584 finalized features of the metadata this listener's role follows."""
 
     def add_extensions(self, extensions: Iterable[ApiExtension]) -> None:
         """Serve the extensions' APIs too; every advertised API must have a handler."""
@@ -135,6 +139,7 @@ class ApiDispatcher:
     # -- ApiVersions ----------------------------------------------------------------------------
 
     def _api_versions_body(self, error: Errors) -> dict[str, Any]:
+        features = self.finalized_features()
         return {
             "error_code": error,
             "api_keys": [
@@ -148,10 +153,10 @@ class ApiDispatcher:
                 {"name": name, "min_version": lo, "max_version": hi}
                 for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
             ],
-            "finalized_features_epoch": self.image.offset if self.image.features else -1,
+            "finalized_features_epoch": features.epoch,
             "finalized_features": [
                 {"name": name, "max_version_level": level, "min_version_level": level}
-                for name, level in sorted(self.image.features.items())
+                for name, level in sorted(features.levels.items())
             ],
         }
 

@@ -4,8 +4,9 @@ Start-up, once the shared server has opened ``__cluster_metadata``: the Metadata
 as a Raft listener (the broker's image replays the committed log), the partition logs are loaded
 (and recovered where the last stop was unclean), the partitions the metadata says this node leads
 are taken up, the broker listeners serve, and the broker registers with the controller. From then
-on every topic change flows controller → Raft commit → MetadataLoader → broker image → replica
-manager.
+on every topic change flows controller → Raft commit → MetadataLoader → MetadataCache → replica
+manager. The broker reaches the controller only through its controller channel: registration and
+heartbeats (BrokerLifecycleManager), forwarded admin requests, producer id blocks.
 """
 
 from __future__ import annotations
@@ -13,20 +14,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.group_coordinator import GroupCoordinator
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.socket_server import SocketServer
 from odradek.server import config_defs
+from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
@@ -80,21 +84,22 @@ class BrokerServer:
         self.loader: MetadataLoader | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.controller: QuorumController | None = None
+        self.controller_channel: ControllerChannel | None = None
+        self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
-        self.image = MetadataImage()
+        self.metadata_cache = KRaftMetadataCache()
         self._started = False
 
     # -- configuration helpers ------------------------------------------------------------------
 
     def log_config_for(self, topic: str) -> LogConfig:
-        return config_defs.build_log_config(self.config, self.image.topic_config(topic))
+        return config_defs.build_log_config(self.config, self.metadata_cache.topic_config(topic))
 
     def _apply_dynamic_configs(self) -> None:
         """Lay the dynamic broker configs of the metadata image over the static configuration."""
         ignored = self.config.update_dynamic(
-            self.image.broker_config(""), self.image.broker_config(str(self.node_id))
+            self.metadata_cache.broker_config(""), self.metadata_cache.broker_config(str(self.node_id))
         )
         if ignored:
             log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
@@ -117,18 +122,19 @@ class BrokerServer:
         )
         # Every topic's log config may default from a changed broker key (Kafka's
         # DynamicLogConfig.reconfigure updates all logs).
-        delta.changed_topic_configs.update(image.topics_by_name)
+        delta.changed_topic_configs.update(image.topics.by_name)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def startup(self, cluster_id: str, controller: QuorumController) -> None:
-        """Start the broker role; ``controller`` is how it reaches the active controller."""
+    async def startup(self, cluster_id: str, controller_channel: ControllerChannel) -> None:
+        """Start the broker role; ``controller_channel`` is how it reaches the active controller
+        (the broker owns it from now on and closes it at shutdown)."""
         loop = asyncio.get_running_loop()
         cfg = self.config
         self.cluster_id = cluster_id
-        self.controller = controller
-        # 1. The broker's image follows what Raft commits, from the start of the log.
-        loader = MetadataLoader(self.image)
+        channel = self.controller_channel = controller_channel
+        # 1. The broker's metadata cache follows what Raft commits, from the start of the log.
+        loader = MetadataLoader(self.metadata_cache)
         self.shared.register(loader)
         self.loader = loader
         self._apply_dynamic_configs()
@@ -140,9 +146,9 @@ class BrokerServer:
             backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
         )
-        lm = LogManager(cfg.log_dirs, default_log_config, now_ms(), cleaner_config=cleaner_config)
+        lm = LogManager(cfg.log_dirs, default_log_config, now_ms, cleaner_config=cleaner_config)
         try:
-            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for, now_ms()))
+            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for))
         except BaseException:
             # Close what was loaded, but write no clean-shutdown marker: the logs not yet
             # loaded must still be recovered next time.
@@ -159,12 +165,13 @@ class BrokerServer:
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
-        self.replica_manager = ReplicaManager(self.node_id, lm, self.image, self.log_config_for)
-        initial = MetadataDelta()
-        for t in self.image.topics_by_name.values():
+        self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        image = self.metadata_cache.image
+        initial = MetadataDelta(image)
+        for t in image.topics.by_name.values():
             for p in t.partitions:
                 initial.changed_partitions.add((t.name, p))
-        self.replica_manager.apply_delta(initial, self.image)
+        self.replica_manager.apply_delta(initial, image)
         # Dynamic broker configs first: a change reaches every log through the replica manager.
         loader.publishers.append(self._on_broker_configs)
         loader.publishers.append(self.replica_manager.apply_delta)
@@ -175,8 +182,8 @@ class BrokerServer:
             node_id=self.node_id,
             config=cfg,
             replica_manager=self.replica_manager,
-            image=self.image,
-            controller=self.controller,
+            metadata_cache=self.metadata_cache,
+            controller_channel=channel,
         )
         self.group_coordinator.startup()
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
@@ -184,18 +191,22 @@ class BrokerServer:
         loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
-        async def allocate_block() -> tuple[int, int]:
-            return await controller.allocate_producer_ids(self.node_id, self.broker_epoch)
-
-        self.broker_epoch = -1
+        lifecycle = BrokerLifecycleManager(
+            node_id=self.node_id,
+            cluster_id=self.cluster_id,
+            channel=channel,
+            heartbeat_interval_ms=lambda: cfg.broker_heartbeat_interval_ms,
+            metadata_offset=lambda: self.metadata_cache.image.offset,
+        )
+        self.lifecycle_manager = lifecycle
         broker_apis = KafkaApis(
-            producer_id_manager=ProducerIdManager(allocate_block),
+            producer_id_manager=ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel),
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
-            image=self.image,
+            metadata_cache=self.metadata_cache,
             replica_manager=self.replica_manager,
-            controller=controller,
+            controller_channel=channel,
             log_manager=lm,
             extensions=[GroupApis(self.group_coordinator)],
         )
@@ -204,20 +215,22 @@ class BrokerServer:
             server.handler = broker_apis
             await server.start()
 
-        # 5. Register with the controller; the broker is unfenced once the records commit.
+        # 5. Register with the controller and heartbeat; the controller unfences the broker
+        # once it has caught up with the metadata.
         endpoints = []
         for adv in cfg.advertised_listeners:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
-        broker_epoch = await controller.bootstrap_and_register(uuid.uuid4(), endpoints, cfg.broker_rack)
-        self.broker_epoch = broker_epoch
+        lifecycle.start(endpoints, SUPPORTED_FEATURES, cfg.broker_rack)
+        await lifecycle.wait_for_unfence()
+        broker_epoch = lifecycle.broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
         # Compaction runs in a worker thread, one pass at a time, off the request path.
         if cleaner_config.enable:
-            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lambda: lm.clean_logs(now_ms()))
-        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lambda: lm.cleanup_logs(now_ms()))
-        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lambda: lm.flush_dirty_logs(now_ms()))
+            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lm.clean_logs)
+        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
+        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
         self._schedule(
             "high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks
@@ -254,8 +267,8 @@ class BrokerServer:
         Odradek does not have."""
         assert self.log_manager is not None
         elsewhere = sorted(
-            (t.name, pid, p.replicas)
-            for t in self.image.topics_by_name.values()
+            (t.name, pid, list(p.replicas))
+            for t in self.metadata_cache.image.topics.by_name.values()
             for pid, p in t.partitions.items()
             if any(r != self.node_id for r in p.replicas)
         )
@@ -279,7 +292,7 @@ class BrokerServer:
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None
         for (topic, part), lg in self.log_manager.all_logs().items():
-            t = self.image.topics_by_name.get(topic)
+            t = self.metadata_cache.image.topics.by_name.get(topic)
             stray = t is None or part not in t.partitions
             if not stray and t is not None and lg.topic_id is not None and lg.topic_id != t.topic_id.bytes:
                 stray = True  # a deleted-and-recreated topic: the old log is not this topic's
@@ -303,6 +316,8 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
+        if self.lifecycle_manager is not None:
+            await self.lifecycle_manager.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -310,6 +325,8 @@ class BrokerServer:
         for server in self._servers:
             await server.stop()
         self._servers.clear()
+        if self.controller_channel is not None:
+            await self.controller_channel.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -321,7 +338,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         if self.log_manager is not None:
             lm = self.log_manager
-            await loop.run_in_executor(None, lambda: lm.shutdown(now_ms()))
+            await loop.run_in_executor(None, lm.shutdown)
         if self.loader is not None and self.shared.raft_client is not None:
             self.shared.raft_client.unregister(self.loader)
         if self._started:

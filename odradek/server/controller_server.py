@@ -1,18 +1,21 @@
 """ControllerServer: the controller role of a process (Kafka's ``ControllerServer``).
 
-It runs the QuorumController as a Raft listener on the shared metadata log and serves the
-controller listener(s) named by ``controller.listener.names``: ApiVersions (with the
-controller's finalized features) and the controller APIs given to it (the quorum APIs and the
-controller's own request handlers land there).
+It runs the QuorumController as a Raft listener on the shared metadata log, and its
+:class:`~odradek.controller.controller_apis.ControllerApis`: brokers reach them through their
+controller channel, clients through the controller listener(s) named by
+``controller.listener.names``, which serve ApiVersions (with the controller's finalized features)
+and the ControllerApis the protocol definitions declare (the quorum APIs will land there too).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterable
 
+from odradek.controller.controller_apis import ControllerApis
 from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.server import config_defs
@@ -27,11 +30,14 @@ log = logging.getLogger(__name__)
 class ControllerListenerApis(ApiDispatcher):
     """The controller listener's request handlers: ApiVersions, plus ``extensions``."""
 
-    def __init__(self, image: MetadataImage, extensions: Iterable[ApiExtension] = ()) -> None:
-        self.image = image
+    def __init__(self, controller: QuorumController, extensions: Iterable[ApiExtension] = ()) -> None:
+        self.controller = controller
         self.apis = {m.API_VERSIONS.api_key: m.API_VERSIONS}
         self.handlers = {m.API_VERSIONS.api_key: self.handle_api_versions}
         self.add_extensions(extensions)
+
+    def finalized_features(self) -> FinalizedFeatures:
+        return FinalizedFeatures.of(self.controller.image)
 
 
 class ControllerServer:
@@ -40,6 +46,7 @@ class ControllerServer:
         self.shared = shared
         self.node_id = config.node_id
         self.controller: QuorumController | None = None
+        self.controller_apis: ControllerApis | None = None
         self.bound_ports: dict[str, int] = {}
         self._servers: list[SocketServer] = []
 
@@ -52,7 +59,7 @@ class ControllerServer:
             self._servers.append(server)
             self.bound_ports[lst.name] = server.port
 
-    async def startup(self) -> None:
+    async def startup(self, cluster_id: str) -> None:
         """Replay the metadata log into the QuorumController (a Raft listener from now on) and
         serve the controller listeners. It becomes active when Raft makes this node leader."""
         cfg = self.config
@@ -69,7 +76,7 @@ class ControllerServer:
         )
         self.shared.register(controller)
         self.controller = controller
-        level = controller.image.features.get("metadata.version", 0)
+        level = controller.image.features.levels.get("metadata.version", 0)
         if level > METADATA_VERSION:
             log.warning(
                 "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
@@ -77,7 +84,21 @@ class ControllerServer:
                 "configs, brokers, features) and keeps reporting level %d as finalized",
                 level, METADATA_VERSION, level,
             )
-        handler = ControllerListenerApis(controller.image)
+        controller_apis = ControllerApis(
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            config=cfg,
+            controller=controller,
+            leader_id=lambda: raft_client.leader_and_epoch.leader_id,
+        )
+        for server in self._servers:  # advertised by DescribeCluster to the controllers' clients
+            lst = server.listener_name
+            host = next(x.host for x in cfg.controller_listeners if x.name == lst)
+            controller_apis.listener_endpoints[lst] = (
+                socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
+            )
+        self.controller_apis = controller_apis
+        handler = ControllerListenerApis(controller, [controller_apis])
         for server in self._servers:
             server.handler = handler
             await server.start()

@@ -4,7 +4,7 @@ FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, Offs
 DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
 ConsumerGroupDescribe, for every version declared in
 :mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
-:class:`~odradek.coordinator.group_coordinator.GroupCoordinator`.
+:class:`~odradek.coordinator.group.group_coordinator.GroupCoordinator`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from odradek.coordinator.consumer_group import ConsumerGroup
-from odradek.coordinator.group_coordinator import CommitRequest, GroupCoordinator
-from odradek.coordinator.group_metadata import GroupMetadata, GroupState
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.offset_metadata_manager import CommitRequest
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
@@ -267,7 +268,7 @@ class GroupApis:
             entry: dict[str, Any] = {
                 "error_code": Errors.NONE,
                 "group_id": gid,
-                "group_state": GroupState.DEAD.value,
+                "group_state": ClassicGroupState.DEAD.value,
                 "protocol_type": "",
                 "protocol_data": "",
                 "members": [],
@@ -277,8 +278,8 @@ class GroupApis:
             err, g = self.coordinator.describe_group(gid)
             if err != Errors.NONE:
                 entry["error_code"] = err
-            elif g is not None and isinstance(g, GroupMetadata):
-                stable = g.state == GroupState.STABLE
+            elif g is not None and isinstance(g, ClassicGroup):
+                stable = g.state == ClassicGroupState.STABLE
                 entry.update(
                     group_state=g.state_name,
                     protocol_type=g.protocol_type or "",

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from odradek.controller.quorum_controller import QuorumController
 from odradek.controller.replication_control import (
     INTERNAL_TOPICS,
     RESERVED_TOPICS,
     topic_name_error,
 )
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import FinalizedFeatures, KRaftMetadataCache
 from odradek.network.request_channel import CloseConnection
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
@@ -34,6 +34,8 @@ from odradek.server.acl_operations import (
 )
 from odradek.server.admin_apis import AdminApis
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension, Handler, RequestContext
+from odradek.server.auto_topic_creation_manager import AutoTopicCreationManager
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager, RequestClient
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -68,9 +70,9 @@ class KafkaApis(ApiDispatcher):
         node_id: int,
         cluster_id: str,
         config: KafkaConfig,
-        image: MetadataImage,
+        metadata_cache: KRaftMetadataCache,
         replica_manager: ReplicaManager,
-        controller: QuorumController,
+        controller_channel: ControllerChannel,
         log_manager: LogManager,
         producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
@@ -81,15 +83,18 @@ class KafkaApis(ApiDispatcher):
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.replica_manager = replica_manager
-        self.controller = controller
+        self.controller_channel = controller_channel
         self.log_manager = log_manager
         self.fetch_manager = FetchManager(
             FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             replica_manager.clock_ms,
         )
-        self.admin_apis = AdminApis(node_id=node_id, config=config, image=image, controller=controller)
+        self.auto_topic_creation = AutoTopicCreationManager(controller_channel, config.request_timeout_ms)
+        self.admin_apis = AdminApis(
+            node_id=node_id, config=config, metadata_cache=metadata_cache, forwarding=ForwardingManager(controller_channel)
+        )
         apis = enabled_apis if enabled_apis is not None else m.ALL_APIS
         self.apis: dict[int, Api] = {a.api_key: a for a in apis}
         self.handlers: dict[int, Handler] = {
@@ -112,20 +117,33 @@ class KafkaApis(ApiDispatcher):
         }
         self.add_extensions(extensions)
 
+    def finalized_features(self) -> FinalizedFeatures:
+        return self.metadata_cache.features()
+
     # -- Metadata -------------------------------------------------------------------------------
 
-    def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
-        out = []
-        for b in sorted(self.image.live_brokers(), key=lambda b: b.broker_id):
-            ep = b.endpoints.get(listener)
-            if ep is None:
-                continue
-            out.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
-        return out
+    def _controller_id_for_clients(self) -> int:
+        """The controller id of Metadata and DescribeCluster responses. Clients cannot reach a
+        KRaft controller (KIP-590): they send controller-bound requests to the node named here,
+        so it must be a live broker. The active controller when it is one (a combined node);
+        otherwise, as Kafka's KRaftMetadataCache, a random live broker; -1 when none is live."""
+        live = sorted(self.metadata_cache.get_alive_broker_ids())
+        active = self.controller_channel.active_controller_id()
+        if active is not None and active in live:
+            return active
+        return random.choice(live) if live else -1
 
-    def _topic_metadata(self, name: str, error: Errors = Errors.NONE) -> dict[str, Any]:
-        t = self.image.topics_by_name.get(name)
-        if t is None:
+
+    def _brokers_for(self, listener: str) -> list[dict[str, Any]]:
+        return [
+            {"node_id": n.id, "host": n.host, "port": n.port, "rack": n.rack}
+            for n in self.metadata_cache.get_alive_broker_nodes(listener)
+        ]
+
+    def _topic_metadata(self, name: str, live: set[int], error: Errors = Errors.NONE) -> dict[str, Any]:
+        cache = self.metadata_cache
+        topic_id = cache.get_topic_id(name)
+        if topic_id is None:
             return {
                 "error_code": error or Errors.UNKNOWN_TOPIC_OR_PARTITION,
                 "name": name,
@@ -134,10 +152,10 @@ class KafkaApis(ApiDispatcher):
                 "partitions": [],
                 "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
             }
-        live = {b.broker_id for b in self.image.live_brokers()}
+        parts = cache.get_topic_partitions(name)
         partitions = []
-        for pid in sorted(t.partitions):
-            p = t.partitions[pid]
+        for pid in sorted(parts):
+            p = parts[pid]
             offline = [r for r in p.replicas if r not in live]
             perr = Errors.NONE
             if p.leader < 0 or p.leader not in live:
@@ -148,16 +166,16 @@ class KafkaApis(ApiDispatcher):
                     "partition_index": pid,
                     "leader_id": p.leader,
                     "leader_epoch": p.leader_epoch,
-                    "replica_nodes": p.replicas,
-                    "isr_nodes": p.isr,
+                    "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr),
                     "offline_replicas": offline,
                 }
             )
         return {
             "error_code": Errors.NONE,
-            "name": t.name,
-            "topic_id": t.topic_id,
-            "is_internal": t.name in INTERNAL_TOPICS,
+            "name": name,
+            "topic_id": topic_id,
+            "is_internal": name in INTERNAL_TOPICS,
             "partitions": partitions,
             "topic_authorized_operations": AUTHORIZED_OPS_OMITTED,
         }
@@ -169,18 +187,18 @@ class KafkaApis(ApiDispatcher):
         names: list[str]
         unknown_ids: list[uuid.UUID] = []
         if topics is None or (version == 0 and not topics):
-            names = sorted(self.image.topics_by_name)
+            names = sorted(self.metadata_cache.get_all_topics())
             allow_auto = False
         else:
             names = []
             for t in topics:
                 if t.get("name") is None:
                     tid = t.get("topic_id") or _ZERO_UUID
-                    topic = self.image.topics_by_id.get(tid)
-                    if topic is None:
+                    topic_name = self.metadata_cache.get_topic_name(tid)
+                    if topic_name is None:
                         unknown_ids.append(tid)
                     else:
-                        names.append(topic.name)
+                        names.append(topic_name)
                 else:
                     names.append(t["name"])
 
@@ -189,7 +207,10 @@ class KafkaApis(ApiDispatcher):
         cluster_ops = version <= 10 and req.get("include_cluster_authorized_operations", False)
 
         def body(errors: dict[str, Errors]) -> dict[str, Any]:
-            out_topics = [self._topic_metadata(n, errors.get(n, Errors.NONE)) for n in names if n is not None]
+            live = self.metadata_cache.get_alive_broker_ids()
+            out_topics = [
+                self._topic_metadata(n, live, errors.get(n, Errors.NONE)) for n in names if n is not None
+            ]
             if topic_ops:
                 for t in out_topics:
                     t["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
@@ -208,7 +229,7 @@ class KafkaApis(ApiDispatcher):
                 "throttle_time_ms": 0,
                 "brokers": self._brokers_for(ctx.conn.listener_name),
                 "cluster_id": self.cluster_id,
-                "controller_id": self.node_id,
+                "controller_id": self._controller_id_for_clients(),
                 "topics": out_topics,
                 "cluster_authorized_operations": (
                     CLUSTER_AUTHORIZED_OPERATIONS if cluster_ops else AUTHORIZED_OPS_OMITTED
@@ -218,7 +239,7 @@ class KafkaApis(ApiDispatcher):
         errors: dict[str, Errors] = {}
         to_create: list[str] = []
         for n in names:
-            if n is None or n in self.image.topics_by_name:
+            if n is None or self.metadata_cache.contains_topic(n):
                 continue
             if topic_name_error(n) is not None:
                 errors[n] = Errors.INVALID_TOPIC_EXCEPTION
@@ -230,22 +251,8 @@ class KafkaApis(ApiDispatcher):
             return body(errors)
 
         async def create_then_answer() -> dict[str, Any]:
-            results = await self.controller.create_topics(
-                [{"name": n, "num_partitions": -1, "replication_factor": -1} for n in to_create],
-                validate_only=False,
-            )
-            for r in results:
-                if r.error == Errors.TOPIC_ALREADY_EXISTS:
-                    continue
-                if r.error != Errors.NONE:
-                    log.warning("Auto-creation of topic %s failed: %s", r.name, r.message)
-                    errors[r.name] = (
-                        Errors.INVALID_TOPIC_EXCEPTION
-                        if r.error == Errors.INVALID_TOPIC_EXCEPTION
-                        else Errors.LEADER_NOT_AVAILABLE
-                    )
-                else:
-                    log.info("Auto-created topic %s for %s", r.name, ctx.conn.peer)
+            client = RequestClient(ctx.header.client_id, ctx.conn.peer)
+            errors.update(await self.auto_topic_creation.create_topics(to_create, client))
             return body(errors)
 
         return create_then_answer()
@@ -351,11 +358,7 @@ class KafkaApis(ApiDispatcher):
 
     def handle_fetch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         version = ctx.version
-        image = self.image
-
-        def resolve(topic_id: uuid.UUID) -> str | None:
-            t = image.topics_by_id.get(topic_id)
-            return t.name if t is not None else None
+        resolve = self.metadata_cache.get_topic_name
 
         fetch_data, to_forget = parse_fetch_request(req, version, resolve)
         replica_id = req.get("replica_id", -1)
@@ -537,7 +540,7 @@ class KafkaApis(ApiDispatcher):
             "error_message": None,
             "endpoint_type": 1,
             "cluster_id": self.cluster_id,
-            "controller_id": self.node_id,
+            "controller_id": -1,
             "brokers": [],
             "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
             if req["include_cluster_authorized_operations"]
@@ -547,15 +550,21 @@ class KafkaApis(ApiDispatcher):
             body["error_code"] = Errors.MISMATCHED_ENDPOINT_TYPE
             body["error_message"] = "The request was sent to a broker endpoint, but asked for controllers"
             return body
-        for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
-            if b.fenced and not req.get("include_fenced_brokers", False):
-                continue
-            ep = b.endpoints.get(ctx.conn.listener_name)
-            if ep is None:
-                continue
+        cache = self.metadata_cache
+        listener = ctx.conn.listener_name
+        nodes = (
+            cache.get_broker_nodes(listener)
+            if req.get("include_fenced_brokers", False)
+            else cache.get_alive_broker_nodes(listener)
+        )
+        for n in nodes:
             body["brokers"].append(
-                {"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack, "is_fenced": b.fenced}
+                {"broker_id": n.id, "host": n.host, "port": n.port, "rack": n.rack, "is_fenced": cache.is_broker_fenced(n.id)}
             )
+        # As Kafka: a controller id that is not among the listed brokers would confuse clients.
+        controller_id = self._controller_id_for_clients()
+        if any(b["broker_id"] == controller_id for b in body["brokers"]):
+            body["controller_id"] = controller_id
         return body
 
     # -- InitProducerId -------------------------------------------------------------------------
@@ -576,7 +585,10 @@ class KafkaApis(ApiDispatcher):
         async def run() -> dict[str, Any]:
             # An idempotent producer gets a fresh id with epoch 0, also when it asks to bump
             # the epoch of its old one (KIP-360), as Kafka does without a transactional id.
-            pid = await manager.generate_producer_id()
+            try:
+                pid = await manager.generate_producer_id()
+            except KafkaError as e:
+                return {"throttle_time_ms": 0, "error_code": e.code, "producer_id": -1, "producer_epoch": -1}
             return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id": pid, "producer_epoch": 0}
 
         return run()

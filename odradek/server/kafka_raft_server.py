@@ -3,14 +3,17 @@
 
     KafkaRaftServer
      ├─ SharedServer      dir locks, __cluster_metadata, the Raft client (quorum of one)
-     ├─ ControllerServer  QuorumController (a Raft listener), the controller listener  [controller]
-     └─ BrokerServer      MetadataLoader (a Raft listener), logs, ReplicaManager,
-                          coordinators, KafkaApis on the broker listeners              [broker]
+     ├─ ControllerServer  QuorumController (a Raft listener), ControllerApis,
+     │                    the controller listener                                      [controller]
+     └─ BrokerServer      MetadataLoader (a Raft listener), MetadataCache, logs,
+                          ReplicaManager, coordinators, KafkaApis on the broker
+                          listeners, the controller channel                            [broker]
 
 Start-up order: lock the directories, bind every listener of every role (a taken port fails the
 start before anything is written), format/verify ``meta.properties``, open the metadata log,
 replay it into the controller, elect this node, start the broker (which replays the log into its
-own image and registers with the controller). Shutdown runs the other way round.
+own image and registers with the controller through its controller channel). Shutdown runs the
+other way round.
 
 A broker-only process needs a controller quorum in another process, which it cannot reach before
 the network controller channel exists; it is refused, as is a quorum with other voters.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 
 from odradek.server.broker_server import BrokerServer
+from odradek.server.controller_channel import InMemoryControllerChannel
 from odradek.server.controller_server import ControllerServer
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
@@ -81,13 +85,17 @@ class KafkaRaftServer:
         self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
         await self.shared.open_metadata_log()
         assert self.controller is not None  # broker-only is refused in __init__
-        await self.controller.startup()
-        await self.shared.start_raft()
+        await self.controller.startup(self.cluster_id)
+        raft_client = await self.shared.start_raft()
         if self.broker is not None:
-            # The single place the broker is wired to the controller (to become the
-            # controller channel): in one process, the QuorumController itself.
-            assert self.controller.controller is not None
-            await self.broker.startup(self.cluster_id, self.controller.controller)
+            # The single place the broker is wired to the controller: a controller channel to
+            # the ControllerApis of this process, sent to whichever node Raft says leads.
+            assert self.controller.controller_apis is not None
+            channel = InMemoryControllerChannel(
+                {self.node_id: self.controller.controller_apis},
+                lambda: raft_client.leader_and_epoch.leader_id,
+            )
+            await self.broker.startup(self.cluster_id, channel)
         else:
             addresses = ", ".join(f"{n}:{p}" for n, p in self.bound_ports.items())
             log.info(

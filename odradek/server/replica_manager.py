@@ -21,7 +21,9 @@ from odradek.log.errors import KafkaStorageError, LogError
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
-from odradek.metadata.image import MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.errors import RecordError, RecordValidationError
 from odradek.server.partition import LogReadResult, Partition
@@ -127,13 +129,13 @@ class ReplicaManager:
         self,
         node_id: int,
         log_manager: LogManager,
-        image: MetadataImage,
+        metadata_cache: KRaftMetadataCache,
         log_config_for: Callable[[str], LogConfig],
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
-        self.image = image
+        self.metadata_cache = metadata_cache
         self.log_config_for = log_config_for
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -178,14 +180,14 @@ class ReplicaManager:
         if followers:
             self.make_followers(followers, image)
         for topic in delta.changed_topic_configs:
-            if topic in image.topics_by_name:
+            if topic in image.topics.by_name:
                 cfg = self.log_config_for(topic)
                 for (t, _p), part in self.partitions.items():
                     if t == topic and part.log is not None:
                         part.log.update_config(cfg)
 
     def _get_or_create_partition(self, tp: TopicPartition, image: MetadataImage) -> Partition:
-        topic = image.topics_by_name[tp[0]]
+        topic = image.topics.by_name[tp[0]]
         p = self.partitions.get(tp)
         if p is None or p.topic_id != topic.topic_id:
             p = Partition(tp[0], tp[1], topic.topic_id, self.node_id)
@@ -193,7 +195,7 @@ class ReplicaManager:
         return p
 
     def _log_for(self, tp: TopicPartition, image: MetadataImage) -> Any:
-        topic = image.topics_by_name[tp[0]]
+        topic = image.topics.by_name[tp[0]]
         return self.log_manager.get_or_create_log(
             tp[0], tp[1], self.log_config_for(tp[0]), topic.topic_id.bytes
         )
@@ -268,7 +270,7 @@ class ReplicaManager:
             if p is None:
                 st.error = (
                     Errors.UNKNOWN_TOPIC_OR_PARTITION
-                    if self.image.partition(*tp) is None
+                    if not self.metadata_cache.contains_partition(*tp)
                     else Errors.NOT_LEADER_OR_FOLLOWER
                 )
                 continue
@@ -354,7 +356,7 @@ class ReplicaManager:
             if p is None:
                 err = (
                     Errors.UNKNOWN_TOPIC_OR_PARTITION
-                    if self.image.partition(*tp) is None
+                    if not self.metadata_cache.contains_partition(*tp)
                     else Errors.NOT_LEADER_OR_FOLLOWER
                 )
                 out.append(FetchPartitionResult(req, LogReadResult(err, None, -1, -1, -1, -1)))
@@ -402,7 +404,7 @@ class ReplicaManager:
     def get_partition_or_error(self, tp: TopicPartition) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
-            if self.image.partition(*tp) is None:
+            if not self.metadata_cache.contains_partition(*tp):
                 raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION)
             raise KafkaError(Errors.NOT_LEADER_OR_FOLLOWER)
         return p

@@ -18,6 +18,7 @@ import time
 
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
+from odradek.metadata.delta import MetadataReplayError
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
@@ -87,7 +88,7 @@ async def bind_listener(
     return server
 
 
-def _unreadable(e: UnreadableMetadataRecord) -> StartupError:
+def _unreadable(e: UnreadableMetadataRecord | MetadataReplayError) -> StartupError:
     return StartupError(
         f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
         f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
@@ -143,10 +144,10 @@ class SharedServer:
         assert self.raft_client is not None
         try:
             self.raft_client.register(listener)
-        except UnreadableMetadataRecord as e:
+        except (UnreadableMetadataRecord, MetadataReplayError) as e:
             raise _unreadable(e) from e
 
-    async def start_raft(self) -> None:
+    async def start_raft(self) -> KafkaRaftClient[MetadataRecord]:
         """Elect this node (the only voter) at a new epoch, persisted to quorum-state, tell the
         listeners, and start committing appends."""
         assert self.raft_client is not None
@@ -158,6 +159,7 @@ class SharedServer:
         client.poll()
         self._raft_driver = KafkaRaftClientDriver(client)
         self._raft_driver.start()
+        return client
 
     async def shutdown(self) -> None:
         if self._raft_driver is not None:

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import logging
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.network.connection import DEFAULT_MAX_RESPONSE_BYTES, ClientConnection, ProtocolError
 from odradek.protocol.errors import Errors, error_name
-from odradek.protocol.header import RequestHeader, decode_response_header, encode_request_header
-from odradek.protocol.messages.fetch import FETCH
-from odradek.protocol.messages.list_offsets import LIST_OFFSETS
-from odradek.protocol.messages.metadata import METADATA
+from odradek.protocol.messages import FETCH, LIST_OFFSETS, METADATA
 from odradek.protocol.schema import Api
 from odradek.spark.arrow_decode import BatchScan, scan_batches
 
@@ -49,7 +46,8 @@ FETCH_MAX_WAIT_MS = 500
 MAX_RETRIES = 6
 RETRY_BACKOFF_S = 0.1
 
-_SIZE = struct.Struct(">i")
+# The next Fetch is sent before the previous response is decoded: one request in flight at most.
+MAX_IN_FLIGHT = 1
 
 # Errors after which the partition's leader is looked up again and the request retried.
 RETRIABLE = frozenset(
@@ -106,20 +104,29 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 
 class BrokerConnection:
-    """One blocking connection to a broker; requests are answered in order."""
+    """One blocking connection to a broker: a socket around
+    :class:`~odradek.network.connection.ClientConnection` (framing, correlation ids)."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        timeout_s: float,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
         self.host = host
         self.port = port
-        self.client_id = client_id
         self.timeout_s = timeout_s
-        self._next_id = 1
-        self._pending: list[tuple[int, Api, int]] = []
-        # Responses are read into one buffer, reused: a response (and the memoryviews into it
-        # that decoding returns) is valid until the next receive(). Fresh 16 MB buffers per
-        # response cost page faults on every fetch.
-        self._head = bytearray(4)
-        self._frame = bytearray(64 * 1024)
+        # Responses are read into the core's buffers, reused: a response (and the memoryviews
+        # into it that decoding returns) is valid until the next receive(). Fresh 16 MB buffers
+        # per response cost page faults on every fetch.
+        self._core = ClientConnection(
+            client_id,
+            max_in_flight=MAX_IN_FLIGHT,
+            max_response_bytes=max_response_bytes,
+            reuse_buffer=True,
+        )
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as e:
@@ -136,10 +143,10 @@ class BrokerConnection:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return self._core.in_flight
 
     def close(self) -> None:
-        self._pending.clear()
+        self._core.connection_lost()
         try:
             self._sock.close()
         except OSError:  # pragma: no cover
@@ -147,34 +154,33 @@ class BrokerConnection:
 
     def send(self, api: Api, version: int, body: dict[str, Any]) -> int:
         """Write a request; returns its correlation id. :meth:`receive` reads the answer."""
-        cid = self._next_id
-        self._next_id += 1
-        header = encode_request_header(
-            RequestHeader(api.api_key, version, cid, self.client_id),
-            api.request_header_version(version),
-        )
-        parts = [header, *api.encode_request(version, body)]
-        size = sum(len(p) for p in parts)
+        cid, parts = self._core.send_request(api, version, body)
         try:
-            self._sock.sendall(b"".join([_SIZE.pack(size), *parts]))
+            self._sock.sendall(b"".join(parts))
         except OSError as e:
+            self._core.connection_lost()
             raise BrokerConnectionError(
                 f"sending {api.name} v{version} to {self.address} failed: {e}"
             ) from e
-        self._pending.append((cid, api, version))
         return cid
 
     def receive(self) -> dict[str, Any]:
         """The response to the oldest request in flight."""
-        cid, api, version = self._pending[0]
+        core = self._core
+        request = core.oldest_in_flight
+        assert request is not None and request.api is not None, "receive() with nothing in flight"
+        api, version = request.api, request.version
+        recv_into = self._sock.recv_into
         try:
-            head = self._recv_exact(4, self._head)
-            (size,) = _SIZE.unpack(head)
-            if size > len(self._frame):
-                self._frame = bytearray(max(size, 2 * len(self._frame)))
-            frame = self._recv_exact(size, self._frame)
+            response = core.next_response()
+            while response is None:
+                n = recv_into(core.get_buffer())
+                if n == 0:
+                    raise EOFError
+                core.buffer_updated(n)
+                response = core.next_response()
         except EOFError:
-            self._pending.clear()
+            core.connection_lost()
             raise UnsupportedBrokerError(
                 f"the broker at {self.address} closed the connection in answer to "
                 f"{api.name} v{version}: it probably does not support that version (the "
@@ -184,35 +190,21 @@ class BrokerConnection:
                 "librdkafka instead"
             ) from None
         except OSError as e:
-            self._pending.clear()
+            core.connection_lost()
             raise BrokerConnectionError(
                 f"reading the {api.name} response from {self.address} failed: {e}"
             ) from e
-        self._pending.pop(0)
-        got, pos = decode_response_header(frame, api.response_header_version(version))
-        if got != cid:
-            raise FetchError(
-                f"{self.address} answered correlation id {got} where {cid} was expected"
-            )
-        body, _ = api.decode_response(version, frame, pos)
-        return body
+        except ProtocolError as e:
+            core.connection_lost()
+            raise FetchError(f"{self.address}: {e}") from e
+        assert response.body is not None
+        return response.body
 
     def request(self, api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        if self._pending:
+        if self._core.in_flight:
             raise AssertionError("request() with a request in flight")
         self.send(api, version, body)
         return self.receive()
-
-    def _recv_exact(self, n: int, buf: bytearray) -> memoryview:
-        view = memoryview(buf)[:n]
-        got = 0
-        recv_into = self._sock.recv_into
-        while got < n:
-            k = recv_into(view[got:], n - got)
-            if k == 0:
-                raise EOFError
-            got += k
-        return view
 
 
 @dataclass
@@ -282,7 +274,10 @@ class PartitionFetcher:
         self._inflight_offset = None
 
     def _connect(self, host: str, port: int) -> BrokerConnection:
-        return BrokerConnection(host, port, self.client_id, self.request_timeout_s)
+        # A Fetch response may exceed max_bytes by one batch; the limit only guards against a
+        # size that is no Fetch response at all.
+        limit = max(DEFAULT_MAX_RESPONSE_BYTES, 2 * (self.max_bytes + self.partition_max_bytes))
+        return BrokerConnection(host, port, self.client_id, self.request_timeout_s, limit)
 
     def _metadata(self) -> dict[str, Any]:
         """Metadata for our topic from the first bootstrap (or known) broker that answers."""

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.coordinator.consumer_protocol import parse_assignment
+from odradek.coordinator.group.consumer_protocol import parse_assignment
 from odradek.embedded import EmbeddedBroker
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group import ConsumerGroup
 from odradek.embedded import EmbeddedBroker
 
 from .test_groups import create_topic, produce, wait_for

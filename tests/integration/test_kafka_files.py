@@ -512,7 +512,8 @@ def test_wrong_node_id_is_refused(kafka_state: KafkaState, migrated: ServerProce
 def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrated: ServerProcess) -> None:
     """Odradek's reader of Kafka's metadata snapshots: the newest snapshot Kafka wrote gives the
     same topics, partitions, configs and features as replaying Kafka's log up to its end offset."""
-    from odradek.metadata.image import MetadataDelta, MetadataImage
+    from odradek.metadata.delta import MetadataDelta
+    from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
     from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
     from odradek.metadata.records import decode_metadata_record
     from odradek.raft.snapshot import list_snapshots, read_snapshot
@@ -523,10 +524,11 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
     snaps = list_snapshots(str(meta_dir))
     assert snaps, sorted(p.name for p in meta_dir.iterdir())
     snap = snaps[-1]
-    from_snapshot = MetadataImage()
+    snapshot_delta = MetadataDelta(EMPTY_IMAGE)
     for name, rec in read_snapshot(str(meta_dir / snap.filename), METADATA_RECORD_SERDE):
-        from_snapshot.apply(name, rec, MetadataDelta())
-    from_log = MetadataImage()
+        snapshot_delta.replay(name, rec)
+    from_snapshot = snapshot_delta.apply()
+    log_delta = MetadataDelta(EMPTY_IMAGE)
     data = (meta_dir / "00000000000000000000.log").read_bytes()
     for h in iter_batches(data):
         if h.is_control:
@@ -534,15 +536,16 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
         for r in decode_batch(memoryview(data)[h.position : h.position + h.size]):
             if r.offset < snap.end_offset and r.value is not None:
                 name, _v, rec = decode_metadata_record(r.value)
-                from_log.apply(name, rec, MetadataDelta())
+                log_delta.replay(name, rec, r.offset)
+    from_log = log_delta.apply()
 
     def view(img: MetadataImage) -> dict[str, Any]:
         return {
             "topics": {n: (t.topic_id, {p: (r.replicas, r.isr, r.leader, r.elr)
                                         for p, r in t.partitions.items()})
                        for n, t in img.topics_by_name.items()},
-            "configs": img.configs,
-            "features": img.features,
+            "configs": img.configs.resources,
+            "features": img.features.levels,
             "brokers": sorted(img.brokers),
         }
 

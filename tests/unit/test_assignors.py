@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.coordinator.assignors import (
+from odradek.coordinator.group.assignors import (
     ASSIGNORS,
     Assignment,
     MemberSubscription,

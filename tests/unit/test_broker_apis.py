@@ -142,6 +142,31 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
     run(go)
 
 
+def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
+    """The controller listener advertises and serves what ControllerApis implements there (plus
+    ApiVersions), nothing of the broker's: a Metadata request closes the connection."""
+
+    async def go() -> None:
+        async with broker(tmp_path) as (server, _c):
+            async with NetworkClient("127.0.0.1", server.bound_ports["CONTROLLER"]) as c:
+                resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+                assert {a["api_key"] for a in resp["api_keys"]} == {
+                    m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
+                    m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key,
+                    m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
+                }
+                resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+                assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)
+                assert [(b["broker_id"], b["port"]) for b in resp["brokers"]] == [(1, server.bound_ports["CONTROLLER"])]
+                resp = await create(c, "made-on-the-controller-listener")
+                assert resp["error_code"] == Errors.NONE
+                with pytest.raises(ConnectionClosed):
+                    await c.send(m.METADATA, 12, {"topics": None})
+            assert "made-on-the-controller-listener" in server.broker.metadata_cache.get_all_topics()
+
+    run(go)
+
+
 def test_unknown_api_key_and_unsupported_produce_version_close_the_connection(tmp_path: Path) -> None:
     async def go() -> None:
         async with broker(tmp_path) as (server, c):
@@ -363,7 +388,7 @@ def test_restart_keeps_topics_data_and_producer_ids(tmp_path: Path) -> None:
             assert (await produce(c, "keep", 1, batch([b"3"])))["base_offset"] == 2
             pid2 = (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None}))["producer_id"]
             assert pid2 > pid1  # ids are never handed out twice
-            assert server.broker.image.topic_config("keep") == {"retention.ms": "86400000"}
+            assert server.broker.metadata_cache.topic_config("keep") == {"retention.ms": "86400000"}
 
     run(go)
 

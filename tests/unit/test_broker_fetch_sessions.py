@@ -60,7 +60,8 @@ def test_fetch_session_round_trip_by_topic_id(tmp_path: Path) -> None:
     async def go() -> None:
         async with broker(tmp_path) as (server, c):
             assert (await create(c, "s", partitions=2))["error_code"] == 0
-            tid: uuid.UUID = server.broker.image.topics_by_name["s"].topic_id
+            tid = server.broker.metadata_cache.get_topic_id("s")
+            assert tid is not None
             await produce(c, "s", 0, batch([b"a", b"b"]))
             v = 17
             full = await fetch(c, v, 0, 0, [(tid, [(0, 0), (1, 0)])])

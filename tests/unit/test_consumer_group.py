@@ -8,15 +8,20 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group_heartbeat import (
+    consumer_group_heartbeat,
+    expire_due,
+    expire_member,
+)
+from odradek.coordinator.group.consumer_group_member import MemberState
+from odradek.coordinator.group.consumer_group_records import (
     CoordinatorRecord,
-    MemberState,
     decode_record,
     encode_record,
 )
+from odradek.coordinator.group.group_coordinator_config import ConsumerGroupConfig
 from odradek.protocol.errors import Errors
 
 GROUP = "g"
@@ -103,8 +108,9 @@ class Sim:
         self.log: list[CoordinatorRecord] = []
 
     def hb(self, c: Client, **kw: Any) -> dict[str, Any]:
-        resp, records = self.group.heartbeat(
-            c.request(**kw), self.now, self.meta, client_id=c.name, client_host="/127.0.0.1"
+        resp, records = consumer_group_heartbeat(
+            self.group, c.request(**kw), self.now, self.meta, client_id=c.name,
+            client_host="/127.0.0.1",
         )
         self.log += records
         if resp["error_code"] == 0:
@@ -224,7 +230,7 @@ def test_member_leaves_and_its_partitions_move() -> None:
     epoch = sim.group.group_epoch
     req = a.request()
     req["member_epoch"] = -1
-    resp, records = sim.group.heartbeat(req, sim.now, sim.meta)
+    resp, records = consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)
     sim.log += records
     assert resp["error_code"] == 0 and resp["member_epoch"] == -1
     assert [r.name for r in records[:3]] == [
@@ -242,7 +248,7 @@ def test_member_leaves_and_its_partitions_move() -> None:
     assert sorted(len(c.owned) for c in sim.clients) == [3, 3]
     assert set().union(*(c.owned for c in sim.clients)) == sim.all_partitions("t")
     # Leaving again: the member is unknown now.
-    resp, records = sim.group.heartbeat(req, sim.now, sim.meta)
+    resp, records = consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)
     assert resp["error_code"] == Errors.UNKNOWN_MEMBER_ID and records == []
     assert_same(sim.group, replayed(sim.group, sim.log))
 
@@ -253,7 +259,7 @@ def test_last_member_leaving_empties_the_group() -> None:
     sim.join(a)
     req = a.request()
     req["member_epoch"] = -1
-    _, records = sim.group.heartbeat(req, 1, sim.meta)
+    _, records = consumer_group_heartbeat(sim.group, req, 1, sim.meta)
     sim.log += records
     d = sim.group.describe()
     assert d["group_state"] == "Empty" and d["members"] == [] and d["group_epoch"] == 2
@@ -271,15 +277,15 @@ def test_session_expiry() -> None:
     assert deadline == sim.now + SESSION
     assert sim.group.next_deadline() is not None
     # A stale timer: b heartbeated since, nothing happens.
-    assert sim.group.expire_member(b.member_id, deadline - 1) == []
+    assert expire_member(sim.group, b.member_id, deadline - 1) == []
     # Only a keeps heartbeating.
     sim.clients.remove(b)
     for _ in range(5):
         sim.now += 5000
         sim.hb(a)
-    assert sim.group.expire_due(sim.now) == []
+    assert expire_due(sim.group, sim.now) == []
     sim.now = deadline
-    records = sim.group.expire_due(sim.now)
+    records = expire_due(sim.group, sim.now)
     sim.log += records
     assert b.member_id not in sim.group.members
     assert sim.group.session_deadline(b.member_id) is None
@@ -297,7 +303,8 @@ def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
     b = Client("b", ["t"])
     sim.join(b)
     # a is asked to revoke two partitions but keeps reporting them.
-    resp, recs = sim.group.heartbeat(
+    resp, recs = consumer_group_heartbeat(
+        sim.group,
         {**a.request(), "topic_partitions": [{"topic_id": tid("t"), "partitions": [0, 1, 2, 3]}]},
         sim.now,
         sim.meta,
@@ -313,14 +320,15 @@ def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
     assert deadline == sim.now + REBALANCE_TIMEOUT
     # Heartbeats still owning the partitions keep the session alive but not the rebalance.
     sim.now = deadline - 1
-    sim.log += sim.group.heartbeat(
+    sim.log += consumer_group_heartbeat(
+        sim.group,
         {**a.request(), "topic_partitions": [{"topic_id": tid("t"), "partitions": [0, 1, 2, 3]}]},
         sim.now,
         sim.meta,
     )[1]
     assert sim.group.rebalance_deadline(a.member_id) == deadline
-    assert sim.group.expire_member(a.member_id, deadline - 1) == []
-    sim.log += sim.group.expire_member(a.member_id, deadline)
+    assert expire_member(sim.group, a.member_id, deadline - 1) == []
+    sim.log += expire_member(sim.group, a.member_id, deadline)
     assert a.member_id not in sim.group.members
     sim.clients.remove(a)
     sim.run()
@@ -339,17 +347,17 @@ def test_static_member_temporary_leave_and_rejoin_with_same_assignment() -> None
     epoch = sim.group.group_epoch
     # Another process with the same instance id while a is alive: refused.
     intruder = Client("a2", ["t"], instance_id="instance-a")
-    resp, recs = sim.group.heartbeat(intruder.request(), sim.now, sim.meta)
+    resp, recs = consumer_group_heartbeat(sim.group, intruder.request(), sim.now, sim.meta)
     assert resp["error_code"] == Errors.UNRELEASED_INSTANCE_ID and recs == []
     # a's instance id with a wrong member id: fenced instance.
     wrong = {**a.request(), "member_id": "someone-else"}
     assert (
-        sim.group.heartbeat(wrong, sim.now, sim.meta)[0]["error_code"] == Errors.FENCED_INSTANCE_ID
+        consumer_group_heartbeat(sim.group, wrong, sim.now, sim.meta)[0]["error_code"] == Errors.FENCED_INSTANCE_ID
     )
 
     req = a.request()
     req["member_epoch"] = -2
-    resp, recs = sim.group.heartbeat(req, sim.now, sim.meta)
+    resp, recs = consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)
     sim.log += recs
     assert resp["error_code"] == 0 and resp["member_epoch"] == -2
     assert [r.name for r in recs] == ["ConsumerGroupCurrentMemberAssignment"]
@@ -381,12 +389,12 @@ def test_static_member_away_too_long_is_expired() -> None:
     sim.run()
     req = a.request()
     req["member_epoch"] = -2
-    sim.log += sim.group.heartbeat(req, sim.now, sim.meta)[1]
+    sim.log += consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)[1]
     sim.clients.remove(a)
     deadline = sim.group.session_deadline(a.member_id)
     assert deadline is not None
     sim.now = deadline
-    sim.log += sim.group.expire_member(a.member_id, sim.now)
+    sim.log += expire_member(sim.group, a.member_id, sim.now)
     assert sim.group.static_members == {}
     sim.run()
     assert b.owned == sim.all_partitions("t")
@@ -404,7 +412,7 @@ def test_fenced_epochs_and_request_errors() -> None:
     assert (m.member_epoch, m.previous_member_epoch) == (3, 2)
 
     def err(req: dict[str, Any]) -> int:
-        resp, recs = g.heartbeat(req, sim.now, sim.meta, client_id="a", client_host="/127.0.0.1")
+        resp, recs = consumer_group_heartbeat(g, req, sim.now, sim.meta, client_id="a", client_host="/127.0.0.1")
         assert recs == []
         if resp["error_code"]:
             assert resp["member_id"] is None and resp["assignment"] is None
@@ -441,12 +449,12 @@ def test_previous_epoch_is_accepted_when_the_response_was_lost() -> None:
     assert m.previous_member_epoch < m.member_epoch
     # a resends with its previous epoch, owning a subset of its assignment: accepted.
     req = {**a.request(), "member_epoch": m.previous_member_epoch}
-    resp, _ = sim.group.heartbeat(req, sim.now, sim.meta)
+    resp, _ = consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)
     assert resp["error_code"] == 0 and resp["member_epoch"] == m.member_epoch
     # ... but not while owning partitions it does not have.
     req["topic_partitions"] = [{"topic_id": tid("t"), "partitions": [0, 1, 2, 3]}]
     assert (
-        sim.group.heartbeat(req, sim.now, sim.meta)[0]["error_code"] == Errors.FENCED_MEMBER_EPOCH
+        consumer_group_heartbeat(sim.group, req, sim.now, sim.meta)[0]["error_code"] == Errors.FENCED_MEMBER_EPOCH
     )
 
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group import ConsumerGroup
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors

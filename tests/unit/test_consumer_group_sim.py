@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_consumer_group import GROUP, Client, TopicMetadata, assert_same, replayed
 
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig, MemberState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group_heartbeat import consumer_group_heartbeat, expire_due
+from odradek.coordinator.group.consumer_group_member import MemberState
+from odradek.coordinator.group.group_coordinator_config import ConsumerGroupConfig
 from odradek.protocol.errors import Errors
 
 TOPICS = ["t0", "t1", "t2"]
@@ -45,7 +48,7 @@ class World:
         self.away: list[Client] = []  # static members that left temporarily
 
     def hb(self, c: Client, full: bool = False) -> None:
-        resp, records = self.group.heartbeat(c.request(full=full), self.now, self.meta)
+        resp, records = consumer_group_heartbeat(self.group, c.request(full=full), self.now, self.meta)
         self.log += records
         code = resp["error_code"]
         if code == 0:
@@ -60,7 +63,7 @@ class World:
             raise AssertionError(resp)
 
     def expire(self) -> None:
-        self.log += self.group.expire_due(self.now)
+        self.log += expire_due(self.group, self.now)
 
     def step(self, op: tuple[str, int, Any]) -> None:
         kind, n, flag = op
@@ -93,7 +96,7 @@ class World:
                     req = c.request()
                     static_leave = flag and c.instance_id is not None
                     req["member_epoch"] = -2 if static_leave else -1
-                    resp, records = self.group.heartbeat(req, self.now, self.meta)
+                    resp, records = consumer_group_heartbeat(self.group, req, self.now, self.meta)
                     self.log += records
                     if static_leave and resp["error_code"] == 0:
                         self.away.append(c)

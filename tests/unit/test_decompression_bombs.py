@@ -23,6 +23,7 @@ import lz4.frame
 import pytest
 import zstandard
 from crc32c import crc32c
+from fake_clock import FakeClock
 from test_broker_apis import broker, create, fetch, produce, records_of
 
 from odradek.log import Log, LogConfig, LogManager
@@ -257,8 +258,8 @@ def _cleaner_env(tmp_path: Path) -> tuple[LogManager, Log]:
         min_cleanable_dirty_ratio=0.01,
         file_delete_delay_ms=0,
     )
-    lm = LogManager([str(tmp_path)], config, 0, cleaner_config=CleanerConfig())
-    return lm, lm.get_or_create_log("t", 0, config, now_ms=0)
+    lm = LogManager([str(tmp_path)], config, FakeClock(0), cleaner_config=CleanerConfig())
+    return lm, lm.get_or_create_log("t", 0, config)
 
 
 def _append_unchecked(log: Log, batch: bytearray) -> None:
@@ -318,8 +319,8 @@ def test_offsets_topic_load_skips_a_bomb_in_bounded_memory(tmp_path: Path) -> No
     topics were refused) is skipped when the partition loads; the groups around it load."""
     from test_group_coordinator import FakeReplicaManager, load, manager
 
-    from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC
-    from odradek.coordinator.records import OffsetAndMetadata
+    from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+    from odradek.coordinator.group.records import OffsetAndMetadata
 
     async def run() -> None:
         clock = [1000]

@@ -10,7 +10,8 @@ from odradek.controller.configuration_control import (
     OP_SET,
     ConfigurationControlManager,
 )
-from odradek.metadata.image import BROKER_RESOURCE, MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import BROKER_RESOURCE, EMPTY_IMAGE
 from odradek.protocol.errors import Errors
 from odradek.server.config_defs import (
     ConfigSource,
@@ -106,21 +107,22 @@ def test_validation_messages() -> None:
     assert {"log.retention.ms", "log.segment.bytes", "message.max.bytes", "compression.type"} <= DYNAMIC_CONFIGS
 
 
-def _manager(cfg: KafkaConfig) -> tuple[ConfigurationControlManager, MetadataImage]:
-    image = MetadataImage()
-    return ConfigurationControlManager(image, validate_topic_config, DynamicBrokerConfigPolicy(cfg)), image
+def _manager(cfg: KafkaConfig) -> ConfigurationControlManager:
+    return ConfigurationControlManager(EMPTY_IMAGE, validate_topic_config, DynamicBrokerConfigPolicy(cfg))
 
 
-def _apply(image: MetadataImage, recs: list[Any]) -> MetadataDelta:
-    delta = MetadataDelta()
+def _apply(mgr: ConfigurationControlManager, recs: list[Any]) -> MetadataDelta:
+    """Replay ``recs`` over the manager's image and give it the next image."""
+    delta = MetadataDelta(mgr.image)
     for name, rec in recs:
-        image.apply(name, rec, delta)
+        delta.replay(name, rec)
+    mgr.image = delta.apply()
     return delta
 
 
 def test_controller_records_for_broker_resources() -> None:
     cfg = _static()
-    mgr, image = _manager(cfg)
+    mgr = _manager(cfg)
     code, msg, recs = mgr.incremental_alter_configs(
         BROKER_RESOURCE, "", [{"name": "log.retention.ms", "config_operation": OP_SET, "value": "1000"}]
     )
@@ -128,8 +130,8 @@ def test_controller_records_for_broker_resources() -> None:
     assert recs == [
         ("ConfigRecord", {"resource_type": BROKER_RESOURCE, "resource_name": "", "name": "log.retention.ms", "value": "1000"})
     ]
-    delta = _apply(image, recs)
-    assert delta.changed_broker_configs == {""} and image.broker_config("") == {"log.retention.ms": "1000"}
+    delta = _apply(mgr, recs)
+    assert delta.changed_broker_configs == {""} and mgr.image.broker_config("") == {"log.retention.ms": "1000"}
 
     code, _, recs = mgr.incremental_alter_configs(
         BROKER_RESOURCE, "1", [{"name": "log.cleanup.policy", "config_operation": OP_APPEND, "value": "compact"}]
@@ -144,12 +146,12 @@ def test_controller_records_for_broker_resources() -> None:
         BROKER_RESOURCE, "", [{"name": "log.retention.ms", "config_operation": OP_DELETE, "value": None}]
     )
     assert code == Errors.NONE and recs[0][1]["value"] is None
-    _apply(image, recs)
-    assert image.broker_config("") == {}
+    _apply(mgr, recs)
+    assert mgr.image.broker_config("") == {}
 
 
 def test_controller_refusals_for_broker_resources() -> None:
-    mgr, _ = _manager(_static())
+    mgr = _manager(_static())
     cases = [
         ("2", "log.retention.ms", "1", "Unexpected broker id, expected 1, but received 2"),
         ("one", "log.retention.ms", "1", "Node id must be an integer, but it is: one"),
@@ -205,8 +207,10 @@ def test_stored_foreign_key_does_not_block_other_changes() -> None:
     # e.g. Apache Kafka's metadata log with log.cleaner.threads set dynamically
     cfg = _static()
     cfg.update_dynamic({"log.cleaner.threads": "2"}, {})
-    mgr, image = _manager(cfg)
-    image.configs[(BROKER_RESOURCE, "")] = {"log.cleaner.threads": "2"}
+    mgr = _manager(cfg)
+    _apply(mgr, [("ConfigRecord", {
+        "resource_type": BROKER_RESOURCE, "resource_name": "", "name": "log.cleaner.threads", "value": "2",
+    })])
     code, msg, recs = mgr.incremental_alter_configs(
         BROKER_RESOURCE, "", [{"name": "log.retention.ms", "config_operation": OP_SET, "value": "1000"}]
     )

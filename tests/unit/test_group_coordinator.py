@@ -8,11 +8,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from odradek.coordinator.assignors import TopicMetadata
-from odradek.coordinator.consumer_group import ConsumerGroup
-from odradek.coordinator.group_metadata import GroupConfig, GroupMetadata, GroupState
-from odradek.coordinator.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
-from odradek.coordinator.records import OffsetAndMetadata, group_metadata_key
+from odradek.coordinator.group.assignors import TopicMetadata
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group_heartbeat import consumer_group_heartbeat
+from odradek.coordinator.group.group_coordinator_config import GroupConfig
+from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
+from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
@@ -79,7 +81,7 @@ def test_offsets_and_groups_survive_reload_and_expire(tmp_path: Path) -> None:
                     client_host="/h", rebalance_timeout_ms=10000, session_timeout_ms=10000,
                     protocol_type="consumer", protocols=[("range", b"meta")], now_ms=1000)
         fx.merge(g.poll(1000))
-        assert g.state == GroupState.COMPLETING_REBALANCE
+        assert g.state == ClassicGroupState.COMPLETING_REBALANCE
         assert await mgr.store_group(g, g.to_record()) == Errors.NONE
         offsets = {("t", 0): OffsetAndMetadata(10, -1, "a", 1000), ("t", 1): OffsetAndMetadata(20, -1, "", 1000)}
         assert await mgr.store_offsets(g, offsets) == Errors.NONE
@@ -93,7 +95,7 @@ def test_offsets_and_groups_survive_reload_and_expire(tmp_path: Path) -> None:
         mgr2 = manager(rm, clock)
         await load(mgr2)
         g2 = mgr2.get_group("g")
-        assert isinstance(g2, GroupMetadata) and g2.generation_id == 1 and len(g2.members) == 1
+        assert isinstance(g2, ClassicGroup) and g2.generation_id == 1 and len(g2.members) == 1
         assert {tp: o.offset for tp, o in g2.offsets.items()} == {("t", 0): 11}
         assert g2.offsets[("t", 0)].metadata == "b"
         assert mgr2.get_group("simple").offsets[("t", 0)].offset == 5
@@ -132,7 +134,7 @@ def test_consumer_groups_replay_convert_delete_and_expire(tmp_path: Path) -> Non
 
         # "cg": a consumer group with one member and an offset.
         cg = mgr.new_consumer_group("cg")
-        resp, recs = cg.heartbeat(_join("cg", ["t"]), 1000, meta)
+        resp, recs = consumer_group_heartbeat(cg, _join("cg", ["t"]), 1000, meta)
         member = resp["member_id"]
         mgr.add_group(cg)
         assert await mgr.write_records("cg", recs) == Errors.NONE
@@ -144,14 +146,14 @@ def test_consumer_groups_replay_convert_delete_and_expire(tmp_path: Path) -> Non
         assert await mgr.store_group(classic, classic.to_record()) == Errors.NONE
         assert await mgr.store_offsets(classic, {("t", 1): OffsetAndMetadata(9, -1, "", 1000)}) == Errors.NONE
         conv = mgr.new_consumer_group("conv")
-        _, recs = conv.heartbeat(_join("conv", ["t"]), 1000, meta)
+        _, recs = consumer_group_heartbeat(conv, _join("conv", ["t"]), 1000, meta)
         assert await mgr.write_records("conv", recs, before=[(group_metadata_key("conv"), None)]) == Errors.NONE
 
         # "gone": a consumer group deleted (tombstones), then a classic group under its id.
         gone = mgr.new_consumer_group("gone")
-        resp, recs = gone.heartbeat(_join("gone", ["t"]), 1000, meta)
+        resp, recs = consumer_group_heartbeat(gone, _join("gone", ["t"]), 1000, meta)
         assert await mgr.write_records("gone", recs) == Errors.NONE
-        _, recs = gone.heartbeat({"group_id": "gone", "member_id": resp["member_id"], "member_epoch": -1}, 1000, meta)
+        _, recs = consumer_group_heartbeat(gone, {"group_id": "gone", "member_id": resp["member_id"], "member_epoch": -1}, 1000, meta)
         assert await mgr.write_records("gone", recs) == Errors.NONE
         assert await mgr.delete_group_records(gone, []) == Errors.NONE
         again = mgr.get_or_create_classic_group("gone")
@@ -167,11 +169,11 @@ def test_consumer_groups_replay_convert_delete_and_expire(tmp_path: Path) -> Non
         assert g.session_deadline(member) == 5000 + 45000  # fresh session from on_loaded
         c = mgr2.get_group("conv")
         assert isinstance(c, ConsumerGroup) and len(c.members) == 1 and c.offsets[("t", 1)].offset == 9
-        assert isinstance(mgr2.get_group("gone"), GroupMetadata)
+        assert isinstance(mgr2.get_group("gone"), ClassicGroup)
 
         # The member leaves; once its offset is past retention the empty group is deleted with
         # its own tombstones, and stays deleted after a reload.
-        _, recs = g.heartbeat({"group_id": "cg", "member_id": member, "member_epoch": -1}, 5000, meta)
+        _, recs = consumer_group_heartbeat(g, {"group_id": "cg", "member_id": member, "member_epoch": -1}, 5000, meta)
         assert await mgr2.write_records("cg", recs) == Errors.NONE
         assert g.is_empty() and g.state_name == "Empty"
         clock[0] = 1000 + 60_000

@@ -1,4 +1,4 @@
-"""What a classic group's changes write at INFO (odradek.coordinator.group_events)."""
+"""What a classic group's changes write at INFO (odradek.coordinator.group.group_events)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.group_events import log_changes, membership
-from odradek.coordinator.group_metadata import GroupConfig, GroupMetadata, GroupState
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.group_coordinator_config import GroupConfig
+from odradek.coordinator.group.group_events import log_changes, membership
 from odradek.protocol.errors import Errors
 
-LOGGER = "odradek.coordinator.group_coordinator"
+LOGGER = "odradek.coordinator.group.group_coordinator"
 
 
-def _join(g: GroupMetadata, client: str, now: int, member_id: str = "") -> Any:
+def _join(g: ClassicGroup, client: str, now: int, member_id: str = "") -> Any:
     before = membership(g)
     fx = g.join(
         object(), member_id=member_id, group_instance_id=None, require_known_member_id=False,
@@ -26,7 +27,7 @@ def _join(g: GroupMetadata, client: str, now: int, member_id: str = "") -> Any:
     return fx
 
 
-def _poll(g: GroupMetadata, now: int) -> None:
+def _poll(g: ClassicGroup, now: int) -> None:
     before = membership(g)
     g.poll(now)
     log_changes(g, before, now, timers=True)
@@ -34,7 +35,7 @@ def _poll(g: GroupMetadata, now: int) -> None:
 
 def test_generations_and_timeouts_are_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    g = GroupMetadata("orders", GroupConfig(initial_rebalance_delay_ms=0), 0, new_member_id=lambda c: f"{c}-id")
+    g = ClassicGroup("orders", GroupConfig(initial_rebalance_delay_ms=0), 0, new_member_id=lambda c: f"{c}-id")
     _join(g, "alice", 0)
     _join(g, "bob", 1)
     assert [r.getMessage() for r in caplog.records] == []  # joining: nothing decided yet
@@ -59,7 +60,7 @@ def test_generations_and_timeouts_are_logged_once(caplog: pytest.LogCaptureFixtu
     assert messages == ["Member bob-id removed from group orders: no SyncGroup within the rebalance timeout (30000 ms)"]
     caplog.clear()
     _join(g, "alice", 30_005, member_id="alice-id")  # the only member rejoined: generation 2
-    assert g.generation_id == 2 and g.state == GroupState.COMPLETING_REBALANCE
+    assert g.generation_id == 2 and g.state == ClassicGroupState.COMPLETING_REBALANCE
     assert [r.getMessage() for r in caplog.records] == [
         "Classic group orders: generation 2, protocol type consumer, protocol range, 1 member(s), "
         "leader alice-id"
@@ -71,7 +72,7 @@ def test_generations_and_timeouts_are_logged_once(caplog: pytest.LogCaptureFixtu
            protocol_type=None, protocol_name=None, assignments={}, now_ms=30_006)
     g.on_group_stored(2, Errors.NONE, 30_006)
     log_changes(g, before, 30_006)
-    assert g.state == GroupState.STABLE
+    assert g.state == ClassicGroupState.STABLE
     _poll(g, 30_006 + 45_000)
     assert [r.getMessage() for r in caplog.records] == [
         "Member alice-id removed from group orders: no heartbeat within its session timeout (45000 ms)",

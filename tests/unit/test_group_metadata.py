@@ -7,22 +7,17 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator import records as r
-from odradek.coordinator.consumer_protocol import (
+from odradek.coordinator.group import records as r
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState, Effects
+from odradek.coordinator.group.classic_group_member import JoinResult, SyncResult
+from odradek.coordinator.group.consumer_protocol import (
     encode_assignment,
     encode_subscription,
     parse_assignment,
     parse_subscription,
 )
-from odradek.coordinator.group_metadata import (
-    Effects,
-    GroupConfig,
-    GroupMetadata,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
-from odradek.coordinator.group_metadata_manager import java_string_hashcode, partition_for
+from odradek.coordinator.group.group_coordinator_config import GroupConfig
+from odradek.coordinator.group.group_metadata_manager import java_string_hashcode, partition_for
 from odradek.protocol.errors import Errors
 
 CFG = GroupConfig(min_session_timeout_ms=6000, max_session_timeout_ms=300000,
@@ -46,12 +41,12 @@ def deliver(fx: Effects) -> Effects:
     return fx
 
 
-def new_group(cfg: GroupConfig = CFG) -> GroupMetadata:
+def new_group(cfg: GroupConfig = CFG) -> ClassicGroup:
     ids = itertools.count()
-    return GroupMetadata("g", cfg, 0, new_member_id=lambda c: f"{c}-{next(ids)}")
+    return ClassicGroup("g", cfg, 0, new_member_id=lambda c: f"{c}-{next(ids)}")
 
 
-def join(g: GroupMetadata, now: int, member_id: str = "", instance: str | None = None,
+def join(g: ClassicGroup, now: int, member_id: str = "", instance: str | None = None,
          protocols: list[tuple[str, bytes]] | None = None, v4: bool = False,
          session: int = 10000, rebalance: int = 30000, client: str = "c") -> W:
     w = W(member_id or client)
@@ -62,7 +57,7 @@ def join(g: GroupMetadata, now: int, member_id: str = "", instance: str | None =
     return w
 
 
-def sync(g: GroupMetadata, now: int, member_id: str, gen: int,
+def sync(g: ClassicGroup, now: int, member_id: str, gen: int,
          assignments: dict[str, bytes] | None = None) -> W:
     w = W(member_id)
     fx = deliver(g.sync(w, member_id=member_id, generation_id=gen, group_instance_id=None,
@@ -73,7 +68,7 @@ def sync(g: GroupMetadata, now: int, member_id: str, gen: int,
     return w
 
 
-def poll(g: GroupMetadata, now: int) -> None:
+def poll(g: ClassicGroup, now: int) -> None:
     deliver(g.poll(now))
 
 
@@ -91,7 +86,7 @@ def sr(w: W) -> SyncResult:
     return res
 
 
-def stable_group_of_two() -> tuple[GroupMetadata, str, str]:
+def stable_group_of_two() -> tuple[ClassicGroup, str, str]:
     g = new_group()
     a = join(g, 0, client="a")
     poll(g, 0)  # initial delay 0: generation 1 with a alone
@@ -106,7 +101,7 @@ def stable_group_of_two() -> tuple[GroupMetadata, str, str]:
     assert not sb.results  # follower waits for the leader's assignment
     sa = sync(g, 4, a_id, 2, {a_id: b"A", b_id: b"B"})
     assert sr(sa).assignment == b"A" and sr(sb).assignment == b"B"
-    assert g.state == GroupState.STABLE
+    assert g.state == ClassicGroupState.STABLE
     return g, a_id, b_id
 
 
@@ -142,10 +137,10 @@ def test_session_timeout_removes_member_and_rebalances() -> None:
     g, a_id, b_id = stable_group_of_two()
     g.heartbeat(member_id=a_id, group_instance_id=None, generation_id=2, now_ms=9000)
     poll(g, 4 + 10000)  # b's session (10 s from its sync at 3 ms) has passed
-    assert b_id not in g.members and g.state == GroupState.PREPARING_REBALANCE
+    assert b_id not in g.members and g.state == ClassicGroupState.PREPARING_REBALANCE
     assert g.heartbeat(member_id=a_id, group_instance_id=None, generation_id=2, now_ms=10010) == Errors.REBALANCE_IN_PROGRESS
     a = join(g, 10020, member_id=a_id)
-    assert jr(a).generation_id == 3 and g.state == GroupState.COMPLETING_REBALANCE
+    assert jr(a).generation_id == 3 and g.state == ClassicGroupState.COMPLETING_REBALANCE
 
 
 def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
@@ -171,7 +166,7 @@ def test_leave_group_and_empty() -> None:
     top, errs, fx = g.leave([(a_id, None)], 12)
     deliver(fx)
     # The last member left: the rebalance completes at once with nobody, the group is Empty.
-    assert g.state == GroupState.EMPTY and g.generation_id == 4 and fx.store_generation == 4
+    assert g.state == ClassicGroupState.EMPTY and g.generation_id == 4 and fx.store_generation == 4
 
 
 def test_sync_errors() -> None:
@@ -191,7 +186,7 @@ def test_rebalance_during_completing_fails_pending_syncs() -> None:
     assert not sb.results
     c = join(g, 13, client="c")  # a newcomer before the leader synced
     assert sr(sb).error == Errors.REBALANCE_IN_PROGRESS
-    assert not c.results and g.state == GroupState.PREPARING_REBALANCE
+    assert not c.results and g.state == ClassicGroupState.PREPARING_REBALANCE
 
 
 def test_invalid_session_timeout_and_inconsistent_protocol() -> None:
@@ -240,12 +235,12 @@ def test_static_member_rejoins_without_rebalance_and_fences_old() -> None:
     poll(g, 0)
     a_id = jr(a).member_id
     sync(g, 1, a_id, 1, {a_id: b"A"})
-    assert g.state == GroupState.STABLE
+    assert g.state == ClassicGroupState.STABLE
     a2 = join(g, 5, client="a", instance="i-a")  # restarted: new member id, same instance
     res = jr(a2)
     assert res.error == Errors.NONE and res.generation_id == 1 and res.member_id != a_id
     assert res.skip_assignment  # it is the leader: it must not re-run the assignment
-    assert g.state == GroupState.STABLE
+    assert g.state == ClassicGroupState.STABLE
     assert sr(sync(g, 6, res.member_id, 1)).assignment == b"A"
     # The old incarnation is fenced everywhere.
     assert g.heartbeat(member_id=a_id, group_instance_id="i-a", generation_id=1, now_ms=7) == Errors.FENCED_INSTANCE_ID
@@ -272,8 +267,8 @@ def test_offset_commit_validation() -> None:
 def test_group_record_round_trip_and_reload() -> None:
     g, a_id, b_id = stable_group_of_two()
     rec = r.parse_group_value(r.group_metadata_value(g.to_record()))
-    g2 = GroupMetadata.from_record("g", rec, CFG, 100)
-    assert g2.state == GroupState.STABLE and g2.generation_id == 2 and g2.leader_id == a_id
+    g2 = ClassicGroup.from_record("g", rec, CFG, 100)
+    assert g2.state == ClassicGroupState.STABLE and g2.generation_id == 2 and g2.leader_id == a_id
     assert g2.members[b_id].assignment == b"B"
     # A loaded member keeps its generation: heartbeats and syncs work.
     assert g2.heartbeat(member_id=b_id, group_instance_id=None, generation_id=2, now_ms=101) == Errors.NONE
@@ -306,5 +301,5 @@ def test_make_dead_answers_waiters(state_after: str) -> None:
     a = join(g, 10, member_id=a_id)
     fx: Any = g.make_dead(Errors.NOT_COORDINATOR, 11)
     deliver(fx)
-    assert jr(a).error == Errors.NOT_COORDINATOR and g.state == GroupState.DEAD
+    assert jr(a).error == Errors.NOT_COORDINATOR and g.state == ClassicGroupState.DEAD
     assert jr(join(g, 12)).error == Errors.COORDINATOR_NOT_AVAILABLE

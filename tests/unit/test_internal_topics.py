@@ -11,7 +11,7 @@ from typing import Any
 
 from test_broker_apis import batch, broker, create, produce, run
 
-from odradek.coordinator.group_metadata_manager import partition_for
+from odradek.coordinator.group.group_metadata_manager import partition_for
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors

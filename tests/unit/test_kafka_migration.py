@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from odradek.controller.quorum_controller import QuorumController
-from odradek.coordinator.consumer_group import decode_record
+from odradek.coordinator.group.consumer_group_records import decode_record
 from odradek.embedded import EmbeddedBroker
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
-from odradek.metadata.image import MetadataDelta
+from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.metadata.records import (
     UnsupportedMetadataRecord,
@@ -253,18 +253,18 @@ def test_kafka_4_consumer_group_member_record_with_null_classic_metadata() -> No
 
 def _controller_with(partitions: dict[int, dict[str, list[int] | int]]) -> QuorumController:
     c = QuorumController.__new__(QuorumController)
-    from odradek.metadata.image import MetadataImage
+    from odradek.metadata.image import EMPTY_IMAGE
 
     c.node_id = 1
-    c.image = MetadataImage()
-    delta = MetadataDelta()
-    c.image.apply("TopicRecord", {"name": "t", "topic_id": TOPIC_ID}, delta)
+    delta = MetadataDelta(EMPTY_IMAGE)
+    delta.replay("TopicRecord", {"name": "t", "topic_id": TOPIC_ID})
     for pid, p in partitions.items():
-        c.image.apply("PartitionRecord", {
+        delta.replay("PartitionRecord", {
             "partition_id": pid, "topic_id": TOPIC_ID, "replicas": p["replicas"], "isr": p["isr"],
             "leader": p["leader"], "leader_epoch": 3, "partition_epoch": 5,
             "eligible_leader_replicas": p.get("elr"), "last_known_elr": None,
-        }, delta)
+        })
+    c.image = delta.apply()
     return c
 
 
@@ -276,16 +276,16 @@ def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -
         3: {"replicas": [1, 2], "isr": [2], "leader": -1, "elr": []},  # would be unclean
         4: {"replicas": [2], "isr": [2], "leader": -1},              # not a replica here
     })
-    records = c._elect_offline_partitions()
+    records = c._elect_offline_partitions(1)
     assert [(n, r["partition_id"], r["leader"], r["isr"]) for n, r in records] == [
         ("PartitionChangeRecord", 0, 1, [1]), ("PartitionChangeRecord", 1, 1, [1]),
     ]
     assert records[0][1]["eligible_leader_replicas"] == []
-    delta = MetadataDelta()
+    delta = MetadataDelta(c.image)
     for name, r in records:
-        c.image.apply(name, r, delta)
-    p0 = c.image.partition("t", 0)
-    assert p0 is not None and (p0.leader, p0.isr, p0.elr, p0.leader_epoch) == (1, [1], [], 4)
+        delta.replay(name, r)
+    p0 = delta.apply().partition("t", 0)
+    assert p0 is not None and (p0.leader, p0.isr, p0.elr, p0.leader_epoch) == (1, (1,), (), 4)
 
 
 def test_broker_refuses_partitions_replicated_on_other_brokers(tmp_path: Path) -> None:
@@ -305,7 +305,7 @@ def test_kafka_4_consumer_offsets_records_load(tmp_path: Path, caplog: pytest.Lo
 
     from test_group_coordinator import FakeReplicaManager, load, manager
 
-    from odradek.coordinator.records import OffsetKey, parse_key, parse_offset_value
+    from odradek.coordinator.group.records import OffsetKey, parse_key, parse_offset_value
 
     # Bytes from Kafka 4.3.1's log: group g1, orders-0 at 50.
     commit_key = bytes.fromhex("00010002673100066f726465727300000000")
@@ -368,7 +368,7 @@ def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) ->
     meta = d / "__cluster_metadata-0"
     for _ in range(2):  # and again after the abort was written
         with EmbeddedBroker(log_dir=str(d)) as b:
-            assert "half-made" not in b.server.broker.image.topics_by_name
+            assert not b.server.broker.metadata_cache.contains_topic("half-made")
     ml = _open(meta)
     replayed = _replay(ml)
     names = [n for o, n, _r in replayed.records if o >= end]

@@ -36,10 +36,15 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                 resp = await client.send(m.API_VERSIONS, 3, {"client_software_name": "t",
                                                              "client_software_version": "1"})
                 assert resp["error_code"] == Errors.NONE
-                assert [a["api_key"] for a in resp["api_keys"]] == [m.API_VERSIONS.api_key]
+                # ApiVersions and the ControllerApis a client may send to a controller.
+                assert [a["api_key"] for a in resp["api_keys"]] == sorted([
+                    m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
+                    m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key,
+                    m.DESCRIBE_CLUSTER.api_key,
+                ])
                 # The active controller bootstrapped metadata.version on its own (no broker).
                 for _ in range(100):
-                    if controller.image.features:
+                    if controller.image.features.levels:
                         break
                     await asyncio.sleep(0.05)
                 resp = await client.send(m.API_VERSIONS, 3, {"client_software_name": "t",
@@ -73,7 +78,10 @@ def test_combined_process_starts_both_roles(tmp_path: Path) -> None:
             assert server.broker is not None and server.controller is not None
             assert set(server.bound_ports) == {"PLAINTEXT", "CONTROLLER"}
             # The broker's image came from Raft: its own registration committed.
-            assert not server.broker.image.brokers[1].fenced
+            assert not server.broker.metadata_cache.image.brokers[1].fenced
+            # ... reached only through its controller channel, sent to the Raft leader.
+            assert server.broker.controller_channel is not None
+            assert server.broker.controller_channel.active_controller_id() == 1
             assert server.broker.loader is not None and server.broker.loader.leader_and_epoch.leader_id == 1
         finally:
             await server.shutdown()

@@ -5,6 +5,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from fake_clock import FakeClock
 
 from odradek.log import Log, LogConfig, LogManager, OffsetOutOfRangeError
 from odradek.log.checkpoint import OffsetCheckpointFile
@@ -275,6 +276,23 @@ def test_truncate_to_and_fully(tmp_path: Path) -> None:
     assert read_all(log, 500) == [500, 501, 502, 503]
 
 
+
+def test_truncate_fully_at_the_active_segments_own_base(tmp_path: Path) -> None:
+    # The new segment reuses the file names of the old one: the old files go first, and the
+    # new, empty segment is the one left on disk.
+    d = str(tmp_path / "t-0")
+    log = Log.load(d, SMALL, now_ms=0)
+    fill(log, 3)
+    assert log.num_segments == 1
+    log.truncate_fully_and_start_at(0)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    fill(log, 2)
+    assert read_all(log) == [0, 1, 2, 3]
+    log.close()
+    log = Log.load(d, SMALL, now_ms=0)
+    assert read_all(log) == [0, 1, 2, 3]
+    log.close()
+
 def test_leader_epoch_cache(tmp_path: Path) -> None:
     d = str(tmp_path / "t-0")
     log = Log.load(d, SMALL, now_ms=0)
@@ -350,7 +368,8 @@ def test_checkpoint_file_round_trip(tmp_path: Path) -> None:
 
 def test_log_manager_lifecycle(tmp_path: Path) -> None:
     dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
-    lm = LogManager(dirs, SMALL, now_ms=0)
+    clock = FakeClock(0)
+    lm = LogManager(dirs, SMALL, clock)
     lm.load_logs(lambda t: SMALL)
     a = lm.get_or_create_log("my-topic", 0, SMALL, bytes(16))
     b = lm.get_or_create_log("my-topic", 1, SMALL, bytes(16))
@@ -362,7 +381,8 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
     a.high_watermark = 100
     a.delete_records(30)
     lm.checkpoint_logs()
-    lm.flush_dirty_logs(now_ms=10)
+    clock.now_ms = 10
+    lm.flush_dirty_logs()
     lm.shutdown()
     assert all(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)) for d in dirs)
     rp = OffsetCheckpointFile(
@@ -370,7 +390,7 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
     ).read()
     assert rp[("my-topic", 0)] == 100
 
-    lm2 = LogManager(dirs, SMALL, now_ms=0)
+    lm2 = LogManager(dirs, SMALL, FakeClock(0))
     lm2.load_logs(lambda t: SMALL)
     assert not any(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)) for d in dirs)
     a2 = lm2.get_log("my-topic", 0)
@@ -384,7 +404,7 @@ def test_log_manager_lifecycle(tmp_path: Path) -> None:
     lm2.delete_log("my-topic", 0)
     assert lm2.get_log("my-topic", 0) is None
     assert not os.path.exists(path)
-    assert lm2.cleanup_logs(now_ms=0) == 0
+    assert lm2.cleanup_logs() == 0
     lm2.shutdown()
 
 
@@ -427,7 +447,8 @@ def test_deleted_log_keeps_its_files_open_until_file_delete_delay(tmp_path: Path
     """A fetch response handed to the network reads the segment's descriptor later (sendfile):
     deleting the topic unlinks the files at once but closes them file.delete.delay.ms later."""
     cfg = LogConfig(segment_bytes=SMALL.segment_bytes, file_delete_delay_ms=1000)
-    lm = LogManager([str(tmp_path / "d")], cfg, now_ms=0)
+    clock = FakeClock(0)
+    lm = LogManager([str(tmp_path / "d")], cfg, clock)
     lm.load_logs(lambda t: cfg)
     log = lm.get_or_create_log("gone", 0, cfg)
     fill(log, 20)
@@ -436,20 +457,23 @@ def test_deleted_log_keeps_its_files_open_until_file_delete_delay(tmp_path: Path
     regions = info.file_regions
     assert regions
     expected = bytes(info.to_bytes())
-    lm.delete_log("gone", 0, now_ms=5000)
+    clock.now_ms = 5000
+    lm.delete_log("gone", 0)
     assert not os.path.exists(log.dir)
     assert log.closed
     assert bytes(info.to_bytes()) == expected  # still readable through the open descriptors
-    lm.cleanup_logs(now_ms=5999)
+    clock.now_ms = 5999
+    lm.cleanup_logs()
     assert bytes(info.to_bytes()) == expected
-    lm.cleanup_logs(now_ms=6000)
+    clock.now_ms = 6000
+    lm.cleanup_logs()
     with pytest.raises(OSError):
         os.fstat(regions[0].fd)  # closed once the delay has passed
     lm.shutdown()
 
 
 def test_log_manager_unclean_recovers(tmp_path: Path) -> None:
-    lm = LogManager([str(tmp_path / "d")], SMALL, now_ms=0)
+    lm = LogManager([str(tmp_path / "d")], SMALL, FakeClock(0))
     lm.load_logs()
     log = lm.get_or_create_log("t", 0)
     fill(log, 100)
@@ -458,7 +482,7 @@ def test_log_manager_unclean_recovers(tmp_path: Path) -> None:
     log.close()  # simulate crash: no clean shutdown marker
     with open(path, "ab") as f:
         f.write(b"\x00" * 30)
-    lm2 = LogManager([str(tmp_path / "d")], SMALL, now_ms=0)
+    lm2 = LogManager([str(tmp_path / "d")], SMALL, FakeClock(0))
     lm2.load_logs()
     log2 = lm2.get_log("t", 0)
     assert log2 is not None and log2.log_end_offset == 200
@@ -469,7 +493,7 @@ def test_log_manager_skips_delete_dirs(tmp_path: Path) -> None:
     d = tmp_path / "d"
     (d / "t-0.abcdef-delete").mkdir(parents=True)
     (d / "__cluster_metadata-0").mkdir()
-    lm = LogManager([str(d)], SMALL, now_ms=0)
+    lm = LogManager([str(d)], SMALL, FakeClock(0))
     lm.load_logs()
     assert lm.all_logs() == {}
     assert not (d / "t-0.abcdef-delete").exists()
@@ -499,7 +523,7 @@ def test_delete_dir_name_of_a_249_character_topic_fits_in_255_bytes(
 
     topic = "t" * 249
     d = tmp_path / "d"
-    lm = LogManager([str(d)], SMALL, now_ms=0)
+    lm = LogManager([str(d)], SMALL, FakeClock(0))
     lm.load_logs()
     log = lm.get_or_create_log(topic, 7)
     fill(log, 5)
@@ -512,7 +536,7 @@ def test_delete_dir_name_of_a_249_character_topic_fits_in_255_bytes(
 
     monkeypatch.setattr(Log, "rename_dir", spy)
     caplog.set_level("WARNING")
-    lm.delete_log(topic, 7, now_ms=0)
+    lm.delete_log(topic, 7)
     assert len(renamed) == 1, "the partition directory was not renamed before deletion"
     name = os.path.basename(renamed[0])
     assert name.endswith("-delete") and len(name.encode()) <= 255
@@ -525,12 +549,12 @@ def test_delete_dir_name_of_a_249_character_topic_fits_in_255_bytes(
     log2 = lm.get_or_create_log(topic, 8)
     fill(log2, 3)
     monkeypatch.setattr(lm_module.shutil, "rmtree", lambda *a, **k: None)
-    lm.delete_log(topic, 8, now_ms=0)
+    lm.delete_log(topic, 8)
     monkeypatch.undo()
     leftovers = [n for n in os.listdir(d) if n.endswith("-delete")]
     assert len(leftovers) == 1 and len(leftovers[0]) <= 255 and "-8." in leftovers[0]
     lm.shutdown()
-    lm2 = LogManager([str(d)], SMALL, now_ms=0)
+    lm2 = LogManager([str(d)], SMALL, FakeClock(0))
     lm2.load_logs()
     assert lm2.all_logs() == {}
     assert not [n for n in os.listdir(d) if n.endswith("-delete") or n.startswith("t")]
@@ -550,7 +574,7 @@ def test_recovery_logs_what_it_truncates(tmp_path: Path, caplog: pytest.LogCaptu
     size = os.path.getsize(seg_path)
     last = headers[-1]
     os.truncate(seg_path, size - 7)  # the last batch (2 records) is torn
-    caplog.set_level("WARNING", logger="odradek.log.log")
+    caplog.set_level("WARNING", logger="odradek.log.log_loader")
     log = Log.load(d, SMALL, recovery_point=0, now_ms=0, clean_shutdown=False)
     log.close()
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_clock import FakeClock
 
 from odradek.log import Log, LogConfig, LogManager
 from odradek.log.checkpoint import read_checkpoint_lines
@@ -52,8 +53,9 @@ class Env:
         self.root = root
         self.config = config
         self.cleaner_config = CleanerConfig(**cleaner)
-        self.lm = LogManager([str(root)], config, 0, cleaner_config=self.cleaner_config)
-        self.log = self.lm.get_or_create_log("t", 0, config, now_ms=0)
+        self.clock = FakeClock(0)
+        self.lm = LogManager([str(root)], config, self.clock, cleaner_config=self.cleaner_config)
+        self.log = self.lm.get_or_create_log("t", 0, config)
 
     def produce(
         self,
@@ -84,8 +86,10 @@ class Env:
 
     def restart(self) -> None:
         self.lm.shutdown()
-        self.lm = LogManager([str(self.root)], self.config, 0, cleaner_config=self.cleaner_config)
-        self.lm.load_logs(lambda _t: self.config, now_ms=0)
+        self.lm = LogManager(
+            [str(self.root)], self.config, self.clock, cleaner_config=self.cleaner_config
+        )
+        self.lm.load_logs(lambda _t: self.config)
         log = self.lm.get_log("t", 0)
         assert log is not None
         self.log = log
@@ -214,7 +218,8 @@ def test_in_flight_fetch_of_replaced_segments_stays_readable(tmp_path: Path) -> 
     expected = bytes(pending.to_bytes())
     env.clean(now=10**6)
     assert bytes(pending.to_bytes()) == expected  # the old descriptors are still open
-    env.lm.cleanup_logs(10**6)  # file.delete.delay.ms = 0: now they are closed
+    env.clock.now_ms = 10**6
+    env.lm.cleanup_logs()  # file.delete.delay.ms = 0: now they are closed
     assert read_log(env.log)
 
 
@@ -437,8 +442,9 @@ def _reopen(fixture: Path, root: Path) -> Env:
     shutil.copytree(fixture, root)
     env = Env.__new__(Env)
     env.root, env.config, env.cleaner_config = root, COMPACT, CleanerConfig()
-    env.lm = LogManager([str(root)], COMPACT, 0)
-    env.lm.load_logs(lambda _t: COMPACT, now_ms=0)
+    env.clock = FakeClock(0)
+    env.lm = LogManager([str(root)], COMPACT, env.clock)
+    env.lm.load_logs(lambda _t: COMPACT)
     log = env.lm.get_log("t", 0)
     assert log is not None
     env.log = log
@@ -599,7 +605,8 @@ def test_cleaner_drops_records_without_key(tmp_path: Path) -> None:
 def test_log_manager_cleans_only_compacted_logs_and_honours_compact_delete(
     tmp_path: Path,
 ) -> None:
-    lm = LogManager([str(tmp_path)], LogConfig(), 0)
+    clock = FakeClock(0)
+    lm = LogManager([str(tmp_path)], LogConfig(), clock)
     plain_cfg = LogConfig(segment_bytes=1024, retention_ms=-1)
     both = LogConfig(
         **{
@@ -610,9 +617,9 @@ def test_log_manager_cleans_only_compacted_logs_and_honours_compact_delete(
         }
     )
     logs = {
-        "plain": lm.get_or_create_log("plain", 0, plain_cfg, now_ms=0),
-        "compact": lm.get_or_create_log("compact", 0, COMPACT, now_ms=0),
-        "both": lm.get_or_create_log("both", 0, both, now_ms=0),
+        "plain": lm.get_or_create_log("plain", 0, plain_cfg),
+        "compact": lm.get_or_create_log("compact", 0, COMPACT),
+        "both": lm.get_or_create_log("both", 0, both),
     }
     for log in logs.values():
         for i in range(60):
@@ -621,15 +628,17 @@ def test_log_manager_cleans_only_compacted_logs_and_honours_compact_delete(
         log.high_watermark = log.log_end_offset
     sizes = {n: lg.size for n, lg in logs.items()}
     assert lm.cleaner_backoff_ms == 15000
-    assert lm.clean_logs(now_ms=10_000) == 2
+    clock.now_ms = 10_000
+    assert lm.clean_logs() == 2
     assert logs["plain"].size == sizes["plain"]
     assert logs["compact"].size < sizes["compact"]
     assert logs["both"].size < sizes["both"]
-    assert lm.clean_logs(now_ms=10_000) == 0
+    assert lm.clean_logs() == 0
     entries = read_checkpoint_lines(str(tmp_path / CLEANER_OFFSET_CHECKPOINT_FILE))
     assert entries is not None and sorted(e[0] for e in entries) == ["both", "compact"]
     # compact,delete: retention applies too
-    assert lm.cleanup_logs(now_ms=10**6) > 0
+    clock.now_ms = 10**6
+    assert lm.cleanup_logs() > 0
     assert logs["both"].num_segments == 1
     assert logs["compact"].num_segments > 1
     # a deleted log leaves the checkpoint
@@ -642,7 +651,8 @@ def test_log_manager_cleans_only_compacted_logs_and_honours_compact_delete(
 def test_cleaner_disabled_and_aborted_logs(tmp_path: Path) -> None:
     env = Env(tmp_path, enable=False)
     fill_keys(env, rounds=4, keys=3)
-    assert env.lm.clean_logs(10**6) == 0
+    env.clock.now_ms = 10**6
+    assert env.lm.clean_logs() == 0
     cleaner = LogCleaner(env.lm.all_logs)
     cleaner.abort_and_wait(env.log)  # e.g. the log is being deleted
     assert cleaner.clean_once(10**6) == 0

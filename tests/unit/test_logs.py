@@ -108,7 +108,7 @@ def test_configure_logging_levels() -> None:
         ours = [h for h in root.handlers if getattr(h, "_odradek", False)]
         assert len(ours) == 1 and isinstance(ours[0].formatter, EscapingFormatter)
         assert root.level == logging.WARNING
-        assert logging.getLogger("odradek.coordinator.group_coordinator").getEffectiveLevel() == logging.DEBUG
+        assert logging.getLogger("odradek.coordinator.group.group_coordinator").getEffectiveLevel() == logging.DEBUG
         assert logging.getLogger("odradek.log").getEffectiveLevel() == logging.WARNING
         configure_logging(logging.INFO)  # a logger not named again inherits again
         assert logging.getLogger("odradek.coordinator").level == logging.NOTSET

@@ -89,7 +89,7 @@ def test_declared_size_is_not_allocated_up_front() -> None:
                 writers.append(w)
             conns = server._connections
             await wait_until(
-                lambda: len(conns) == 30 and all(c._frame is not None for c in conns)
+                lambda: len(conns) == 30 and all(c.core.reading_large_frame for c in conns)
             )
             growth = rss_bytes() - before
             assert growth < 100 * MiB, f"RSS grew by {growth / MiB:.0f} MiB"
@@ -140,22 +140,23 @@ def test_large_frame_arriving_in_pieces_is_read_whole(
     body = random.Random(5).randbytes(5 * MiB)
     kept: list[memoryview] = []
     grows: list[bool] = []
+    from odradek.network.connection import FrameReader
     from odradek.network.socket_server import KafkaConnection
 
     real_get_buffer = KafkaConnection.get_buffer
-    real_grow = KafkaConnection._grow_frame
+    real_grow = FrameReader._grow_frame
 
     def get_buffer(self: KafkaConnection, sizehint: int) -> memoryview:
         view = real_get_buffer(self, sizehint)
         kept.append(view)
         return view
 
-    def grow(self: KafkaConnection) -> None:
+    def grow(self: FrameReader) -> None:
         before = self._frame
         real_grow(self)
         grows.append(self._frame is before)  # True: resized in place
 
-    monkeypatch.setattr(KafkaConnection, "_grow_frame", grow)
+    monkeypatch.setattr(FrameReader, "_grow_frame", grow)
     if loop_kind == "views-kept":
         monkeypatch.setattr(KafkaConnection, "get_buffer", get_buffer)
 

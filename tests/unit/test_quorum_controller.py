@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,17 @@ def _controller(raft: FakeRaft) -> QuorumController:
     )
 
 
+def _registration(broker_id: int) -> dict[str, Any]:
+    """A BrokerRegistration request as the controller channel hands it over."""
+    return {
+        "broker_id": broker_id,
+        "incarnation_id": uuid.uuid4(),
+        "listeners": [{"name": "PLAINTEXT", "host": "h", "port": 9092, "security_protocol": 0}],
+        "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": METADATA_VERSION}],
+        "rack": None,
+    }
+
+
 async def _settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -99,22 +111,31 @@ def test_controller_proposes_at_raft_epoch_and_applies_only_committed_records() 
     c.handle_leader_change(raft.leader)
 
     async def run() -> None:
-        reg = asyncio.ensure_future(c.bootstrap_and_register(uuid.uuid4(), [("PLAINTEXT", "h", 9092)], None))
+        reg = asyncio.ensure_future(c.register_broker(_registration(1)))
         await _settle()
         # First the activation records of a new leader on an empty log (the bootstrap
         # metadata.version), committed before anything else is proposed.
         (activation,) = raft.proposed
         assert activation.epoch == 7 and [n for n, _ in activation.records] == ["FeatureLevelRecord"]
-        assert not reg.done() and raft.scheduled == 1 and c.image.features == {}
+        assert not reg.done() and raft.scheduled == 1 and c.image.features.levels == {}
         c.handle_commit([activation])
         await _settle()
-        assert c.image.features == {"metadata.version": METADATA_VERSION}
+        assert c.image.features.levels == {"metadata.version": METADATA_VERSION}
         batch = raft.proposed[-1]
         assert batch.epoch == 7
-        assert [n for n, _ in batch.records] == ["RegisterBrokerRecord", "UnfenceBrokerRecord"]
+        assert [n for n, _ in batch.records] == ["RegisterBrokerRecord"]
         assert c.image.brokers == {}  # proposed, not committed: the image has not moved
         c.handle_commit([batch])
         assert await reg == 1  # the broker epoch: the offset of its registration record
+        assert c.image.brokers[1].fenced
+        # Its first heartbeat from a caught-up broker unfences it, through Raft too.
+        beat = asyncio.ensure_future(c.broker_heartbeat(1, 1, current_metadata_offset=1, want_fence=False))
+        await _settle()
+        batch = raft.proposed[-1]
+        assert batch.epoch == 7 and [n for n, _ in batch.records] == ["UnfenceBrokerRecord"]
+        assert not beat.done() and c.image.brokers[1].fenced
+        c.handle_commit([batch])
+        assert await beat == (True, False)
         assert not c.image.brokers[1].fenced and c.image.offset == 2
 
         create = asyncio.ensure_future(c.create_topics([{"name": "t"}], validate_only=False))
@@ -167,7 +188,8 @@ def test_new_leader_writes_activation_records_at_once() -> None:
         assert [n for n, _ in activation.records] == ["AbortTransactionRecord", "FeatureLevelRecord"]
         c.handle_commit([activation])
         await _settle()
-        assert c.transactions.open_transaction is None and c.image.features["metadata.version"] == METADATA_VERSION
+        assert c.transactions.open_transaction is None
+        assert c.image.features.levels["metadata.version"] == METADATA_VERSION
         # Leading again in a later epoch: nothing left to activate.
         raft.leader = LeaderAndEpoch(1, 3)
         c.handle_leader_change(raft.leader)

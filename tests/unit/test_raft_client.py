@@ -14,8 +14,8 @@ import pytest
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
-from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.raft.kafka_raft_client import KafkaRaftClient
 from odradek.raft.metadata_log import MetadataLog
@@ -167,26 +167,26 @@ def test_loader_image_follows_raft_commits_and_transactions(tmp_path: Path) -> N
     d = tmp_path / "__cluster_metadata-0"
     client = _client(d)
     client.elect()
-    image = MetadataImage()
-    loader = MetadataLoader(image)
+    cache = KRaftMetadataCache()
+    loader = MetadataLoader(cache)
     published: list[set[str]] = []
     loader.publishers.append(lambda delta, _img: published.append(set(delta.created_topics)))
     client.register(loader)
     assert loader.leader_and_epoch == LeaderAndEpoch(1, 1)
     client.prepare_append(1, [("TopicRecord", {"name": "t", "topic_id": TOPIC_ID})])
     client.poll()
-    assert "t" not in image.topics_by_name  # proposed, not committed
+    assert "t" not in cache.image.topics_by_name  # proposed, not committed
     client.flush()
     client.poll()
-    assert "t" in image.topics_by_name and image.offset == 0 and published == [{"t"}]
+    assert "t" in cache.image.topics_by_name and cache.image.offset == 0 and published == [{"t"}]
     # A transaction is held until its end commits, across batches.
     other = uuid.UUID(int=43)
     client.prepare_append(1, [("BeginTransactionRecord", {"name": "x"}),
                               ("TopicRecord", {"name": "u", "topic_id": other})])
     client.flush()
     client.poll()
-    assert "u" not in image.topics_by_name and loader.transactions.open_transaction == 1
+    assert "u" not in cache.image.topics_by_name and loader.transactions.open_transaction == 1
     client.prepare_append(1, [("EndTransactionRecord", {})])
     client.flush()
     client.poll()
-    assert "u" in image.topics_by_name and image.offset == 3 and published[-1] == {"u"}
+    assert "u" in cache.image.topics_by_name and cache.image.offset == 3 and published[-1] == {"u"}

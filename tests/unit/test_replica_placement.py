@@ -17,7 +17,8 @@ from odradek.controller.replica_placement import (
     rack_alternated_broker_list,
 )
 from odradek.controller.replication_control import ReplicationControlManager
-from odradek.metadata.image import BrokerRegistration, MetadataDelta, MetadataImage
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import EMPTY_IMAGE
 from odradek.protocol.errors import Errors
 
 # AdminUtils' example racks: 0 -> rack1, 1 -> rack3, 2 -> rack3, 3 -> rack2, 4 -> rack2, 5 -> rack1
@@ -144,11 +145,14 @@ def test_seeded_random_is_deterministic_and_varies_start() -> None:
 
 
 def _manager(broker_racks: dict[int, str | None], seed: int) -> ReplicationControlManager:
-    image = MetadataImage()
+    delta = MetadataDelta(EMPTY_IMAGE)
     for b, rack in broker_racks.items():
-        image.brokers[b] = BrokerRegistration(b, 1, uuid.UUID(int=b + 1), {}, rack, fenced=False)
+        delta.replay("RegisterBrokerRecord", {
+            "broker_id": b, "incarnation_id": uuid.UUID(int=b + 1), "broker_epoch": 1, "end_points": [],
+            "features": [], "rack": rack, "fenced": False,
+        })
     return ReplicationControlManager(
-        image,
+        delta.apply(),
         default_partitions=1,
         default_replication_factor=1,
         validate_config=lambda k, v: None,
@@ -159,9 +163,10 @@ def _manager(broker_racks: dict[int, str | None], seed: int) -> ReplicationContr
 def _create(mgr: ReplicationControlManager, name: str, parts: int, rf: int) -> dict[int, dict[str, Any]]:
     res, records = mgr.create_topic(name, parts, rf, [], [], pending_names=set())
     assert res.error == Errors.NONE, res.message
-    delta = MetadataDelta()
+    delta = MetadataDelta(mgr.image)
     for rec_name, rec in records:
-        mgr.image.apply(rec_name, rec, delta)
+        delta.replay(rec_name, rec)
+    mgr.image = delta.apply()
     return {rec["partition_id"]: rec for n, rec in records if n == "PartitionRecord"}
 
 

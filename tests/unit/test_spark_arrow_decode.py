@@ -27,10 +27,12 @@ from odradek.records.compression import compress  # noqa: E402
 from odradek.records.errors import CorruptRecordError, UnsupportedMagicError  # noqa: E402
 from odradek.records.records import Record, decode_batch  # noqa: E402
 from odradek.records.varint import decode_varint  # noqa: E402
-from odradek.spark import arrow_decode  # noqa: E402
 from odradek.spark.arrow_decode import (  # noqa: E402
     HEADERS_TYPE,
+    boundaries,
     decode_records,
+    decoder,
+    runs,
     scan_batches,
     to_record_batch,
 )
@@ -229,7 +231,7 @@ def test_record_batch_has_sparks_schema() -> None:
 # record-by-record decoder has it.
 
 PATHS = {
-    "default": (arrow_decode._MIN_FAST_RUN, arrow_decode._MIN_GUESS),
+    "default": (runs._MIN_FAST_RUN, boundaries._MIN_GUESS),
     "strided": (1, 1),  # every run of 3+ same-size records: strided
     "grouped": (10**9, 1),  # every such run: gathered per record size
     "general": (10**9, 10**9),  # no runs at all
@@ -238,12 +240,12 @@ PATHS = {
 
 @contextlib.contextmanager
 def decoding_path(name: str) -> Iterator[None]:
-    saved = arrow_decode._MIN_FAST_RUN, arrow_decode._MIN_GUESS
-    arrow_decode._MIN_FAST_RUN, arrow_decode._MIN_GUESS = PATHS[name]
+    saved = runs._MIN_FAST_RUN, boundaries._MIN_GUESS
+    runs._MIN_FAST_RUN, boundaries._MIN_GUESS = PATHS[name]
     try:
         yield
     finally:
-        arrow_decode._MIN_FAST_RUN, arrow_decode._MIN_GUESS = saved
+        runs._MIN_FAST_RUN, boundaries._MIN_GUESS = saved
 
 
 def check_paths(
@@ -255,6 +257,34 @@ def check_paths(
             assert decoded_columns(data, start, end, include_headers) == want, name
             view = memoryview(bytearray(data))
             assert decoded_columns(view, start, end, include_headers) == want, name
+
+
+def test_each_decoding_path_is_the_one_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The knobs of PATHS live in the modules that read them: each setting must send fixed-size
+    # records down its own path (else check_paths would compare the default path with itself).
+    data = raw_batch([(100 + i, 0, b"%08d" % i, b"v" * 30, []) for i in range(600)])
+    assert len(set(record_sizes(data))) == 1
+    taken: list[str] = []
+    for module, name in ((runs, "_decode_run"), (decoder, "decode_short_runs"),
+                         (decoder, "decode_general")):
+        real = getattr(module, name)
+
+        def spy(*args: object, _real=real, _name=name) -> object:  # type: ignore[no-untyped-def]
+            taken.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(module, name, spy)
+    want = {
+        "default": {"_decode_run"},
+        "strided": {"_decode_run"},
+        "grouped": {"decode_short_runs"},
+        "general": {"decode_general"},
+    }
+    for path, expected in want.items():
+        taken.clear()
+        with decoding_path(path):
+            assert decode_records(data).count == 600
+        assert set(taken) == expected, path
 
 
 def raises_on_every_path(data: bytes) -> None:
@@ -427,12 +457,12 @@ def test_runs_decode_like_record_by_record_on_every_path(
                 value = None
             elif kind == 2:
                 hdrs = [("h", b"x")]
-            elif kind == 3:
-                value = value[:-1] + b"ww"
+            elif kind == 3:  # (an earlier odd one at the same record may have nulled it)
+                value = (value or b"")[:-1] + b"ww"
             elif kind == 4:
                 ts = BASE_TS + 10_000
             else:
-                key, value = key + b"k", value[:-1]
+                key, value = (key or b"") + b"k", (value or b"")[:-1]
             recs[at] = (key, value, hdrs, ts)
         specs.append((recs, codec, ts_type, False, 0))
     check_paths(build(specs), start, start + length)

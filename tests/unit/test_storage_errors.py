@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_clock import FakeClock
 from test_log import batch, fill, read_all
 
 from odradek.log import Log, LogConfig, LogManager
@@ -129,7 +130,7 @@ def test_full_disk_append_is_undone_and_answered_with_storage_error(
     # The files hold exactly what was acknowledged: a recovering reload truncates nothing.
     log.close()
     caplog.clear()
-    caplog.set_level(logging.WARNING, logger="odradek.log.log")
+    caplog.set_level(logging.WARNING, logger="odradek.log.log_loader")
     log = Log.load(d, config, recovery_point=0, now_ms=0, clean_shutdown=False)
     assert read_all(log) == list(range(leo + 22))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -225,7 +226,7 @@ def test_fsync_failure_answers_storage_error(tmp_path: Path, monkeypatch: pytest
 def test_checkpoint_write_on_a_full_disk_leaves_no_partial_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lm = LogManager([str(tmp_path / "d")], SMALL, now_ms=0)
+    lm = LogManager([str(tmp_path / "d")], SMALL, FakeClock(0))
     lm.load_logs()
     fill(lm.get_or_create_log("t", 0), 3)
     lm.checkpoint_logs()
@@ -282,7 +283,7 @@ def test_shutdown_on_a_full_disk_writes_no_clean_marker(
     """Checkpoints that cannot be written at shutdown: no clean-shutdown marker (so the next
     start recovers rather than trusting stale checkpoints), no exception, and data intact."""
     d = tmp_path / "d"
-    lm = LogManager([str(d)], SMALL, now_ms=0)
+    lm = LogManager([str(d)], SMALL, FakeClock(0))
     lm.load_logs()
     fill(lm.get_or_create_log("t", 0), 30)
 
@@ -295,7 +296,7 @@ def test_shutdown_on_a_full_disk_writes_no_clean_marker(
     monkeypatch.undo()
     assert not (d / ".kafka_cleanshutdown").exists()
     assert "not marking the shutdown clean" in caplog.text
-    lm2 = LogManager([str(d)], SMALL, now_ms=0)
+    lm2 = LogManager([str(d)], SMALL, FakeClock(0))
     lm2.load_logs()
     log = lm2.get_log("t", 0)
     assert log is not None and read_all(log) == list(range(60))

@@ -1,41 +1,62 @@
-"""One declarative definition per API, written from Kafka's message schemas.
+"""The APIs the broker serves: a small hand-written layer over the generated definitions.
 
-Each module declares one :class:`~odradek.protocol.schema.Api`: its key, the versions Odradek
-implements (Kafka 4.0's floor from KIP-896 up to the newest in the reference schemas) and its
-request and response fields. :data:`APIS` is what the broker implements and what ApiVersions
-advertises; adding an API here without a handler is a bug that a test catches.
+:mod:`odradek.protocol.messages.generated` declares every request/response pair in Kafka's
+message schemas (written by ``scripts/generate_protocol.py``; never edit it by hand). This module
+chooses which of them the broker implements and the versions it serves: Kafka 4.0's floor from
+KIP-896 up to the newest version in the reference. :data:`ALL_APIS` is what KafkaApis and its
+extensions declare handlers for, and ApiVersions advertises exactly the APIs that have a
+handler; a definition alone (Vote, LeaderAndIsr, ...) is neither advertised nor served.
+
+Nothing in the generated field definitions is overridden. The zero-copy handling of ``records``
+fields (Produce's record batches decoded as memoryviews into the request buffer, so the broker
+rewrites their headers in place; Fetch's log data written as chunks of its own, sent with
+sendfile) belongs to the codec's ``records`` type (:mod:`odradek.protocol.schema`), which is
+what Kafka's schemas declare for those fields.
 """
 
-from odradek.protocol.messages.alter_configs import ALTER_CONFIGS
-from odradek.protocol.messages.api_versions import API_VERSIONS
-from odradek.protocol.messages.consumer_group_describe import CONSUMER_GROUP_DESCRIBE
-from odradek.protocol.messages.consumer_group_heartbeat import CONSUMER_GROUP_HEARTBEAT
-from odradek.protocol.messages.create_partitions import CREATE_PARTITIONS
-from odradek.protocol.messages.create_topics import CREATE_TOPICS
-from odradek.protocol.messages.delete_groups import DELETE_GROUPS
-from odradek.protocol.messages.delete_records import DELETE_RECORDS
-from odradek.protocol.messages.delete_topics import DELETE_TOPICS
-from odradek.protocol.messages.describe_cluster import DESCRIBE_CLUSTER
-from odradek.protocol.messages.describe_configs import DESCRIBE_CONFIGS
-from odradek.protocol.messages.describe_groups import DESCRIBE_GROUPS
-from odradek.protocol.messages.describe_log_dirs import DESCRIBE_LOG_DIRS
-from odradek.protocol.messages.fetch import FETCH
-from odradek.protocol.messages.find_coordinator import FIND_COORDINATOR
-from odradek.protocol.messages.heartbeat import HEARTBEAT
-from odradek.protocol.messages.incremental_alter_configs import INCREMENTAL_ALTER_CONFIGS
-from odradek.protocol.messages.init_producer_id import INIT_PRODUCER_ID
-from odradek.protocol.messages.join_group import JOIN_GROUP
-from odradek.protocol.messages.leave_group import LEAVE_GROUP
-from odradek.protocol.messages.list_groups import LIST_GROUPS
-from odradek.protocol.messages.list_offsets import LIST_OFFSETS
-from odradek.protocol.messages.metadata import METADATA
-from odradek.protocol.messages.offset_commit import OFFSET_COMMIT
-from odradek.protocol.messages.offset_delete import OFFSET_DELETE
-from odradek.protocol.messages.offset_fetch import OFFSET_FETCH
-from odradek.protocol.messages.offset_for_leader_epoch import OFFSET_FOR_LEADER_EPOCH
-from odradek.protocol.messages.produce import PRODUCE
-from odradek.protocol.messages.sync_group import SYNC_GROUP
+from dataclasses import replace
+
+from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
+
+
+def served_from(api: Api, min_version: int) -> Api:
+    """``api`` served from ``min_version`` up: Kafka 4.0 no longer serves the versions KIP-896
+    removed, which the reference schemas (Kafka 3.9) still list as valid."""
+    if not api.min_version < min_version <= api.max_version:
+        raise ValueError(f"{api.name}: cannot serve from v{min_version}")
+    return replace(api, min_version=min_version, _cache={})
+
+
+PRODUCE = served_from(g.PRODUCE, 3)
+FETCH = served_from(g.FETCH, 4)
+LIST_OFFSETS = served_from(g.LIST_OFFSETS, 1)
+METADATA = g.METADATA
+OFFSET_FOR_LEADER_EPOCH = served_from(g.OFFSET_FOR_LEADER_EPOCH, 2)
+API_VERSIONS = g.API_VERSIONS
+CREATE_TOPICS = served_from(g.CREATE_TOPICS, 2)
+DELETE_TOPICS = served_from(g.DELETE_TOPICS, 1)
+DELETE_RECORDS = g.DELETE_RECORDS
+DESCRIBE_CONFIGS = served_from(g.DESCRIBE_CONFIGS, 1)
+ALTER_CONFIGS = g.ALTER_CONFIGS
+CREATE_PARTITIONS = g.CREATE_PARTITIONS
+DESCRIBE_LOG_DIRS = served_from(g.DESCRIBE_LOG_DIRS, 1)
+INCREMENTAL_ALTER_CONFIGS = g.INCREMENTAL_ALTER_CONFIGS
+DESCRIBE_CLUSTER = g.DESCRIBE_CLUSTER
+INIT_PRODUCER_ID = g.INIT_PRODUCER_ID
+OFFSET_COMMIT = served_from(g.OFFSET_COMMIT, 2)
+OFFSET_FETCH = served_from(g.OFFSET_FETCH, 1)
+FIND_COORDINATOR = g.FIND_COORDINATOR
+JOIN_GROUP = served_from(g.JOIN_GROUP, 2)
+HEARTBEAT = g.HEARTBEAT
+LEAVE_GROUP = g.LEAVE_GROUP
+SYNC_GROUP = g.SYNC_GROUP
+DESCRIBE_GROUPS = g.DESCRIBE_GROUPS
+LIST_GROUPS = g.LIST_GROUPS
+DELETE_GROUPS = g.DELETE_GROUPS
+OFFSET_DELETE = g.OFFSET_DELETE
+CONSUMER_GROUP_HEARTBEAT = g.CONSUMER_GROUP_HEARTBEAT
+CONSUMER_GROUP_DESCRIBE = g.CONSUMER_GROUP_DESCRIBE
 
 ALL_APIS: list[Api] = [
     PRODUCE,
@@ -103,6 +124,7 @@ __all__ = [
     "ALL_APIS",
     "APIS",
     "advertised_min_version",
+    "served_from",
     "ALTER_CONFIGS",
     "API_VERSIONS",
     "CREATE_PARTITIONS",

@@ -1,0 +1,335 @@
+"""ControllerApis: the controller's request handlers (Kafka's ``ControllerApis``).
+
+Brokers reach them through their controller channel (:mod:`odradek.server.controller_channel`);
+clients on the controller listener reach the ones the protocol definitions declare. Every
+handler takes a :class:`ControllerRequest` and returns the response data. A controller that is
+not the active one answers the writes with ``NOT_CONTROLLER``, as Kafka's does.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from odradek.controller.quorum_controller import QuorumController
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.schema import Api
+from odradek.server import config_defs
+from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
+from odradek.server.controller_channel import (
+    ALLOCATE_PRODUCER_IDS,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    ControllerRequest,
+    RequestClient,
+    error_response,
+)
+from odradek.server.kafka_config import KafkaConfig
+
+if TYPE_CHECKING:
+    from odradek.server.api_dispatcher import Handler, RequestContext
+
+log = logging.getLogger(__name__)
+
+_ZERO_UUID = uuid.UUID(int=0)
+_ENDPOINT_TYPE_BROKER = 1
+_ENDPOINT_TYPE_CONTROLLER = 2
+
+ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
+
+
+class ControllerApis:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        config: KafkaConfig,
+        controller: QuorumController,
+        leader_id: Callable[[], int | None],
+    ) -> None:
+        """``leader_id``: the current Raft leader of the controller quorum (None if unknown);
+        this controller is active when it is the leader."""
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.config = config
+        self.controller = controller
+        self.leader_id = leader_id
+        # The controller listener's advertised endpoints (name -> host, port), for
+        # DescribeCluster with the controller endpoint type (KIP-919).
+        self.listener_endpoints: dict[str, tuple[str, int]] = {}
+        self._handlers: dict[int, ControllerHandler] = {
+            m.CREATE_TOPICS.api_key: self.handle_create_topics,
+            m.DELETE_TOPICS.api_key: self.handle_delete_topics,
+            m.CREATE_PARTITIONS.api_key: self.handle_create_partitions,
+            m.ALTER_CONFIGS.api_key: self.handle_alter_configs,
+            m.INCREMENTAL_ALTER_CONFIGS.api_key: self.handle_incremental_alter_configs,
+            m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
+            ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
+            BROKER_REGISTRATION: self.handle_broker_registration,
+            BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+        }
+
+    def is_active(self) -> bool:
+        return self.leader_id() == self.node_id
+
+    def handle(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
+        handler = self._handlers.get(request.api_key)
+        if handler is None:
+            raise ValueError(f"the controller does not handle API {request.api_key}")
+        return self._answer(handler, request)
+
+    async def _answer(self, handler: ControllerHandler, request: ControllerRequest) -> dict[str, Any]:
+        try:
+            return await handler(request)
+        except KafkaError as e:
+            # A write refused by the QuorumController itself, typically NOT_CONTROLLER when
+            # this node stopped leading the quorum while the request waited.
+            log.info("API %d refused by the controller: %s", request.api_key, e.message)
+            return error_response(request, e.code, e.message)
+
+    def _not_controller(self, request: ControllerRequest) -> dict[str, Any] | None:
+        if self.is_active():
+            return None
+        leader = self.leader_id()
+        return error_response(
+            request, Errors.NOT_CONTROLLER,
+            f"The active controller appears to be node {leader}" if leader is not None
+            else "No controller appears to be active.",
+        )
+
+    # -- the controller listener ----------------------------------------------------------------
+
+    def handlers(self) -> dict[Api, Handler]:
+        """The handlers the controller listener serves (an ApiExtension of its KafkaApis):
+        the APIs of this controller the protocol definitions declare."""
+
+        def served(api: Api) -> Handler:
+            def handler(ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+                client = RequestClient(ctx.header.client_id, ctx.conn.peer)
+                return self.handle(ControllerRequest(api.api_key, ctx.version, req, client))
+
+            return handler
+
+        apis = [
+            m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS,
+            m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
+        ]
+        return {api: served(api) for api in apis}
+
+    # -- CreateTopics ---------------------------------------------------------------------------
+
+    async def handle_create_topics(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        seen: dict[str, int] = {}
+        for t in req["topics"]:
+            seen[t["name"]] = seen.get(t["name"], 0) + 1
+        dup = {n for n, c in seen.items() if c > 1}
+        valid = [t for t in req["topics"] if t["name"] not in dup]
+        results = await self.controller.create_topics(valid, req["validate_only"]) if valid else []
+        out = []
+        for r in results:
+            entry: dict[str, Any] = {
+                "name": r.name,
+                "topic_id": r.topic_id,
+                "error_code": r.error,
+                "error_message": r.message,
+                "num_partitions": r.num_partitions,
+                "replication_factor": r.replication_factor,
+                "configs": None,
+            }
+            if r.error == Errors.NONE and request.api_version >= 5:
+                entry["configs"] = [
+                    {
+                        "name": c.name,
+                        "value": c.value,
+                        "read_only": c.read_only,
+                        "config_source": c.source,
+                        "is_sensitive": c.is_sensitive,
+                    }
+                    for c in config_defs.describe_topic_config(self.config, r.configs)
+                ]
+            out.append(entry)
+        client_id = request.client.client_id if request.client is not None else None
+        for n in sorted(dup):
+            out.append(
+                {
+                    "name": n,
+                    "error_code": Errors.INVALID_REQUEST,
+                    "error_message": f"Create topics request from client `{client_id}` contains multiple entries for the following topics: {n}",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                }
+            )
+        return {"throttle_time_ms": 0, "topics": out}
+
+    # -- DeleteTopics ---------------------------------------------------------------------------
+
+    async def handle_delete_topics(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        names: list[str | None] = []
+        ids: list[uuid.UUID | None] = []
+        if request.api_version >= 6:
+            for t in request.data["topics"]:
+                if t.get("name") is not None:
+                    names.append(t["name"])
+                    ids.append(None)
+                else:
+                    names.append(None)
+                    ids.append(t.get("topic_id") or _ZERO_UUID)
+        else:
+            for n in request.data["topic_names"]:
+                names.append(n)
+                ids.append(None)
+        results = await self.controller.delete_topics(names, ids)
+        return {
+            "throttle_time_ms": 0,
+            "responses": [
+                {"name": n, "topic_id": tid, "error_code": code, "error_message": msg}
+                for n, tid, code, msg in results
+            ],
+        }
+
+    # -- CreatePartitions -----------------------------------------------------------------------
+
+    async def handle_create_partitions(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        results = await self.controller.create_partitions(req["topics"], req["validate_only"])
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
+        }
+
+    # -- Configs --------------------------------------------------------------------------------
+
+    async def _alter_configs(self, request: ControllerRequest, incremental: bool) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        outcomes = await self.controller.alter_configs(req["resources"], req["validate_only"], incremental)
+        responses = []
+        for r, (code, msg) in zip(req["resources"], outcomes, strict=True):
+            if code != Errors.NONE:
+                log.info(
+                    "%sAlterConfigs of %s %r refused: %s",
+                    "Incremental" if incremental else "",
+                    {2: "topic", 4: "broker", 8: "broker logger"}.get(r["resource_type"], r["resource_type"]),
+                    r["resource_name"], msg,
+                )
+            responses.append(
+                {
+                    "error_code": code,
+                    "error_message": msg,
+                    "resource_type": r["resource_type"],
+                    "resource_name": r["resource_name"],
+                }
+            )
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    def handle_alter_configs(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
+        return self._alter_configs(request, incremental=False)
+
+    def handle_incremental_alter_configs(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
+        return self._alter_configs(request, incremental=True)
+
+    # -- DescribeCluster (KIP-919: the controllers, asked of a controller) ----------------------
+
+    async def handle_describe_cluster(self, request: ControllerRequest) -> dict[str, Any]:
+        req = request.data
+        endpoint_type = req.get("endpoint_type", _ENDPOINT_TYPE_BROKER)
+        body: dict[str, Any] = {
+            "throttle_time_ms": 0,
+            "error_code": Errors.NONE,
+            "error_message": None,
+            "endpoint_type": _ENDPOINT_TYPE_CONTROLLER,
+            "cluster_id": self.cluster_id,
+            "controller_id": -1,
+            "brokers": [],
+            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
+            if req["include_cluster_authorized_operations"]
+            else AUTHORIZED_OPS_OMITTED,
+        }
+        if endpoint_type not in (_ENDPOINT_TYPE_BROKER, _ENDPOINT_TYPE_CONTROLLER):
+            body["error_code"] = (
+                Errors.INVALID_REQUEST if request.api_version == 0 else Errors.UNSUPPORTED_ENDPOINT_TYPE
+            )
+            body["error_message"] = f"Unsupported endpoint type {endpoint_type}"
+            return body
+        if endpoint_type != _ENDPOINT_TYPE_CONTROLLER:
+            body["error_code"] = (
+                Errors.INVALID_REQUEST if request.api_version == 0 else Errors.MISMATCHED_ENDPOINT_TYPE
+            )
+            body["error_message"] = (
+                "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type BROKER"
+            )
+            return body
+        # The controllers this node knows: itself (controller registrations are not kept yet).
+        listener = self.config.controller_listener_names[0] if self.config.controller_listener_names else ""
+        endpoint = self.listener_endpoints.get(listener)
+        if endpoint is not None:
+            body["brokers"].append({"broker_id": self.node_id, "host": endpoint[0], "port": endpoint[1], "rack": None})
+        leader = self.leader_id()
+        if any(b["broker_id"] == leader for b in body["brokers"]):
+            body["controller_id"] = leader
+        return body
+
+    # -- AllocateProducerIds --------------------------------------------------------------------
+
+    async def handle_allocate_producer_ids(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        broker_id, epoch = request.data["broker_id"], request.data["broker_epoch"]
+        try:
+            first, count = await self.controller.allocate_producer_ids(broker_id, epoch)
+        except KafkaError as e:
+            log.info("AllocateProducerIds from broker %d refused: %s", broker_id, e.message)
+            return error_response(request, e.code, e.message)
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "producer_id_start": first, "producer_id_len": count}
+
+    # -- BrokerRegistration / BrokerHeartbeat ---------------------------------------------------
+
+    async def handle_broker_registration(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        if req["cluster_id"] != self.cluster_id:
+            msg = f"Expected cluster ID {self.cluster_id}, but got cluster ID {req['cluster_id']}"
+            log.warning("Registration of broker %d refused: %s", req["broker_id"], msg)
+            return error_response(request, Errors.INCONSISTENT_CLUSTER_ID, msg)
+        epoch = await self.controller.register_broker(req)
+        log.info("Registered broker %d with broker epoch %d", req["broker_id"], epoch)
+        return {"throttle_time_ms": 0, "error_code": Errors.NONE, "broker_epoch": epoch}
+
+    async def handle_broker_heartbeat(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        try:
+            caught_up, fenced = await self.controller.broker_heartbeat(
+                req["broker_id"], req["broker_epoch"], req["current_metadata_offset"], req["want_fence"]
+            )
+        except KafkaError as e:
+            log.info("Heartbeat of broker %d refused: %s", req["broker_id"], e.message)
+            return error_response(request, e.code, e.message)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": Errors.NONE,
+            "is_caught_up": caught_up,
+            "is_fenced": fenced,
+            "should_shut_down": False,
+        }

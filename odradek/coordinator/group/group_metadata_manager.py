@@ -1,0 +1,549 @@
+"""GroupMetadataManager: the groups and offsets of the ``__consumer_offsets`` partitions this node
+leads, and their life on the log.
+
+* Writes: offset commits, group records and tombstones become one record batch per call, appended
+  with acks=-1 through the replica manager; callers learn the outcome only after the append.
+* Immigration: when this node becomes leader of a partition, the partition is read from its start
+  to the high watermark and replayed (last record per key wins, tombstones delete). Meanwhile
+  requests for its groups get COORDINATOR_LOAD_IN_PROGRESS.
+* Emigration: when leadership is lost its groups are dropped (waiters get NOT_COORDINATOR).
+* Expiry: offsets older than ``offsets.retention.minutes`` (of empty groups, or of topics a stable
+  consumer group no longer subscribes to) are tombstoned, and empty groups without offsets die.
+
+The manager stores any group object that follows :class:`Group`: the classic
+:class:`~odradek.coordinator.group.classic_group.ClassicGroup` and the KIP-848
+:class:`~odradek.coordinator.group.consumer_group.ConsumerGroup` (records with key versions 3-8,
+replayed into the group on load and deleted with its own tombstones) share the offsets machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
+from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group_records import (
+    GROUP_METADATA as CONSUMER_GROUP_METADATA,
+)
+from odradek.coordinator.group.consumer_group_records import (
+    CoordinatorRecord,
+    decode_record,
+    encode_record,
+    is_consumer_group_key,
+)
+from odradek.coordinator.group.group_coordinator_config import ConsumerGroupConfig, GroupConfig
+from odradek.coordinator.group.records import (
+    GroupKey,
+    GroupRecord,
+    OffsetAndMetadata,
+    OffsetKey,
+    group_metadata_key,
+    group_metadata_value,
+    offset_commit_key,
+    offset_commit_value,
+    parse_group_value,
+    parse_key,
+    parse_offset_value,
+)
+from odradek.protocol.errors import Errors
+from odradek.protocol.schema import SchemaError
+from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
+from odradek.records.builder import build_batch
+from odradek.records.errors import RecordError
+from odradek.records.records import Record, iter_batch_records
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TopicPartition = tuple[str, int]
+
+
+class Group(Protocol):
+    """What the manager and the offset APIs need from a group, whatever its protocol."""
+
+    group_id: str
+    group_type: str  # "classic" or "consumer" (KIP-848)
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+    pending_offset_commits: dict[TopicPartition, int]
+    current_state_timestamp: int
+    protocol_type: str | None
+
+    @property
+    def state_name(self) -> str: ...
+
+    def is_empty(self) -> bool: ...
+
+    def subscribed_topics(self) -> set[str] | None: ...
+
+    def validate_offset_commit(
+        self, member_id: str, generation_id: int, group_instance_id: str | None, now_ms: int
+    ) -> Errors: ...
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> Errors: ...
+
+
+class ReplicaManagerLike(Protocol):
+    partitions: dict[TopicPartition, Any]
+    leadership_listeners: list[Callable[[str, int, bool, int], None]]
+
+    def append_records(
+        self, timeout_ms: int, required_acks: int, entries: dict[TopicPartition, bytearray | None]
+    ) -> Any: ...
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions`` (``abs`` = ``& 0x7fffffff``)."""
+    return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
+
+
+def _append_error(code: Errors, for_offsets: bool) -> Errors:
+    """Map a failed append to what a group client understands (as Kafka does)."""
+    if code in (
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.NOT_ENOUGH_REPLICAS,
+        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        Errors.REQUEST_TIMED_OUT,
+    ):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
+        return Errors.NOT_COORDINATOR
+    if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_FETCH_SIZE):
+        return Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class GroupMetadataManager:
+    def __init__(
+        self,
+        *,
+        replica_manager: ReplicaManagerLike,
+        num_partitions: int,
+        group_config: GroupConfig,
+        offsets_retention_ms: int,
+        offset_metadata_max_bytes: int,
+        clock_ms: Callable[[], int],
+        append_timeout_ms: int = 5000,
+        consumer_group_config: ConsumerGroupConfig | None = None,
+    ) -> None:
+        self.replica_manager = replica_manager
+        self.num_partitions = num_partitions
+        self.group_config = group_config
+        self.consumer_group_config = consumer_group_config or ConsumerGroupConfig()
+        self.offsets_retention_ms = offsets_retention_ms
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self.clock_ms = clock_ms
+        self.append_timeout_ms = append_timeout_ms
+        self.groups: dict[str, Any] = {}
+        self.owned: dict[int, int] = {}  # loaded partition -> leader epoch
+        self.loading: dict[int, int] = {}  # partition being loaded -> leader epoch
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        # Set by the coordinator: a group was loaded (schedule its timers) / unloaded.
+        self.on_group_loaded: Callable[[Any], None] = lambda g: None
+        self.on_group_unloaded: Callable[[Any], None] = lambda g: None
+
+    # ------------------------------------------------------------------------ ownership
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def partition_error(self, group_id: str) -> Errors:
+        """NONE if this node serves the group now, else the error to answer with."""
+        p = self.partition_for(group_id)
+        if p in self.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self.owned:
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE
+
+    def is_loading(self) -> bool:
+        return bool(self.loading)
+
+    def owned_groups(self) -> list[Any]:
+        return [g for gid, g in self.groups.items() if self.partition_for(gid) in self.owned]
+
+    # ------------------------------------------------------------------------ groups
+
+    def get_group(self, group_id: str) -> Any | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: Any) -> Any:
+        """Register a group (returns the one already registered under its id, if any)."""
+        return self.groups.setdefault(group.group_id, group)
+
+    def get_or_create_classic_group(self, group_id: str) -> ClassicGroup:
+        g = self.groups.get(group_id)
+        if g is None:
+            g = ClassicGroup(group_id, self.group_config, self.clock_ms())
+            self.groups[group_id] = g
+        return g  # type: ignore[no-any-return]
+
+    def new_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A new (unregistered) KIP-848 consumer group with the broker's settings."""
+        return ConsumerGroup(group_id, self.consumer_group_config)
+
+    def remove_group(self, group_id: str) -> None:
+        self.groups.pop(group_id, None)
+
+    # ------------------------------------------------------------------------ writes
+
+    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Errors:
+        epoch = self.owned.get(partition)
+        if epoch is None:
+            return Errors.NOT_COORDINATOR
+        now = self.clock_ms()
+        batch = bytearray(build_batch([(k, v, [], now) for k, v in records]))
+        result = self.replica_manager.append_records(
+            self.append_timeout_ms, -1, {(OFFSETS_TOPIC, partition): batch}
+        )
+        if not isinstance(result, dict):
+            result = await result
+        status = result[(OFFSETS_TOPIC, partition)]
+        if status.error != Errors.NONE:
+            log.warning(
+                "Appending %d coordinator record(s) to %s-%d failed: %s %s",
+                len(records), OFFSETS_TOPIC, partition, status.error.name, status.message or "",
+            )
+            return Errors(status.error)
+        if self.owned.get(partition) != epoch:
+            return Errors.NOT_COORDINATOR
+        return Errors.NONE
+
+    async def write_records(
+        self,
+        group_id: str,
+        records: list[CoordinatorRecord],
+        *,
+        before: Iterable[tuple[bytes, bytes | None]] = (),
+    ) -> Errors:
+        """Append KIP-848 consumer group records to the group's partition as one batch, after
+        the already encoded records ``before`` (e.g. the tombstone of a classic group)."""
+        encoded = list(before) + [encode_record(r.name, r.key, r.value) for r in records]
+        if not encoded:
+            return Errors.NONE
+        err = await self._append(self.partition_for(group_id), encoded)
+        return _append_error(err, False) if err != Errors.NONE else err
+
+    async def delete_group_records(self, group: Any, tps: Iterable[TopicPartition]) -> Errors:
+        """Tombstones for ``tps``' offsets and for the group itself (whatever its type), as
+        one batch. The caller has already dropped the group from :attr:`groups`."""
+        gid = group.group_id
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(gid, t, p), None) for t, p in tps
+        ]
+        if isinstance(group, ConsumerGroup):
+            records += [encode_record(r.name, r.key, r.value) for r in group.tombstones()]
+        else:
+            records.append((group_metadata_key(gid), None))
+        err = await self._append(self.partition_for(gid), records)
+        return _append_error(err, False) if err != Errors.NONE else err
+
+    async def store_group(self, group: Any, record: GroupRecord) -> Errors:
+        p = self.partition_for(group.group_id)
+        err = await self._append(p, [(group_metadata_key(group.group_id), group_metadata_value(record))])
+        return _append_error(err, False) if err != Errors.NONE else err
+
+    def validate_offset_metadata(self, metadata: str | None) -> bool:
+        return metadata is None or len(metadata.encode("utf-8")) <= self.offset_metadata_max_bytes
+
+    async def store_offsets(
+        self, group: Any, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> Errors:
+        """Write ``offsets`` for ``group`` as one batch; update the cache once it is appended."""
+        if not offsets:
+            return Errors.NONE
+        gid = group.group_id
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(gid, t, p), offset_commit_value(o)) for (t, p), o in offsets.items()
+        ]
+        pending = group.pending_offset_commits
+        for tp in offsets:
+            pending[tp] = pending.get(tp, 0) + 1
+        try:
+            err = await self._append(self.partition_for(gid), records)
+        finally:
+            for tp in offsets:
+                n = pending.get(tp, 0) - 1
+                if n <= 0:
+                    pending.pop(tp, None)
+                else:
+                    pending[tp] = n
+        if err != Errors.NONE:
+            return _append_error(err, True)
+        current: Any = self.groups.get(gid)
+        if current is group and current.state_name != ClassicGroupState.DEAD.value:
+            current.offsets.update(offsets)
+        return Errors.NONE
+
+    async def write_tombstones(self, group_id: str, tps: Iterable[TopicPartition]) -> Errors:
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(group_id, t, p), None) for t, p in tps
+        ]
+        if not records:
+            return Errors.NONE
+        err = await self._append(self.partition_for(group_id), records)
+        return _append_error(err, False) if err != Errors.NONE else err
+
+    # ------------------------------------------------------------------------ immigration/emigration
+
+    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, epoch: int) -> None:
+        """ReplicaManager leadership listener (called on the event loop)."""
+        if topic != OFFSETS_TOPIC:
+            return
+        if is_leader:
+            self.schedule_load(partition, epoch)
+        else:
+            self.unload_partition(partition)
+
+    def schedule_load(self, partition: int, epoch: int) -> None:
+        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
+            return
+        self.unload_partition(partition)
+        self.loading[partition] = epoch
+        task = asyncio.get_running_loop().create_task(
+            self._load(partition, epoch), name=f"load-{OFFSETS_TOPIC}-{partition}"
+        )
+        self._load_tasks[partition] = task
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        started = self.clock_ms()
+        try:
+            offsets, groups, consumer_groups, n = await self._replay(partition)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Loading %s-%d failed; its groups stay unavailable", OFFSETS_TOPIC, partition)
+            self.loading.pop(partition, None)
+            return
+        finally:
+            self._load_tasks.pop(partition, None)
+        if self.loading.get(partition) != epoch:
+            return  # leadership changed meanwhile
+        now = self.clock_ms()
+        loaded: list[Any] = []
+        for gid, cg in consumer_groups.items():
+            cg.offsets = offsets.get(gid, {})
+            cg.on_loaded(now)  # fresh sessions for its members, as Kafka does on load
+            self.groups[gid] = cg
+            loaded.append(cg)
+        for gid in (set(offsets) | {g for g, r in groups.items() if r is not None}) - set(
+            consumer_groups
+        ):
+            rec = groups.get(gid)
+            g = (
+                ClassicGroup.from_record(gid, rec, self.group_config, now)
+                if rec is not None
+                else ClassicGroup(gid, self.group_config, now)
+            )
+            g.offsets = offsets.get(gid, {})
+            if rec is None and not g.offsets:
+                continue
+            self.groups[gid] = g
+            loaded.append(g)
+        del self.loading[partition]
+        self.owned[partition] = epoch
+        for g in loaded:
+            self.on_group_loaded(g)
+        # An operator wants to hear about restored groups, not about 50 empty partitions.
+        log.log(
+            logging.INFO if loaded else logging.DEBUG,
+            "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s) in %d ms",
+            OFFSETS_TOPIC, partition, epoch, n, len(loaded), self.clock_ms() - started,
+        )
+
+    async def _replay(
+        self, partition: int
+    ) -> tuple[
+        dict[str, dict[TopicPartition, OffsetAndMetadata]],
+        dict[str, GroupRecord | None],
+        dict[str, ConsumerGroup],
+        int,
+    ]:
+        part = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
+        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        groups: dict[str, GroupRecord | None] = {}
+        consumer_groups: dict[str, ConsumerGroup] = {}
+        count = 0
+        unknown: Counter[int] = Counter()  # key version -> records of group types we lack
+        if part is None or part.log is None:
+            return offsets, groups, consumer_groups, count
+        lg = part.log
+        pos = lg.log_start_offset
+        while True:
+            hw = lg.high_watermark
+            if pos >= hw:
+                break
+            data = lg.read(pos, 4 * 1024 * 1024, isolation_max_offset=hw).to_bytes()
+            if not data:
+                break
+            progressed = False
+            for h in iter_batches(data):
+                progressed = True
+                pos = h.next_offset
+                if h.attributes & CONTROL_FLAG_MASK:
+                    continue
+                for rec in _readable_records(data, h.position, h.size, partition):
+                    count += 1
+                    if rec.key is None:
+                        continue
+                    try:
+                        if is_consumer_group_key(rec.key):
+                            self._replay_consumer_record(
+                                consumer_groups, groups, decode_record(rec.key, rec.value)
+                            )
+                            continue
+                        key = parse_key(rec.key)
+                        if isinstance(key, OffsetKey):
+                            tp = (key.topic, key.partition)
+                            if rec.value is None:
+                                offsets.get(key.group, {}).pop(tp, None)
+                            else:
+                                offsets.setdefault(key.group, {})[tp] = parse_offset_value(rec.value)
+                        elif key is None:
+                            unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
+                        elif isinstance(key, GroupKey):
+                            groups[key.group] = (
+                                None if rec.value is None else parse_group_value(rec.value)
+                            )
+                            if rec.value is not None:
+                                # A classic group took the id over (after its consumer
+                                # group was deleted).
+                                consumer_groups.pop(key.group, None)
+                    except (ValueError, SchemaError) as e:
+                        log.warning(
+                            "Skipping unreadable record at offset %d of %s-%d: %s",
+                            rec.offset, OFFSETS_TOPIC, partition, e,
+                        )
+            if not progressed:
+                break
+            await asyncio.sleep(0)
+        if unknown:
+            # Apache Kafka's share groups (key versions 10-15), regex subscriptions (16) and
+            # streams groups (17-23): their committed offsets are ordinary offset commits and
+            # were loaded; the rest of their state is rebuilt when their members return.
+            log.warning(
+                "%s-%d: ignored %d record(s) of group types Odradek does not support (key versions %s)",
+                OFFSETS_TOPIC, partition, sum(unknown.values()), sorted(unknown),
+            )
+        return offsets, groups, consumer_groups, count
+
+    def _replay_consumer_record(
+        self,
+        consumer_groups: dict[str, ConsumerGroup],
+        classic: dict[str, GroupRecord | None],
+        rec: CoordinatorRecord,
+    ) -> None:
+        """One KIP-848 record (key versions 3-8) of a partition being loaded."""
+        gid = rec.key["group_id"]
+        g = consumer_groups.get(gid)
+        if g is None:
+            if rec.value is None:
+                return  # a tombstone of a group already gone
+            g = consumer_groups[gid] = self.new_consumer_group(gid)
+            classic[gid] = None  # the id now names a consumer group
+        if rec.name == CONSUMER_GROUP_METADATA and rec.value is None:
+            del consumer_groups[gid]  # the group's last tombstone: it was deleted
+            return
+        g.replay(rec.name, rec.key, rec.value)
+
+    def unload_partition(self, partition: int) -> None:
+        task = self._load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self.loading.pop(partition, None)
+        was_owned = self.owned.pop(partition, None) is not None
+        gids = [g for g in self.groups if self.partition_for(g) == partition]
+        for gid in gids:
+            g = self.groups.pop(gid)
+            self.on_group_unloaded(g)
+        if was_owned:
+            log.log(
+                logging.INFO if gids else logging.DEBUG,
+                "Unloaded %d group(s) of %s-%d: this node no longer leads it",
+                len(gids), OFFSETS_TOPIC, partition,
+            )
+
+    def shutdown(self) -> None:
+        for t in self._load_tasks.values():
+            t.cancel()
+        self._load_tasks.clear()
+
+    # ------------------------------------------------------------------------ expiry
+
+    def expired_offsets(self, group: Any, now_ms: int) -> list[TopicPartition]:
+        retention = self.offsets_retention_ms
+        out: list[TopicPartition] = []
+        if group.is_empty():
+            for tp, o in group.offsets.items():
+                if tp in group.pending_offset_commits:
+                    continue
+                base = o.commit_timestamp
+                if group.protocol_type is not None:
+                    base = max(base, group.current_state_timestamp)
+                if o.expire_timestamp >= 0:
+                    if o.expire_timestamp <= now_ms:
+                        out.append(tp)
+                elif base + retention <= now_ms:
+                    out.append(tp)
+            return out
+        subscribed = group.subscribed_topics()
+        if subscribed is None or group.state_name != ClassicGroupState.STABLE.value:
+            return out
+        for tp, o in group.offsets.items():
+            if tp[0] not in subscribed and tp not in group.pending_offset_commits:
+                if o.commit_timestamp + retention <= now_ms:
+                    out.append(tp)
+        return out
+
+    async def cleanup_group_metadata(self) -> int:
+        """Expire old offsets and dead empty groups. Returns the number of offsets removed."""
+        now = self.clock_ms()
+        removed = 0
+        for group in self.owned_groups():
+            expired = self.expired_offsets(group, now)
+            for tp in expired:
+                group.offsets.pop(tp, None)
+            removed += len(expired)
+            drop_group = group.is_empty() and not group.offsets and not group.pending_offset_commits
+            if drop_group:
+                if isinstance(group, ClassicGroup):
+                    group.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, now)
+                self.groups.pop(group.group_id, None)
+                log.info("Group %s is empty and has no offsets: removed", group.group_id)
+            if expired or drop_group:
+                if expired:
+                    log.info(
+                        "Expired %d offset(s) of group %s (retention %d ms)",
+                        len(expired), group.group_id, self.offsets_retention_ms,
+                    )
+                if drop_group:
+                    err = await self.delete_group_records(group, expired)
+                else:
+                    err = await self.write_tombstones(group.group_id, expired)
+                if err != Errors.NONE:
+                    log.warning("Writing tombstones for group %s failed: %s", group.group_id, err.name)
+        return removed
+
+
+def _readable_records(data: bytes | bytearray, position: int, size: int, partition: int) -> Iterator[Record]:
+    """The records of one batch of the offsets topic, one at a time; a batch that cannot be
+    read (corrupt, or decompressing beyond the bound) is skipped with a warning rather than
+    stopping the load."""
+    try:
+        yield from iter_batch_records(memoryview(data)[position : position + size])
+    except RecordError as e:
+        log.warning(
+            "Skipping unreadable batch at position %d of %s-%d: %s", position, OFFSETS_TOPIC, partition, e
+        )

@@ -1,0 +1,163 @@
+"""BrokerLifecycleManager: the broker's registration with the controller and its heartbeats
+(Kafka's ``BrokerLifecycleManager``).
+
+The broker registers through the controller channel (BrokerRegistration, retried until the
+controller accepts it) and gets its broker epoch; it is registered fenced. It then sends a
+BrokerHeartbeat at once and every ``broker.heartbeat.interval.ms``, carrying the metadata offset
+it has applied; the controller unfences it once it has caught up with its own registration.
+``wait_for_unfence`` returns then. A heartbeat the controller refuses as stale (it no longer
+knows this registration) makes the broker register again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from odradek.protocol.errors import Errors
+from odradek.server.controller_channel import (
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    ControllerChannel,
+    ControllerRequest,
+    ControllerRequestTimeout,
+)
+
+log = logging.getLogger(__name__)
+
+# Kafka's BrokerLifecycleManager backs off 100 ms (doubling up to the heartbeat interval)
+# after a failed registration.
+_INITIAL_BACKOFF_MS = 100
+_FENCED_HEARTBEAT_MS = 10
+
+
+class BrokerLifecycleManager:
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        channel: ControllerChannel,
+        heartbeat_interval_ms: Callable[[], int],
+        metadata_offset: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.channel = channel
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.is_fenced = True
+        self._heartbeat_interval_ms = heartbeat_interval_ms
+        self._metadata_offset = metadata_offset
+        self._registration: dict[str, Any] = {}
+        self._unfenced: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(
+        self,
+        listeners: list[tuple[str, str, int]],
+        features: dict[str, tuple[int, int]],
+        rack: str | None,
+    ) -> None:
+        """Register and heartbeat in the background; ``listeners``: (name, host, port)."""
+        self._registration = {
+            "broker_id": self.node_id,
+            "cluster_id": self.cluster_id,
+            "incarnation_id": self.incarnation_id,
+            "listeners": [
+                {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in listeners
+            ],
+            "features": [
+                {"name": name, "min_supported_version": lo, "max_supported_version": hi}
+                for name, (lo, hi) in sorted(features.items())
+            ],
+            "rack": rack,
+            "is_migrating_zk_broker": False,
+            "log_dirs": [],
+            "previous_broker_epoch": self.broker_epoch,
+        }
+        self._unfenced = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
+
+    async def wait_for_unfence(self) -> None:
+        """Until the controller has unfenced this broker (or the lifecycle loop ended)."""
+        assert self._unfenced is not None and self._task is not None
+        waiter = asyncio.ensure_future(self._unfenced.wait())
+        try:
+            await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if self._task.done() and not self._unfenced.is_set():
+            self._task.result()  # re-raise what stopped the loop
+            raise RuntimeError("the broker lifecycle loop ended before the broker was unfenced")
+
+    async def _run(self) -> None:
+        await self._register()
+        while True:
+            if await self._heartbeat():
+                # While fenced, as Kafka's starting broker does, the next one follows shortly.
+                interval = _FENCED_HEARTBEAT_MS if self.is_fenced else max(1, self._heartbeat_interval_ms())
+                await asyncio.sleep(interval / 1000.0)
+            else:
+                await self._register()
+
+    async def _register(self) -> None:
+        backoff = _INITIAL_BACKOFF_MS
+        while True:
+            self._registration["previous_broker_epoch"] = self.broker_epoch
+            try:
+                resp = await self.channel.send(ControllerRequest(BROKER_REGISTRATION, 4, dict(self._registration)))
+                code = Errors(resp["error_code"])
+            except ControllerRequestTimeout as e:
+                code, resp = Errors.REQUEST_TIMED_OUT, {"error_message": str(e)}
+            if code == Errors.NONE:
+                self.broker_epoch = resp["broker_epoch"]
+                self.is_fenced = True
+                log.debug("Broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
+                return
+            log.warning(
+                "Registration of broker %d failed: %s %s; retrying in %d ms",
+                self.node_id, code.name, resp.get("error_message") or "", backoff,
+            )
+            await asyncio.sleep(backoff / 1000.0)
+            backoff = min(backoff * 2, max(_INITIAL_BACKOFF_MS, self._heartbeat_interval_ms()))
+
+    async def _heartbeat(self) -> bool:
+        """One heartbeat; False when the broker must register again."""
+        data = {
+            "broker_id": self.node_id,
+            "broker_epoch": self.broker_epoch,
+            "current_metadata_offset": self._metadata_offset(),
+            "want_fence": False,
+            "want_shut_down": False,
+        }
+        try:
+            resp = await self.channel.send(ControllerRequest(BROKER_HEARTBEAT, 1, data))
+        except ControllerRequestTimeout as e:
+            log.warning("Broker %d heartbeat timed out: %s", self.node_id, e)
+            return True
+        code = Errors(resp["error_code"])
+        if code in (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED):
+            log.warning("Broker %d heartbeat refused (%s): registering again", self.node_id, code.name)
+            return False
+        if code != Errors.NONE:
+            log.warning("Broker %d heartbeat failed: %s", self.node_id, code.name)
+            return True
+        if self.is_fenced and not resp["is_fenced"]:
+            log.debug("Broker %d is unfenced at broker epoch %d", self.node_id, self.broker_epoch)
+        self.is_fenced = resp["is_fenced"]
+        if not self.is_fenced and self._unfenced is not None:
+            self._unfenced.set()
+        return True
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
