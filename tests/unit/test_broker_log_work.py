@@ -17,13 +17,13 @@ from odradek.protocol.errors import Errors
 def test_requests_wait_for_a_partition_whose_log_is_being_created(tmp_path: Path) -> None:
     async def go() -> None:
         async with broker(tmp_path) as (server, c):
-            rm = server.replica_manager
+            rm = server.broker.replica_manager
             assert rm is not None
             worker = ManualLogWorker()
             rm.log_worker = worker  # log work now runs only when the test says so
             assert (await create(c, "w"))["error_code"] == Errors.NONE
             assert rm.is_loading(("w", 0)) and len(worker.jobs) == 1
-            assert server.log_manager is not None and server.log_manager.get_log("w", 0) is None
+            assert server.broker.log_manager is not None and server.broker.log_manager.get_log("w", 0) is None
 
             async def epoch_end() -> dict[str, Any]:
                 r = await c.send(m.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [
@@ -48,7 +48,7 @@ def test_requests_wait_for_a_partition_whose_log_is_being_created(tmp_path: Path
             produced, fetched, offsets, epoch, deleted = await asyncio.wait_for(asyncio.gather(*waiting), 10)
             assert produced["error_code"] == Errors.NONE
             assert all(r["error_code"] == Errors.NONE for r in (fetched, offsets, epoch, deleted))
-            assert server.log_manager.get_log("w", 0) is not None and not rm.is_loading(("w", 0))
+            assert server.broker.log_manager.get_log("w", 0) is not None and not rm.is_loading(("w", 0))
 
     run(go)
 
@@ -64,7 +64,7 @@ def test_find_coordinator_waits_for_the_offsets_partition_log(tmp_path: Path) ->
 
     async def go() -> None:
         async with broker(tmp_path, **{"offsets.topic.num.partitions": "3"}) as (server, c):
-            rm = server.replica_manager
+            rm = server.broker.replica_manager
             assert rm is not None
             worker = ManualLogWorker()
             rm.log_worker = worker
