@@ -343,8 +343,8 @@ class LogDumper:
             w(f"Found out of order timestamp in :{path}\n")
             for index_ts, prev_ts in pairs:
                 w(f"  Index timestamp: {index_ts}, Previously indexed timestamp: {prev_ts}\n")
-        for pairs in self.time_not_found.values():
-            w("The following indexed offsets are not found in the log.\n")
+        for path, pairs in self.time_not_found.items():
+            w(f"The following indexed offsets are not found in :{path}\n")
             for index_offset, log_offset in pairs:
                 w(f"Indexed offset: {index_offset}, found log offset: {log_offset}\n")
         for path, pairs in self.non_consecutive.items():
