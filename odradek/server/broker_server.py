@@ -184,7 +184,7 @@ class BrokerServer:
             await self._close_listeners()
             self._release_locks()
             raise
-        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
+        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id, metadata_log_dir=cfg.metadata_log_dir)
 
         # 1. The metadata log, replayed by both roles.
         meta_dir = os.path.join(os.path.abspath(cfg.metadata_log_dir), f"{METADATA_TOPIC}-0")
