@@ -46,7 +46,7 @@ from odradek.records.batch import (
     is_batch_crc_valid,
     iter_batches,
 )
-from odradek.records.errors import CorruptRecordError, InvalidRecordError
+from odradek.records.errors import RecordError
 from odradek.records.records import Record, iter_batch_records
 
 RECORD_INDENT = "|"
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
     dumper = LogDumper(
         sys.stdout,
         sys.stderr,
-        print_data_log=args.print_data_log or args.cluster_metadata,
-        deep_iteration=args.deep_iteration or args.print_data_log or args.cluster_metadata,
+        print_data_log=args.print_data_log,
+        deep_iteration=args.deep_iteration,
         cluster_metadata=args.cluster_metadata,
         verify_index_only=args.verify_index_only,
         index_sanity_check=args.index_sanity_check,
@@ -251,12 +251,16 @@ def _mapped(path: str) -> Iterator[memoryview]:
         if size == 0:
             yield memoryview(b"")
             return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(m)
+        try:
+            yield view
+        finally:
+            view.release()
             try:
-                yield view
-            finally:
-                view.release()
+                m.close()
+            except BufferError:
+                pass  # a view still held by an exception's traceback: closed when collected
 
 
 def _base_offset(path: str) -> int:
@@ -283,8 +287,9 @@ class LogDumper:
     ) -> None:
         self.out = out
         self.err = err
-        self.print_data_log = print_data_log
-        self.deep_iteration = deep_iteration or print_data_log
+        # As Kafka's tool: a decoder option implies --print-data-log, which implies deep iteration.
+        self.print_data_log = print_data_log or cluster_metadata
+        self.deep_iteration = deep_iteration or self.print_data_log
         self.parser: Parser = cluster_metadata_parser if cluster_metadata else string_parser
         self.verify_index_only = verify_index_only
         self.index_sanity_check = index_sanity_check
@@ -323,7 +328,7 @@ class LogDumper:
                     self.err.write(f"Ignoring unknown file {path}\n")
             except OSError as e:
                 self._error(path, e.strerror or str(e))
-            except (ValueError, CorruptRecordError, InvalidRecordError, CorruptIndexError) as e:
+            except (ValueError, RecordError, CorruptIndexError) as e:
                 self._error(path, str(e))
         self.out.flush()
         self._report()
@@ -384,12 +389,12 @@ class LogDumper:
                                     self.non_consecutive.setdefault(abs_path, []).append((last_offset, r.offset))
                                 last_offset = r.offset
                                 self._print(format_record(h, r, self.parser if self.print_data_log else None))
-                        except (CorruptRecordError, InvalidRecordError, ValueError) as e:
+                        except (RecordError, ValueError) as e:
                             self._error(path, f"cannot read the records of the batch at position {position}: {e}")
                         finally:
                             batch.release()
                     valid_bytes = position + h.size
-            except (CorruptRecordError, InvalidRecordError) as e:
+            except RecordError as e:
                 self._error(path, f"{e} (after {valid_bytes} valid bytes)")
                 return
             finally:
@@ -432,7 +437,7 @@ class LogDumper:
         window = data[position : position + self.max_message_size]
         try:
             return next(iter_batches(window), None)
-        except (CorruptRecordError, InvalidRecordError):
+        except RecordError:
             return None
         finally:
             window.release()
@@ -483,7 +488,7 @@ class LogDumper:
             for h in iter_batches(data, position):
                 if h.last_offset >= offset:
                     return h
-        except (CorruptRecordError, InvalidRecordError):
+        except RecordError:
             return None
         return None
 

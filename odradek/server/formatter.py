@@ -152,7 +152,9 @@ def snapshot_file_bytes(
     out += build_batch(stamped, base_offset=offset, partition_leader_epoch=0, is_control=True)
     offset += len(stamped)
     if records:
-        body = [(None, encode_metadata_record(name, obj), [], now_ms) for name, obj in records]
+        body: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
+            (None, encode_metadata_record(name, obj), [], now_ms) for name, obj in records
+        ]
         out += build_batch(body, base_offset=offset, partition_leader_epoch=0)
         offset += len(body)
     footer = _control(cr.SNAPSHOT_FOOTER, {"version": 0})
@@ -246,7 +248,9 @@ class Formatter:
                 os.makedirs(d, exist_ok=True)
                 _write_atomically(
                     os.path.join(d, BOOTSTRAP_CHECKPOINT),
-                    snapshot_file_bytes(now, [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": level})]),
+                    snapshot_file_bytes(
+                        now, [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": level})]
+                    ),
                 )
                 if kind.startswith("dynamic"):
                     self._write_dynamic_quorum_snapshot(d, now)
@@ -332,7 +336,7 @@ class Formatter:
             }
             for v in self.initial_controllers
         ]
-        control = [
+        control: list[tuple[int, dict[str, object]]] = [
             (cr.KRAFT_VERSION, {"version": 0, "k_raft_version": 1}),
             (cr.KRAFT_VOTERS, {"version": 0, "voters": voters}),
         ]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from odradek.cli.main import main
+from odradek.raft import control_records as cr
 from odradek.raft.snapshot import read_snapshot
 from odradek.records.batch import iter_batches
 from odradek.records.records import decode_batch
-from odradek.raft import control_records as cr
 from odradek.server.formatter import is_valid_uuid, read_bootstrap_metadata_version
 from odradek.server.kafka_config import ConfigError
 from odradek.server.meta_properties import ensure_formatted, read_meta_properties
