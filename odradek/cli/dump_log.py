@@ -263,6 +263,29 @@ def _mapped(path: str) -> Iterator[memoryview]:
                 pass  # a view still held by an exception's traceback: closed when collected
 
 
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hash_map_order(keys: list[str]) -> list[str]:
+    """``keys`` (in insertion order) in the order a ``java.util.HashMap`` iterates them: Kafka's
+    tool prints its per-file reports from HashMaps, so this is the order it prints them in."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(keys))]
+
+
 def _base_offset(path: str) -> int:
     name = os.path.basename(path)
     prefix = name.split(".")[0]
@@ -297,11 +320,13 @@ class LogDumper:
         self.max_bytes = max_bytes
         self.failed = False
         # Reported on stderr after every file, as Kafka's tool does.
-        self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
+        # (Kafka keeps these two per file in TreeMaps keyed by the first offset: a repeated key
+        # keeps its last value; mismatches print newest offset first, gaps oldest first.)
+        self.index_mismatches: dict[str, dict[int, int]] = {}
         self.time_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.time_out_of_order: dict[str, list[tuple[int, int]]] = {}
         self.time_not_found: dict[str, list[tuple[int, int]]] = {}
-        self.non_consecutive: dict[str, list[tuple[int, int]]] = {}
+        self.non_consecutive: dict[str, dict[int, int]] = {}
 
     def _print(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -336,23 +361,29 @@ class LogDumper:
 
     def _report(self) -> None:
         w = self.err.write
-        for path, pairs in self.index_mismatches.items():
+
+        def items(reports: dict[str, list[tuple[int, int]]]) -> list[tuple[str, list[tuple[int, int]]]]:
+            return [(path, reports[path]) for path in java_hash_map_order(list(reports))]
+
+        for path in java_hash_map_order(list(self.index_mismatches)):
+            pairs = sorted(self.index_mismatches[path].items(), reverse=True)
             w(f"Mismatches in :{path}\n")
             for index_offset, log_offset in pairs:
                 w(f"  Index offset: {index_offset}, log offset: {log_offset}\n")
-        for path, pairs in self.time_mismatches.items():
+        for path, pairs in items(self.time_mismatches):
             w(f"Found timestamp mismatch in :{path}\n")
             for index_ts, log_ts in pairs:
                 w(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}\n")
-        for path, pairs in self.time_out_of_order.items():
+        for path, pairs in items(self.time_out_of_order):
             w(f"Found out of order timestamp in :{path}\n")
             for index_ts, prev_ts in pairs:
                 w(f"  Index timestamp: {index_ts}, Previously indexed timestamp: {prev_ts}\n")
-        for path, pairs in self.time_not_found.items():
+        for path, pairs in items(self.time_not_found):
             w(f"The following indexed offsets are not found in :{path}\n")
             for index_offset, log_offset in pairs:
                 w(f"Indexed offset: {index_offset}, found log offset: {log_offset}\n")
-        for path, pairs in self.non_consecutive.items():
+        for path in java_hash_map_order(list(self.non_consecutive)):
+            pairs = sorted(self.non_consecutive[path].items())
             w(f"Non-consecutive offsets in {path}\n")
             for first, second in pairs:
                 w(f"  {first} is followed by {second}\n")
@@ -386,7 +417,7 @@ class LogDumper:
                             for r in iter_batch_records(batch, DECOMPRESS_LIMIT):
                                 # As Kafka 4.x's tool: a segment not starting at 0 counts as a gap after -1.
                                 if r.offset != last_offset + 1:
-                                    self.non_consecutive.setdefault(abs_path, []).append((last_offset, r.offset))
+                                    self.non_consecutive.setdefault(abs_path, {})[last_offset] = r.offset
                                 last_offset = r.offset
                                 self._print(format_record(h, r, self.parser if self.print_data_log else None))
                         except (RecordError, ValueError) as e:
@@ -428,7 +459,7 @@ class LogDumper:
                 first = self._batch_at(data, position)
                 found = first.last_offset if first is not None else -1
                 if found != offset:
-                    self.index_mismatches.setdefault(abs_path, []).insert(0, (offset, found))
+                    self.index_mismatches.setdefault(abs_path, {})[offset] = found
                 if not self.verify_index_only:
                     self._print(f"offset: {offset} position: {position}")
 

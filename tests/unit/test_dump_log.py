@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cli.dump_log import LogDumper
+from odradek.cli.dump_log import LogDumper, java_hash_map_order, java_string_hash
 from odradek.cli.main import main
 from odradek.log import Log, LogConfig
 from odradek.raft import control_records as cr
@@ -207,3 +207,19 @@ def test_cli_entry_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as e:
         main(["dump-log"])
     assert e.value.code == 2
+
+
+def test_reports_follow_kafkas_map_orders(tmp_path: Path) -> None:
+    # Java's String.hashCode and HashMap iteration order (Kafka prints its per-file reports so)
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("é€") == (0xE9 * 31 + 0x20AC)
+    assert java_hash_map_order(["c", "b", "a"]) == ["a", "b", "c"]  # buckets 3, 2, 1
+    assert java_hash_map_order(["q", "a"]) == ["q", "a"]  # 113 and 97: one bucket, insertion order
+    d = partition_log(tmp_path)
+    # index entries (2, 90) (5, 175) (6, 270) become (2, 0) (2, 175) (6, 0): offset 2 mismatches twice
+    with open(d / f"{SEG}.index", "r+b") as f:
+        f.write(struct.pack(">ii", 2, 0) + struct.pack(">ii", 2, 175) + struct.pack(">ii", 6, 0))
+    _, err, _ = dump([d / f"{SEG}.index"], verify_index_only=True)
+    # keyed by index offset (the last mismatch of offset 2 wins), highest offset first
+    assert err == [f"Mismatches in :{d / SEG}.index", "  Index offset: 6, log offset: 1",
+                   "  Index offset: 2, log offset: 5"]
