@@ -35,9 +35,15 @@ from typing import Any, TextIO
 from odradek.log.errors import CorruptIndexError
 from odradek.log.index import OffsetIndex, TimeIndex, read_offset_index_file, read_time_index_file
 from odradek.log.producer_state import last_sequence
-from odradek.metadata.records import RECORD_TYPES, decode_metadata_record
+from odradek.metadata.records import (
+    RECORD_NAMES,
+    RECORD_TYPES,
+    UNSUPPORTED_RECORD_TYPES,
+    UnsupportedMetadataRecord,
+    decode_metadata_record,
+)
 from odradek.protocol.message_json import dumps, to_json
-from odradek.protocol.schema import SchemaError
+from odradek.protocol.schema import SchemaError, read_uvarint
 from odradek.raft import control_records as cr
 from odradek.records.batch import (
     DELETE_HORIZON_FLAG_MASK,
@@ -101,6 +107,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-bytes", type=int, default=INT32_MAX, metavar="size",
                    help="Limit the amount of total batches read in bytes avoiding reading the "
                    "whole .log file(s). (default: 2147483647)")
+    p.add_argument("--skip-record-metadata", action="store_true",
+                   help="Skip metadata when printing records. This flag also skips control records.")
     p.set_defaults(func=run)
 
 
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         index_sanity_check=args.index_sanity_check,
         max_message_size=args.max_message_size,
         max_bytes=args.max_bytes,
+        skip_record_metadata=args.skip_record_metadata,
     )
     try:
         return dumper.dump(files)
@@ -151,13 +160,38 @@ def metadata_record_json(value: bytes) -> str:
     return dumps(node)
 
 
+def _kafka_serde_error(value: bytes, error: SchemaError) -> str:
+    """Kafka's ``MetadataRecordSerde`` message for a value that does not decode (the framing is
+    read again here only to say which part failed, in Kafka's words)."""
+    if isinstance(error, UnsupportedMetadataRecord):
+        return str(error)  # Kafka knows these (ACLs, quotas, SCRAM, tokens); Odradek does not
+    view = memoryview(value)
+    pos = 0
+    fields: list[int] = []
+    for what in ("frame version", "type", "version"):
+        try:
+            v, pos = read_uvarint(view, pos)
+        except (SchemaError, ValueError, IndexError):
+            return f"Error while reading {what}"
+        fields.append(v)
+        if what == "frame version" and v != 1:
+            return (f"Could not deserialize metadata record due to unknown frame version {v}"
+                    "(only frame version 1 is supported)")
+    api_key = (fields[1] & 0xFFFF) - (0x10000 if fields[1] & 0x8000 else 0)  # Java's (short)
+    if api_key not in RECORD_NAMES and api_key not in UNSUPPORTED_RECORD_TYPES:
+        return f"org.apache.kafka.common.errors.UnsupportedVersionException: Unknown metadata id {api_key}"
+    trailing = re.match(r"(\d+) trailing bytes after ", str(error))
+    if trailing:
+        return f"Found {trailing.group(1)} byte(s) of garbage after {api_key}"
+    return f"Failed to deserialize record with type {api_key}"
+
+
 def cluster_metadata_parser(record: Record) -> tuple[str | None, str | None]:
+    value = record.value if record.value is not None else b""
     try:
-        if record.value is None:
-            raise SchemaError("the record has no value")
-        output = metadata_record_json(record.value)
-    except (SchemaError, ValueError) as e:
-        output = f"Error at {record.offset}, skipping. {e}"
+        output = metadata_record_json(value)
+    except SchemaError as e:
+        output = f"Error at {record.offset}, skipping. {_kafka_serde_error(value, e)}"
     return None, output  # no keys for metadata records
 
 
@@ -222,24 +256,29 @@ def format_batch(h: RecordBatchHeader, position: int, valid: bool) -> str:
     )
 
 
-def format_record(h: RecordBatchHeader, r: Record, parser: Parser | None) -> str:
-    """The ``| offset: ...`` line of one record; ``parser`` adds its key and payload."""
-    key_size = -1 if r.key is None else len(r.key)
-    value_size = -1 if r.value is None else len(r.value)
-    header_keys = ",".join(k for k, _ in r.headers)
-    line = (
-        f"{RECORD_INDENT} offset: {r.offset} {TIMESTAMP_TYPES[h.timestamp_type]}: {r.timestamp} "
-        f"keySize: {key_size} valueSize: {value_size} sequence: {record_sequence(h, r.offset)} "
-        f"headerKeys: [{header_keys}]"
-    )
-    if h.is_control:
-        return line + describe_control_record(r)
-    if parser is not None:
+def format_record(h: RecordBatchHeader, r: Record, parser: Parser | None, skip_metadata: bool = False) -> str:
+    """The ``| offset: ...`` line of one record; ``parser`` adds its key and payload. With
+    ``skip_metadata`` only ``| key: ... payload: ...`` (and an empty line for a control record)."""
+    line = ""
+    if not skip_metadata:
+        key_size = -1 if r.key is None else len(r.key)
+        value_size = -1 if r.value is None else len(r.value)
+        header_keys = ",".join(k for k, _ in r.headers)
+        line = (
+            f"{RECORD_INDENT} offset: {r.offset} {TIMESTAMP_TYPES[h.timestamp_type]}: {r.timestamp} "
+            f"keySize: {key_size} valueSize: {value_size} sequence: {record_sequence(h, r.offset)} "
+            f"headerKeys: [{header_keys}]"
+        )
+        if h.is_control:
+            line += describe_control_record(r)
+    if parser is not None and not h.is_control:
         key, payload = parser(r)
+        prefix = RECORD_INDENT if skip_metadata else ""
         if key is not None:
-            line += f" key: {key}"
+            line += f"{prefix} key: {key}"
+            prefix = ""
         if payload is not None:
-            line += f" payload: {payload}"
+            line += f"{prefix} payload: {payload}"
     return line
 
 
@@ -307,8 +346,10 @@ class LogDumper:
         index_sanity_check: bool = False,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_bytes: int = INT32_MAX,
+        skip_record_metadata: bool = False,
     ) -> None:
         self.out = out
+        self.skip_record_metadata = skip_record_metadata
         self.err = err
         # As Kafka's tool: a decoder option implies --print-data-log, which implies deep iteration.
         self.print_data_log = print_data_log or cluster_metadata
@@ -419,7 +460,8 @@ class LogDumper:
                                 if r.offset != last_offset + 1:
                                     self.non_consecutive.setdefault(abs_path, {})[last_offset] = r.offset
                                 last_offset = r.offset
-                                self._print(format_record(h, r, self.parser if self.print_data_log else None))
+                                parser = self.parser if self.print_data_log else None
+                                self._print(format_record(h, r, parser, self.skip_record_metadata))
                         except (RecordError, ValueError) as e:
                             self._error(path, f"cannot read the records of the batch at position {position}: {e}")
                         finally:

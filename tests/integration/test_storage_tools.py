@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.log import Log, LogConfig
+from odradek.metadata.records import encode_metadata_record
 from odradek.raft import control_records as cr
 from odradek.raft.metadata_log import MetadataLog
 from odradek.records.builder import build_batch
@@ -93,8 +95,6 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log.append_as_leader(bytearray(marker), leader_epoch=epoch, now_ms=40_000)
     log.close()
     meta = Log.load(str(root / "__cluster_metadata-0"), LogConfig(), now_ms=0)
-    import uuid
-
     topic_id = uuid.UUID("7c4c39a6-6d0a-4b4e-9c43-2b6f4cc4a1a2")
     MetadataLog(meta).append([
         ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21}),
@@ -119,6 +119,8 @@ def test_dump_log_of_partition_segments_matches_kafka(kafka: KafkaTools, written
     assert "LogAppendTime:" in out and "compresscodec: zstd" in out
     assert_same_dump(kafka, files, "--verify-index-only")
     assert_same_dump(kafka, files, "--index-sanity-check")
+    assert_same_dump(kafka, files, "--print-data-log", "--skip-record-metadata")
+    assert_same_dump(kafka, files[:3], "--max-bytes", "1000", "--deep-iteration")
 
 
 def test_dump_log_reports_what_kafka_reports_on_damaged_files(kafka: KafkaTools, written: Path, tmp_path: Path) -> None:
@@ -149,6 +151,15 @@ def test_dump_log_of_metadata_log_and_checkpoints_matches_kafka(kafka: KafkaTool
     meta = written / "__cluster_metadata-0"
     out = assert_same_dump(kafka, _segment_files(meta), "--cluster-metadata-decoder")
     assert '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":0,' in out
+    assert_same_dump(kafka, _segment_files(meta), "--cluster-metadata-decoder", "--skip-record-metadata")
+    # values that are no metadata records: Kafka's MetadataRecordSerde messages
+    good = encode_metadata_record("TopicRecord", {"name": "x", "topic_id": uuid.UUID(int=5)})
+    bad = [b"", b"\x01", b"\x01\x02", b"\x02\x02\x00", b"\x01\x63\x00\x00", b"\x01\x02\x07\x00",
+           good[:5], good + b"\x00", b"\x80", b"\x01\xff\xff\xff\xff\x7f\x00", None]
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(build_batch([(None, v, [], 1) for v in bad]))
+    out = assert_same_dump(kafka, [seg], "--cluster-metadata-decoder")
+    assert out.count("Error at") == len(bad)
     # Odradek's bootstrap.checkpoint, and Kafka's KIP-853 bootstrap snapshot
     config = tmp_path / "standalone.properties"
     config.write_text(
@@ -247,3 +258,29 @@ def test_server_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
         server.start(timeout=60)
     assert (f"Invalid cluster.id in: {data_dir / 'meta.properties'}. Expected {CLUSTER}, "
             "but read Z1w2E3r4T5y6U7i8O9p0aQ") in str(e.value)
+
+
+@pytest.mark.parametrize("standalone", [False, True])
+def test_odradek_formatted_dir_is_served_by_odradek(tmp_path: Path, standalone: bool) -> None:
+    """No Java needed: ``odradek storage format``, then ``odradek server`` under that cluster id
+    (with ``--standalone``, beside the KIP-853 bootstrap snapshot in ``__cluster_metadata-0``)."""
+    data = tmp_path / "data"
+    config = tmp_path / "server.properties"
+    quorum = ("controller.quorum.bootstrap.servers=127.0.0.1:19093" if standalone
+              else "controller.quorum.voters=1@127.0.0.1:19093")
+    config.write_text(
+        f"process.roles=broker,controller\nnode.id=1\n{quorum}\n"
+        "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n"
+        f"controller.listener.names=CONTROLLER\nlog.dirs={data}\n"
+    )
+    odradek("storage", "format", "-t", CLUSTER, "-c", str(config), *(["--standalone"] if standalone else []))
+    before = read_meta_properties(str(data / "meta.properties"))
+    server = ServerProcess(data).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+        assert admin.describe_cluster().result(30).cluster_id == CLUSTER
+        admin.create_topics([NewTopic("after-format", 1, 1)])["after-format"].result(30)
+    finally:
+        assert server.terminate() == 0
+    assert read_meta_properties(str(data / "meta.properties")) == before
+    assert odradek("storage", "info", "-c", str(config)).returncode == 0

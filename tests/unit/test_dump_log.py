@@ -179,7 +179,9 @@ def test_cluster_metadata_log_and_snapshots_as_json(tmp_path: Path) -> None:
     assert out[6].endswith('payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}')
     assert out[8].endswith('SnapshotFooter {"version":0}')
     assert out[9] == f"Found 2 invalid bytes at the end of {snap.name}"
-    assert out[-1].endswith("payload: Error at 0, skipping. unknown metadata record type 99")
+    assert out[-1].endswith(
+        "payload: Error at 0, skipping. org.apache.kafka.common.errors.UnsupportedVersionException: Unknown metadata id 99"
+    )
     assert code == 0
 
 
@@ -223,3 +225,30 @@ def test_reports_follow_kafkas_map_orders(tmp_path: Path) -> None:
     # keyed by index offset (the last mismatch of offset 2 wins), highest offset first
     assert err == [f"Mismatches in :{d / SEG}.index", "  Index offset: 6, log offset: 1",
                    "  Index offset: 2, log offset: 5"]
+
+
+def test_undecodable_metadata_records_and_skip_record_metadata(tmp_path: Path) -> None:
+    from odradek.metadata.records import encode_metadata_record
+
+    good = encode_metadata_record("TopicRecord", {"name": "x", "topic_id": uuid.UUID(int=5)})
+    values = [b"", b"\x01", b"\x01\x02", b"\x02\x02\x00", b"\x01\x02\x07\x00", good + b"\x00", good]
+    seg = tmp_path / f"{SEG}.log"
+    commit = build_batch([(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 7), [], 2)], base_offset=len(values),
+                         is_control=True)
+    seg.write_bytes(build_batch([(b"k" if i == 6 else None, v, [], 1) for i, v in enumerate(values)]) + commit)
+    out, _, _ = dump([seg], cluster_metadata=True, skip_record_metadata=True)
+    # Kafka's MetadataRecordSerde messages, in Kafka's skip-record-metadata layout
+    assert [line for line in out if not line.startswith("baseOffset")][2:] == [
+        "| payload: Error at 0, skipping. Error while reading frame version",
+        "| payload: Error at 1, skipping. Error while reading type",
+        "| payload: Error at 2, skipping. Error while reading version",
+        "| payload: Error at 3, skipping. Could not deserialize metadata record due to unknown frame version 2"
+        "(only frame version 1 is supported)",
+        "| payload: Error at 4, skipping. Failed to deserialize record with type 2",
+        "| payload: Error at 5, skipping. Found 1 byte(s) of garbage after 2",
+        '| payload: {"type":"TOPIC_RECORD","version":0,"data":{"name":"x","topicId":"AAAAAAAAAAAAAAAAAAAABQ"}}',
+        "",  # the control record: skipped, its line left empty
+    ]
+    out, _, _ = dump([seg], print_data_log=True, skip_record_metadata=True)
+    assert out[-3] == "| key: k payload: " + good.decode("utf-8", "replace")
+    assert out[-4] == "| payload: " + (good + b"\x00").decode("utf-8", "replace")
