@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from odradek.java_order import java_hash_map_order
 from odradek.metadata.records import encode_metadata_record
 from odradek.raft import control_records as cr
 from odradek.records.builder import build_batch
@@ -222,7 +223,7 @@ class Formatter:
         formatted, empty, errors = self._load(dirs)
         self._verify(formatted)
         if formatted and not self.ignore_formatted:
-            first = next(iter(formatted))
+            first = java_hash_map_order(list(formatted))[0]  # the one Kafka names
             raise FormatterError(f"Log directory {first} is already formatted. Use --ignore-formatted "
                                  "to ignore this directory and format the others.")
         for d in errors:
@@ -240,7 +241,7 @@ class Formatter:
         )
         used_ids = {p.get("directory.id") for p in formatted.values()}
         now = self.clock_ms()
-        for d in empty:
+        for d in java_hash_map_order(empty):  # Kafka's order (a HashMap of directories)
             kind, directory_id = self._directory_type(d, meta_dir, used_ids)
             used_ids.add(directory_id)
             self.print_line(f"Formatting {kind} {d} with metadata.version {metadata_version_name(level)}.")

@@ -185,6 +185,32 @@ def test_dump_log_of_metadata_log_and_checkpoints_matches_kafka(kafka: KafkaTool
     assert out.count("KRaftVoters {") == 2 and out.count("KRaft bootstrap snapshot") == 2
 
 
+def test_format_prints_what_kafka_prints(kafka: KafkaTools, tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=broker,controller\nnode.id=2\ncontroller.quorum.voters=2@127.0.0.1:19093\n"
+        "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n"
+        f"controller.listener.names=CONTROLLER\nlog.dirs={tmp_path / 'd1'},{tmp_path / 'd2'},{tmp_path / 'd3'}\n"
+        f"metadata.log.dir={tmp_path / 'meta'}\n"
+    )
+    args = ["-t", CLUSTER, "-c", str(config), "--release-version", "3.9-IV0"]
+    outputs = []
+    for tool in ("kafka", "odradek"):
+        for d in ("d1", "d2", "d3", "meta"):
+            subprocess.run(["rm", "-rf", str(tmp_path / d)], check=True)
+        for extra in ([], [], ["--ignore-formatted"]):
+            run = kafka.run("kafka-storage", "format", *args, *extra, check=False) if tool == "kafka" else \
+                odradek("storage", "format", *args, *extra, check=False)
+            errors = [line for line in run.stderr.splitlines() if not line.startswith(("\tat ", "Exception in"))]
+            outputs.append((run.returncode, run.stdout, errors))
+        info = kafka.run("kafka-storage", "info", "-c", str(config), check=False)
+        ours = odradek("storage", "info", "-c", str(config), check=False)
+        assert (ours.returncode, ours.stdout) == (info.returncode, info.stdout)
+    assert outputs[:3] == outputs[3:]
+    assert outputs[0][0] == 0 and outputs[1][0] == 1 and "already formatted" in outputs[1][2][0]
+    assert outputs[2] == (0, "All of the log directories are already formatted.\n", [])
+
+
 def test_kafka_formatted_dir_is_served_by_odradek(kafka: KafkaTools, tmp_path: Path) -> None:
     data = tmp_path / "data"
     config = tmp_path / "server.properties"

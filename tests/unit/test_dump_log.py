@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from odradek.cli.dump_log import LogDumper, java_hash_map_order, java_string_hash
+from odradek.cli.dump_log import LogDumper
 from odradek.cli.main import main
+from odradek.java_order import java_hash_map_order, java_string_hash
 from odradek.log import Log, LogConfig
 from odradek.raft import control_records as cr
 from odradek.raft.metadata_log import MetadataLog

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from odradek.cli.main import main
+from odradek.java_order import java_hash_map_order
 from odradek.raft import control_records as cr
 from odradek.raft.snapshot import read_snapshot
 from odradek.records.batch import iter_batches
@@ -56,10 +57,11 @@ def test_format_writes_every_log_dir_and_the_metadata_dir(tmp_path: Path, capsys
     assert main(["storage", "format", "--cluster-id", CLUSTER, "--config", config]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Bootstrap metadata: BootstrapMetadata(records=[")
+    kinds = {str(tmp_path / "a"): "data", str(tmp_path / "b"): "data", str(tmp_path / "meta"): "metadata"}
+    # in Kafka's order: the iteration order of a java.util.HashMap of the directories
     assert out[1:] == [
-        f"Formatting data directory {tmp_path / 'a'} with metadata.version 3.9-IV0.",
-        f"Formatting data directory {tmp_path / 'b'} with metadata.version 3.9-IV0.",
-        f"Formatting metadata directory {tmp_path / 'meta'} with metadata.version 3.9-IV0.",
+        f"Formatting {kinds[d]} directory {d} with metadata.version 3.9-IV0."
+        for d in java_hash_map_order(sorted(kinds))
     ]
     props = [meta(tmp_path / d) for d in ("a", "b", "meta")]
     for p in props:
@@ -85,8 +87,9 @@ def test_format_refuses_formatted_dirs_unless_ignore_formatted(tmp_path: Path, c
     first = meta(tmp_path / "a")
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 1
     err = capsys.readouterr().err
+    named = java_hash_map_order([str(tmp_path / "a"), str(tmp_path / "b")])[0]
     assert err.strip() == (
-        f"Log directory {tmp_path / 'a'} is already formatted. Use --ignore-formatted to ignore "
+        f"Log directory {named} is already formatted. Use --ignore-formatted to ignore "
         "this directory and format the others."
     )
     assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--ignore-formatted"]) == 0
