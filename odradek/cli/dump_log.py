@@ -86,30 +86,63 @@ def add_parser(sub: Any) -> None:
         "kafka-dump-log.sh.",
         allow_abbrev=False,
     )
-    p.add_argument("--files", required=True, metavar="file1,file2,...",
-                   help="REQUIRED: The comma separated list of data and index log files to be dumped.")
-    p.add_argument("--print-data-log", action="store_true",
-                   help="If set, printing the messages content when dumping data logs. "
-                   "Automatically set if any decoder option is specified.")
-    p.add_argument("--deep-iteration", action="store_true",
-                   help="If set, uses deep instead of shallow iteration. Automatically set if "
-                   "print-data-log is enabled.")
-    p.add_argument("--verify-index-only", action="store_true",
-                   help="If set, just verify the index log without printing its content.")
-    p.add_argument("--index-sanity-check", action="store_true",
-                   help="If set, just checks the index sanity without printing its content. This "
-                   "is the same check that is executed on broker startup to determine if an index "
-                   "needs rebuilding or not.")
-    p.add_argument("--cluster-metadata-decoder", "--cluster-metadata", dest="cluster_metadata",
-                   action="store_true",
-                   help="If set, log data will be parsed as cluster metadata records.")
-    p.add_argument("--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="size",
-                   help="Size of largest message. (default: 5242880)")
-    p.add_argument("--max-bytes", type=int, default=INT32_MAX, metavar="size",
-                   help="Limit the amount of total batches read in bytes avoiding reading the "
-                   "whole .log file(s). (default: 2147483647)")
-    p.add_argument("--skip-record-metadata", action="store_true",
-                   help="Skip metadata when printing records. This flag also skips control records.")
+    p.add_argument(
+        "--files",
+        required=True,
+        metavar="file1,file2,...",
+        help="REQUIRED: The comma separated list of data and index log files to be dumped.",
+    )
+    p.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="If set, printing the messages content when dumping data logs. "
+        "Automatically set if any decoder option is specified.",
+    )
+    p.add_argument(
+        "--deep-iteration",
+        action="store_true",
+        help="If set, uses deep instead of shallow iteration. Automatically set if "
+        "print-data-log is enabled.",
+    )
+    p.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="If set, just verify the index log without printing its content.",
+    )
+    p.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="If set, just checks the index sanity without printing its content. This "
+        "is the same check that is executed on broker startup to determine if an index "
+        "needs rebuilding or not.",
+    )
+    p.add_argument(
+        "--cluster-metadata-decoder",
+        "--cluster-metadata",
+        dest="cluster_metadata",
+        action="store_true",
+        help="If set, log data will be parsed as cluster metadata records.",
+    )
+    p.add_argument(
+        "--max-message-size",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        metavar="size",
+        help="Size of largest message. (default: 5242880)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=INT32_MAX,
+        metavar="size",
+        help="Limit the amount of total batches read in bytes avoiding reading the "
+        "whole .log file(s). (default: 2147483647)",
+    )
+    p.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="Skip metadata when printing records. This flag also skips control records.",
+    )
     p.set_defaults(func=run)
 
 
@@ -176,8 +209,10 @@ def _kafka_serde_error(value: bytes, error: SchemaError) -> str:
             return f"Error while reading {what}"
         fields.append(v)
         if what == "frame version" and v != 1:
-            return (f"Could not deserialize metadata record due to unknown frame version {v}"
-                    "(only frame version 1 is supported)")
+            return (
+                f"Could not deserialize metadata record due to unknown frame version {v}"
+                "(only frame version 1 is supported)"
+            )
     api_key = (fields[1] & 0xFFFF) - (0x10000 if fields[1] & 0x8000 else 0)  # Java's (short)
     if api_key not in RECORD_NAMES and api_key not in UNSUPPORTED_RECORD_TYPES:
         return f"org.apache.kafka.common.errors.UnsupportedVersionException: Unknown metadata id {api_key}"
@@ -243,7 +278,9 @@ def _bool(value: bool) -> str:
 def format_batch(h: RecordBatchHeader, position: int, valid: bool) -> str:
     """The batch line of Kafka's ``printBatchLevel`` (magic 2)."""
     horizon = (
-        f"OptionalLong[{h.base_timestamp}]" if h.attributes & DELETE_HORIZON_FLAG_MASK else "OptionalLong.empty"
+        f"OptionalLong[{h.base_timestamp}]"
+        if h.attributes & DELETE_HORIZON_FLAG_MASK
+        else "OptionalLong.empty"
     )
     return (
         f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
@@ -257,7 +294,9 @@ def format_batch(h: RecordBatchHeader, position: int, valid: bool) -> str:
     )
 
 
-def format_record(h: RecordBatchHeader, r: Record, parser: Parser | None, skip_metadata: bool = False) -> str:
+def format_record(
+    h: RecordBatchHeader, r: Record, parser: Parser | None, skip_metadata: bool = False
+) -> str:
     """The ``| offset: ...`` line of one record; ``parser`` adds its key and payload. With
     ``skip_metadata`` only ``| key: ... payload: ...`` (and an empty line for a control record)."""
     line = ""
@@ -359,7 +398,7 @@ class LogDumper:
         for path in files:
             self._print(f"Dumping {path}")
             name = os.path.basename(path)
-            suffix = name[name.rfind("."):] if "." in name else ""
+            suffix = name[name.rfind(".") :] if "." in name else ""
             try:
                 if suffix in (".log", ".checkpoint"):
                     self.dump_log(path)
@@ -381,7 +420,9 @@ class LogDumper:
     def _report(self) -> None:
         w = self.err.write
 
-        def items(reports: dict[str, list[tuple[int, int]]]) -> list[tuple[str, list[tuple[int, int]]]]:
+        def items(
+            reports: dict[str, list[tuple[int, int]]],
+        ) -> list[tuple[str, list[tuple[int, int]]]]:
             return [(path, reports[path]) for path in java_hash_map_order(list(reports))]
 
         for path in java_hash_map_order(list(self.index_mismatches)):
@@ -419,7 +460,9 @@ class LogDumper:
         else:
             m = _SNAPSHOT_NAME.match(name)
             if m is None:
-                raise ValueError(f"{name} is not a snapshot file name (<end offset>-<epoch>.checkpoint)")
+                raise ValueError(
+                    f"{name} is not a snapshot file name (<end offset>-<epoch>.checkpoint)"
+                )
             self._print(f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}")
         with _mapped(path) as whole:
             data = whole[: self.max_bytes]
@@ -429,19 +472,26 @@ class LogDumper:
             try:
                 for h in iter_batches(data):
                     position = h.position
-                    self._print(format_batch(h, position, is_batch_crc_valid(data, position, h.size)))
+                    self._print(
+                        format_batch(h, position, is_batch_crc_valid(data, position, h.size))
+                    )
                     if self.deep_iteration:
                         batch = data[position : position + h.size]
                         try:
                             for r in iter_batch_records(batch, DECOMPRESS_LIMIT):
                                 # As Kafka 4.x's tool: a segment not starting at 0 counts as a gap after -1.
                                 if r.offset != last_offset + 1:
-                                    self.non_consecutive.setdefault(abs_path, {})[last_offset] = r.offset
+                                    self.non_consecutive.setdefault(abs_path, {})[last_offset] = (
+                                        r.offset
+                                    )
                                 last_offset = r.offset
                                 parser = self.parser if self.print_data_log else None
                                 self._print(format_record(h, r, parser, self.skip_record_metadata))
                         except (RecordError, ValueError) as e:
-                            self._error(path, f"cannot read the records of the batch at position {position}: {e}")
+                            self._error(
+                                path,
+                                f"cannot read the records of the batch at position {position}: {e}",
+                            )
                         finally:
                             batch.release()
                     valid_bytes = position + h.size
@@ -502,7 +552,9 @@ class LogDumper:
             self._print(f"{path} passed sanity check.")
             return
         entries = read_time_index_file(path, base)
-        offset_entries = read_offset_index_file(index_path, base) if os.path.exists(index_path) else []
+        offset_entries = (
+            read_offset_index_file(index_path, base) if os.path.exists(index_path) else []
+        )
         abs_path = os.path.abspath(path)
         prev_timestamp = -1
         with _mapped(log_path) as data:
@@ -522,19 +574,26 @@ class LogDumper:
                 else:
                     raw = data[batch.position : batch.position + batch.size]
                     try:
-                        max_ts = max((r.timestamp for r in iter_batch_records(raw, DECOMPRESS_LIMIT)), default=-1)
+                        max_ts = max(
+                            (r.timestamp for r in iter_batch_records(raw, DECOMPRESS_LIMIT)),
+                            default=-1,
+                        )
                     finally:
                         raw.release()
                     if max_ts != timestamp:
                         self.time_mismatches.setdefault(abs_path, []).append((timestamp, max_ts))
                     if prev_timestamp >= timestamp:
-                        self.time_out_of_order.setdefault(abs_path, []).append((timestamp, prev_timestamp))
+                        self.time_out_of_order.setdefault(abs_path, []).append(
+                            (timestamp, prev_timestamp)
+                        )
                 if not self.verify_index_only:
                     self._print(f"timestamp: {timestamp} offset: {offset}")
                 prev_timestamp = timestamp
 
     @staticmethod
-    def _first_batch_reaching(data: memoryview, position: int, offset: int) -> RecordBatchHeader | None:
+    def _first_batch_reaching(
+        data: memoryview, position: int, offset: int
+    ) -> RecordBatchHeader | None:
         try:
             for h in iter_batches(data, position):
                 if h.last_offset >= offset:
@@ -542,4 +601,3 @@ class LogDumper:
         except RecordError:
             return None
         return None
-

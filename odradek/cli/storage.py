@@ -45,30 +45,50 @@ def add_parser(sub: Any) -> None:
     )
     commands = p.add_subparsers(dest="storage_command", metavar="{info,format,random-uuid}")
 
-    info = commands.add_parser("info", help="Get information about the log directories on this node.")
+    info = commands.add_parser(
+        "info", help="Get information about the log directories on this node."
+    )
     _add_config(info)
     info.set_defaults(func=run_info)
 
     fmt = commands.add_parser("format", help="Format the log directories on this node.")
     _add_config(fmt)
     fmt.add_argument("--cluster-id", "-t", required=True, help="The cluster ID to use.")
-    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
-                     help="When this option is passed, the format command will skip over already "
-                     "formatted directories rather than failing.")
-    fmt.add_argument("--release-version", "-r",
-                     help="The release version to use for the initial feature settings. The minimum "
-                     f"is 3.3-IV3; the default is {metadata_version_name(METADATA_VERSION)}")
+    fmt.add_argument(
+        "--ignore-formatted",
+        "-g",
+        action="store_true",
+        help="When this option is passed, the format command will skip over already "
+        "formatted directories rather than failing.",
+    )
+    fmt.add_argument(
+        "--release-version",
+        "-r",
+        help="The release version to use for the initial feature settings. The minimum "
+        f"is 3.3-IV3; the default is {metadata_version_name(METADATA_VERSION)}",
+    )
     quorum = fmt.add_mutually_exclusive_group()
-    quorum.add_argument("--standalone", "-s", action="store_true",
-                        help="Used to initialize a controller as a single-node dynamic quorum. When "
-                        "setting this flag, the controller.quorum.voters config must not be set, and "
-                        "controller.quorum.bootstrap.servers is set instead.")
-    quorum.add_argument("--no-initial-controllers", "-N", action="store_true",
-                        help="Used to initialize a server without specifying a dynamic quorum.")
-    quorum.add_argument("--initial-controllers", "-I",
-                        help="Used to initialize a server with the specified dynamic quorum: a "
-                        "comma-separated list of id@hostname:port:directory. The same values must be "
-                        "used to format all nodes.")
+    quorum.add_argument(
+        "--standalone",
+        "-s",
+        action="store_true",
+        help="Used to initialize a controller as a single-node dynamic quorum. When "
+        "setting this flag, the controller.quorum.voters config must not be set, and "
+        "controller.quorum.bootstrap.servers is set instead.",
+    )
+    quorum.add_argument(
+        "--no-initial-controllers",
+        "-N",
+        action="store_true",
+        help="Used to initialize a server without specifying a dynamic quorum.",
+    )
+    quorum.add_argument(
+        "--initial-controllers",
+        "-I",
+        help="Used to initialize a server with the specified dynamic quorum: a "
+        "comma-separated list of id@hostname:port:directory. The same values must be "
+        "used to format all nodes.",
+    )
     fmt.set_defaults(func=run_format)
 
     uuid_parser = commands.add_parser("random-uuid", help="Print a random UUID.")
@@ -190,7 +210,9 @@ def info_lines(directories: list[str]) -> tuple[list[str], int]:
     first: dict[str, str] | None = None
     for d in sorted(directories):
         if not os.path.isdir(d):
-            problems.append(f"{d} {'is not a directory' if os.path.exists(d) else 'does not exist'}")
+            problems.append(
+                f"{d} {'is not a directory' if os.path.exists(d) else 'does not exist'}"
+            )
             continue
         found.append(d)
         path = os.path.join(d, META_PROPERTIES)
@@ -209,8 +231,10 @@ def info_lines(directories: list[str]) -> tuple[list[str], int]:
         elif first.get("node.id") != props.get("node.id"):
             problems.append("Mismatched node IDs between storage directories.")
     if first is not None and first.get("version", "0") == "0":
-        problems.append("The kafka configuration file appears to be for a cluster in KRaft mode, but "
-                        "the directories are formatted for legacy mode.")
+        problems.append(
+            "The kafka configuration file appears to be for a cluster in KRaft mode, but "
+            "the directories are formatted for legacy mode."
+        )
     lines: list[str] = []
     if not directories:
         return ["No directories specified."], 0

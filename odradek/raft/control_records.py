@@ -38,7 +38,10 @@ CONTROL_TYPE_NAMES: dict[int, str] = {
 _VOTER = S(F("voter_id", "int32", "0+"))
 
 LEADER_CHANGE_MESSAGE = Schema(
-    "LeaderChangeMessage", 0, 0, 0,
+    "LeaderChangeMessage",
+    0,
+    0,
+    0,
     [
         F("version", "int16", "0+"),
         F("leader_id", "int32", "0+"),
@@ -48,7 +51,10 @@ LEADER_CHANGE_MESSAGE = Schema(
 )
 
 SNAPSHOT_HEADER_RECORD = Schema(
-    "SnapshotHeaderRecord", 0, 0, 0,
+    "SnapshotHeaderRecord",
+    0,
+    0,
+    0,
     [
         F("version", "int16", "0+"),
         F("last_contained_log_timestamp", "int64", "0+"),
@@ -56,12 +62,18 @@ SNAPSHOT_HEADER_RECORD = Schema(
 )
 
 SNAPSHOT_FOOTER_RECORD = Schema(
-    "SnapshotFooterRecord", 0, 0, 0,
+    "SnapshotFooterRecord",
+    0,
+    0,
+    0,
     [F("version", "int16", "0+")],
 )
 
 KRAFT_VERSION_RECORD = Schema(
-    "KRaftVersionRecord", 0, 0, 0,
+    "KRaftVersionRecord",
+    0,
+    0,
+    0,
     [
         F("version", "int16", "0+"),
         F("k_raft_version", "int16", "0+"),
@@ -69,7 +81,10 @@ KRAFT_VERSION_RECORD = Schema(
 )
 
 VOTERS_RECORD = Schema(
-    "VotersRecord", 0, 0, 0,
+    "VotersRecord",
+    0,
+    0,
+    0,
     [
         F("version", "int16", "0+"),
         F(
@@ -80,12 +95,21 @@ VOTERS_RECORD = Schema(
                     F("voter_directory_id", "uuid", "0+"),
                     F(
                         "endpoints",
-                        A(S(F("name", "string", "0+"), F("host", "string", "0+"), F("port", "uint16", "0+"))),
+                        A(
+                            S(
+                                F("name", "string", "0+"),
+                                F("host", "string", "0+"),
+                                F("port", "uint16", "0+"),
+                            )
+                        ),
                         "0+",
                     ),
                     F(
                         "k_raft_version_feature",
-                        S(F("min_supported_version", "int16", "0+"), F("max_supported_version", "int16", "0+")),
+                        S(
+                            F("min_supported_version", "int16", "0+"),
+                            F("max_supported_version", "int16", "0+"),
+                        ),
                         "0+",
                     ),
                 )

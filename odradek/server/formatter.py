@@ -39,13 +39,29 @@ from odradek.server.meta_properties import (
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 CLUSTER_METADATA_DIR = "__cluster_metadata-0"
 BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
-RESERVED_DIRECTORY_IDS = ("AAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg")
+RESERVED_DIRECTORY_IDS = (
+    "AAAAAAAAAAAAAAAAAAAAAA",
+    "AAAAAAAAAAAAAAAAAAAAAQ",
+    "AAAAAAAAAAAAAAAAAAAAAg",
+)
 
 # Kafka's MetadataVersion names of the feature levels Odradek runs (3.3-IV3 .. 3.9-IV0).
 METADATA_VERSIONS: dict[str, int] = {
-    "3.3-IV3": 7, "3.4-IV0": 8, "3.5-IV0": 9, "3.5-IV1": 10, "3.5-IV2": 11,
-    "3.6-IV0": 12, "3.6-IV1": 13, "3.6-IV2": 14, "3.7-IV0": 15, "3.7-IV1": 16,
-    "3.7-IV2": 17, "3.7-IV3": 18, "3.7-IV4": 19, "3.8-IV0": 20, "3.9-IV0": 21,
+    "3.3-IV3": 7,
+    "3.4-IV0": 8,
+    "3.5-IV0": 9,
+    "3.5-IV1": 10,
+    "3.5-IV2": 11,
+    "3.6-IV0": 12,
+    "3.6-IV1": 13,
+    "3.6-IV2": 14,
+    "3.7-IV0": 15,
+    "3.7-IV1": 16,
+    "3.7-IV2": 17,
+    "3.7-IV3": 18,
+    "3.7-IV4": 19,
+    "3.8-IV0": 20,
+    "3.9-IV0": 21,
 }
 _VERSION_NAMES = {level: name for name, level in METADATA_VERSIONS.items()}
 MINIMUM_RELEASE_VERSION = "3.3-IV3"
@@ -74,8 +90,10 @@ def parse_release_version(text: str, latest: int) -> int:
         try:
             major, minor = (int(x) for x in release.split("."))
         except ValueError:
-            raise FormatterError(f"Unknown release version '{text}'. Supported versions are: "
-                                 f"{MINIMUM_RELEASE_VERSION} to {metadata_version_name(latest)}") from None
+            raise FormatterError(
+                f"Unknown release version '{text}'. Supported versions are: "
+                f"{MINIMUM_RELEASE_VERSION} to {metadata_version_name(latest)}"
+            ) from None
         if (major, minor) < (3, 3):
             raise FormatterError(f"metadata.version {name} is too old to be supported.")
         raise FormatterError(
@@ -121,9 +139,13 @@ def parse_initial_controllers(text: str) -> list[InitialVoter]:
         except ValueError:
             node_id, port_no = -1, -1
         if not (at and sep and sep2 and host) or node_id < 0 or not 0 <= port_no <= 65535:
-            raise FormatterError(f"Unable to parse dynamic voter: {item} (expected id@host:port:directoryId)")
+            raise FormatterError(
+                f"Unable to parse dynamic voter: {item} (expected id@host:port:directoryId)"
+            )
         if not is_valid_uuid(directory_id):
-            raise FormatterError(f"Unable to parse dynamic voter: {item}: {directory_id} is not a directory id")
+            raise FormatterError(
+                f"Unable to parse dynamic voter: {item}: {directory_id} is not a directory id"
+            )
         if any(v.node_id == node_id for v in voters):
             raise FormatterError(f"Node {node_id} was specified more than once.")
         voters.append(InitialVoter(node_id, host, port_no, directory_id))
@@ -132,7 +154,9 @@ def parse_initial_controllers(text: str) -> list[InitialVoter]:
     return voters
 
 
-def _control(control_type: int, obj: dict[str, object]) -> tuple[bytes, bytes, list[tuple[str, bytes | None]], int]:
+def _control(
+    control_type: int, obj: dict[str, object]
+) -> tuple[bytes, bytes, list[tuple[str, bytes | None]], int]:
     return cr.control_key(control_type), cr.encode_control_value(control_type, obj), [], 0
 
 
@@ -145,7 +169,10 @@ def snapshot_file_bytes(
     """A file of batches as Kafka's snapshot writers lay it out: SnapshotHeader (and the
     ``control`` records) in a control batch from offset 0, the metadata ``records`` in one batch,
     the SnapshotFooter in a last control batch; every batch at partition leader epoch 0."""
-    header = _control(cr.SNAPSHOT_HEADER, {"version": 0, "last_contained_log_timestamp": last_contained_log_timestamp})
+    header = _control(
+        cr.SNAPSHOT_HEADER,
+        {"version": 0, "last_contained_log_timestamp": last_contained_log_timestamp},
+    )
     first = [header] + [_control(t, obj) for t, obj in control]
     out = bytearray()
     offset = 0
@@ -159,7 +186,12 @@ def snapshot_file_bytes(
         out += build_batch(body, base_offset=offset, partition_leader_epoch=0)
         offset += len(body)
     footer = _control(cr.SNAPSHOT_FOOTER, {"version": 0})
-    out += build_batch([(footer[0], footer[1], [], now_ms)], base_offset=offset, partition_leader_epoch=0, is_control=True)
+    out += build_batch(
+        [(footer[0], footer[1], [], now_ms)],
+        base_offset=offset,
+        partition_leader_epoch=0,
+        is_control=True,
+    )
     return bytes(out)
 
 
@@ -169,7 +201,7 @@ def _write_atomically(path: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -218,14 +250,18 @@ class Formatter:
         if not dirs:
             raise FormatterError("You must specify at least one directory to format")
         if meta_dir not in dirs:
-            raise FormatterError(f"The specified metadata log directory, {meta_dir} was not one of "
-                                 f"the given directories: [{', '.join(dirs)}]")
+            raise FormatterError(
+                f"The specified metadata log directory, {meta_dir} was not one of "
+                f"the given directories: [{', '.join(dirs)}]"
+            )
         formatted, empty, errors = self._load(dirs)
         self._verify(formatted)
         if formatted and not self.ignore_formatted:
             first = java_hash_map_order(list(formatted))[0]  # the one Kafka names
-            raise FormatterError(f"Log directory {first} is already formatted. Use --ignore-formatted "
-                                 "to ignore this directory and format the others.")
+            raise FormatterError(
+                f"Log directory {first} is already formatted. Use --ignore-formatted "
+                "to ignore this directory and format the others."
+            )
         for d in errors:
             self.print_line(f"I/O error trying to read log directory {d}. Ignoring...")
         if errors and not empty and not formatted:
@@ -244,23 +280,34 @@ class Formatter:
         for d in java_hash_map_order(empty):  # Kafka's order (a HashMap of directories)
             kind, directory_id = self._directory_type(d, meta_dir, used_ids)
             used_ids.add(directory_id)
-            self.print_line(f"Formatting {kind} {d} with metadata.version {metadata_version_name(level)}.")
+            self.print_line(
+                f"Formatting {kind} {d} with metadata.version {metadata_version_name(level)}."
+            )
             try:
                 os.makedirs(d, exist_ok=True)
                 _write_atomically(
                     os.path.join(d, BOOTSTRAP_CHECKPOINT),
                     snapshot_file_bytes(
-                        now, [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": level})]
+                        now,
+                        [
+                            (
+                                "FeatureLevelRecord",
+                                {"name": "metadata.version", "feature_level": level},
+                            )
+                        ],
                     ),
                 )
                 if kind.startswith("dynamic"):
                     self._write_dynamic_quorum_snapshot(d, now)
-                write_meta_properties(d, {
-                    "cluster.id": self.cluster_id,
-                    "directory.id": directory_id,
-                    "node.id": str(self.node_id),
-                    "version": "1",
-                })
+                write_meta_properties(
+                    d,
+                    {
+                        "cluster.id": self.cluster_id,
+                        "directory.id": directory_id,
+                        "node.id": str(self.node_id),
+                        "version": "1",
+                    },
+                )
             except OSError as e:
                 raise FormatterError(f"Error while writing meta.properties file {d}: {e}") from e
 
@@ -289,7 +336,9 @@ class Formatter:
                 if props.get("version") == "1":
                     raise FormatterError(f"cluster.id was not specified in the v1 file: {path}")
             elif cluster_id != self.cluster_id:
-                raise FormatterError(f"Invalid cluster.id in: {path}. Expected {self.cluster_id}, but read {cluster_id}")
+                raise FormatterError(
+                    f"Invalid cluster.id in: {path}. Expected {self.cluster_id}, but read {cluster_id}"
+                )
             node_id = props.get("node.id", props.get("broker.id"))
             if node_id is None:
                 if props.get("version") == "1":
@@ -303,10 +352,14 @@ class Formatter:
             directory_id = props.get("directory.id")
             if directory_id is not None:
                 if directory_id in RESERVED_DIRECTORY_IDS:
-                    raise FormatterError(f"Invalid resrved directory ID {directory_id} found in {d}")
+                    raise FormatterError(
+                        f"Invalid resrved directory ID {directory_id} found in {d}"
+                    )
                 if directory_id in seen:
-                    raise FormatterError(f"Duplicate directory ID {directory_id} found. It was the ID of "
-                                         f"{seen[directory_id]}, but also of {d}")
+                    raise FormatterError(
+                        f"Duplicate directory ID {directory_id} found. It was the ID of "
+                        f"{seen[directory_id]}, but also of {d}"
+                    )
                 seen[directory_id] = d
 
     def _directory_type(self, d: str, meta_dir: str, used: set[str | None]) -> tuple[str, str]:
@@ -331,8 +384,12 @@ class Formatter:
         voters = [
             {
                 "voter_id": v.node_id,
-                "voter_directory_id": uuid.UUID(bytes=base64.urlsafe_b64decode(v.directory_id + "==")),
-                "endpoints": [{"name": self.controller_listener_name, "host": v.host, "port": v.port}],
+                "voter_directory_id": uuid.UUID(
+                    bytes=base64.urlsafe_b64decode(v.directory_id + "==")
+                ),
+                "endpoints": [
+                    {"name": self.controller_listener_name, "host": v.host, "port": v.port}
+                ],
                 "k_raft_version_feature": {"min_supported_version": 0, "max_supported_version": 1},
             }
             for v in self.initial_controllers

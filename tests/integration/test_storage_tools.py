@@ -47,14 +47,22 @@ def kafka() -> KafkaTools:
 
 
 def odradek(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "odradek.cli.main", *args],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"odradek {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        raise AssertionError(
+            f"odradek {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
+        )
     return result
 
 
-def assert_same_dump(kafka: KafkaTools, files: list[Path], *opts: str, cwd: Path | None = None) -> str:
+def assert_same_dump(
+    kafka: KafkaTools, files: list[Path], *opts: str, cwd: Path | None = None
+) -> str:
     """Both tools on the same files; stdout, stderr and exit code must be identical."""
     arg = ",".join(str(f) for f in files)
     ours = odradek("dump-log", *opts, "--files", arg, check=False)
@@ -74,14 +82,23 @@ def _segment_files(d: Path) -> list[Path]:
 def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Segments, indexes and a metadata log written by the project's own Log."""
     root = tmp_path_factory.mktemp("written")
-    log = Log.load(str(root / "t-0"), LogConfig(segment_bytes=2048, index_interval_bytes=200), now_ms=0)
+    log = Log.load(
+        str(root / "t-0"), LogConfig(segment_bytes=2048, index_interval_bytes=200), now_ms=0
+    )
     epoch = 0
     sequence = 0
     for i in range(60):
         if i % 7 == 3:
-            batch = build_batch([(f"k{i}-{j}".encode(), b"v" * (i % 50), [("h", b"1"), ("i", None)], 10_000 + i)
-                                 for j in range(3)], compression=i % 5, producer_id=42, producer_epoch=0,
-                                base_sequence=sequence)
+            batch = build_batch(
+                [
+                    (f"k{i}-{j}".encode(), b"v" * (i % 50), [("h", b"1"), ("i", None)], 10_000 + i)
+                    for j in range(3)
+                ],
+                compression=i % 5,
+                producer_id=42,
+                producer_epoch=0,
+                base_sequence=sequence,
+            )
             sequence += 3
         elif i % 11 == 5:
             batch = build_batch([(None, f"append-{i}".encode(), [], 20_000 + i)], timestamp_type=1)
@@ -90,21 +107,50 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if i == 40:
             epoch = 3
         log.append_as_leader(bytearray(batch), leader_epoch=epoch, now_ms=30_000 + i)
-    marker = build_batch([(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 5), [], 40_000)],
-                         producer_id=42, producer_epoch=0, is_control=True, is_transactional=True)
+    marker = build_batch(
+        [(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 5), [], 40_000)],
+        producer_id=42,
+        producer_epoch=0,
+        is_control=True,
+        is_transactional=True,
+    )
     log.append_as_leader(bytearray(marker), leader_epoch=epoch, now_ms=40_000)
     log.close()
     meta = Log.load(str(root / "__cluster_metadata-0"), LogConfig(), now_ms=0)
     topic_id = uuid.UUID("7c4c39a6-6d0a-4b4e-9c43-2b6f4cc4a1a2")
-    MetadataLog(meta).append([
-        ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21}),
-        ("TopicRecord", {"name": "tööpic", "topic_id": topic_id}),
-        ("PartitionRecord", {"partition_id": 0, "topic_id": topic_id, "replicas": [1, 2], "isr": [1],
-                             "removing_replicas": [], "adding_replicas": [2], "leader": 1, "leader_epoch": 4,
-                             "partition_epoch": 7, "directories": [uuid.UUID(int=0), uuid.UUID(int=1)]}),
-        ("ConfigRecord", {"resource_type": 2, "resource_name": "tööpic", "name": "cleanup.policy", "value": None}),
-        ("ProducerIdsRecord", {"broker_id": 1, "broker_epoch": 9, "next_producer_id": 1000}),
-    ], epoch=2, now_ms=50_000)
+    MetadataLog(meta).append(
+        [
+            ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21}),
+            ("TopicRecord", {"name": "tööpic", "topic_id": topic_id}),
+            (
+                "PartitionRecord",
+                {
+                    "partition_id": 0,
+                    "topic_id": topic_id,
+                    "replicas": [1, 2],
+                    "isr": [1],
+                    "removing_replicas": [],
+                    "adding_replicas": [2],
+                    "leader": 1,
+                    "leader_epoch": 4,
+                    "partition_epoch": 7,
+                    "directories": [uuid.UUID(int=0), uuid.UUID(int=1)],
+                },
+            ),
+            (
+                "ConfigRecord",
+                {
+                    "resource_type": 2,
+                    "resource_name": "tööpic",
+                    "name": "cleanup.policy",
+                    "value": None,
+                },
+            ),
+            ("ProducerIdsRecord", {"broker_id": 1, "broker_epoch": 9, "next_producer_id": 1000}),
+        ],
+        epoch=2,
+        now_ms=50_000,
+    )
     meta.close()
     return root
 
@@ -123,7 +169,9 @@ def test_dump_log_of_partition_segments_matches_kafka(kafka: KafkaTools, written
     assert_same_dump(kafka, files[:3], "--max-bytes", "1000", "--deep-iteration")
 
 
-def test_dump_log_reports_what_kafka_reports_on_damaged_files(kafka: KafkaTools, written: Path, tmp_path: Path) -> None:
+def test_dump_log_reports_what_kafka_reports_on_damaged_files(
+    kafka: KafkaTools, written: Path, tmp_path: Path
+) -> None:
     first = sorted((written / "t-0").glob("*.log"))[1]
     seg = tmp_path / first.name
     seg.write_bytes(first.read_bytes() + b"\x00\x00\x00")  # trailing garbage
@@ -135,27 +183,49 @@ def test_dump_log_reports_what_kafka_reports_on_damaged_files(kafka: KafkaTools,
     rel, pos = struct.unpack_from(">ii", index, 8)
     _, pos3 = struct.unpack_from(">ii", index, 16)
     seg.with_suffix(".index").write_bytes(
-        index[:8] + struct.pack(">ii", rel - 1, pos) + struct.pack(">ii", rel - 1, pos3) + index[24:]
+        index[:8]
+        + struct.pack(">ii", rel - 1, pos)
+        + struct.pack(">ii", rel - 1, pos3)
+        + index[24:]
     )
     ts, rel = struct.unpack_from(">qi", timeindex, 12)
-    seg.with_suffix(".timeindex").write_bytes(timeindex[:12] + struct.pack(">qi", ts + 1, rel) + timeindex[24:])
+    seg.with_suffix(".timeindex").write_bytes(
+        timeindex[:12] + struct.pack(">qi", ts + 1, rel) + timeindex[24:]
+    )
     files = [seg, seg.with_suffix(".index"), seg.with_suffix(".timeindex")]
     out = assert_same_dump(kafka, files, "--deep-iteration")
     assert "Found 3 invalid bytes at the end of" in out
-    theirs = kafka.run("kafka-dump-log", "--verify-index-only", "--files", ",".join(map(str, files)))
+    theirs = kafka.run(
+        "kafka-dump-log", "--verify-index-only", "--files", ",".join(map(str, files))
+    )
     assert "Mismatches in :" in theirs.stderr and "Found timestamp mismatch in :" in theirs.stderr
     assert_same_dump(kafka, files, "--verify-index-only")
 
 
-def test_dump_log_of_metadata_log_and_checkpoints_matches_kafka(kafka: KafkaTools, written: Path, tmp_path: Path) -> None:
+def test_dump_log_of_metadata_log_and_checkpoints_matches_kafka(
+    kafka: KafkaTools, written: Path, tmp_path: Path
+) -> None:
     meta = written / "__cluster_metadata-0"
     out = assert_same_dump(kafka, _segment_files(meta), "--cluster-metadata-decoder")
     assert '{"type":"PARTITION_RECORD","version":2,"data":{"partitionId":0,' in out
-    assert_same_dump(kafka, _segment_files(meta), "--cluster-metadata-decoder", "--skip-record-metadata")
+    assert_same_dump(
+        kafka, _segment_files(meta), "--cluster-metadata-decoder", "--skip-record-metadata"
+    )
     # values that are no metadata records: Kafka's MetadataRecordSerde messages
     good = encode_metadata_record("TopicRecord", {"name": "x", "topic_id": uuid.UUID(int=5)})
-    bad = [b"", b"\x01", b"\x01\x02", b"\x02\x02\x00", b"\x01\x63\x00\x00", b"\x01\x02\x07\x00",
-           good[:5], good + b"\x00", b"\x80", b"\x01\xff\xff\xff\xff\x7f\x00", None]
+    bad = [
+        b"",
+        b"\x01",
+        b"\x01\x02",
+        b"\x02\x02\x00",
+        b"\x01\x63\x00\x00",
+        b"\x01\x02\x07\x00",
+        good[:5],
+        good + b"\x00",
+        b"\x80",
+        b"\x01\xff\xff\xff\xff\x7f\x00",
+        None,
+    ]
     seg = tmp_path / "00000000000000000000.log"
     seg.write_bytes(build_batch([(None, v, [], 1) for v in bad]))
     out = assert_same_dump(kafka, [seg], "--cluster-metadata-decoder")
@@ -168,11 +238,26 @@ def test_dump_log_of_metadata_log_and_checkpoints_matches_kafka(kafka: KafkaTool
         f"controller.listener.names=CONTROLLER\nlog.dirs={tmp_path / 'k'}\n"
     )
     proc = subprocess.run(
-        [str(kafka.home / "bin" / "kafka-run"), "--line", kafka.line, "kafka.tools.StorageTool", "format",
-         "-t", CLUSTER, "-c", str(config), "--standalone"], capture_output=True, text=True, timeout=120)
+        [
+            str(kafka.home / "bin" / "kafka-run"),
+            "--line",
+            kafka.line,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            CLUSTER,
+            "-c",
+            str(config),
+            "--standalone",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
-    odradek("storage", "format", "-t", CLUSTER, "-c", str(config), "--standalone",
-            "--ignore-formatted")  # already formatted by Kafka: left alone
+    odradek(
+        "storage", "format", "-t", CLUSTER, "-c", str(config), "--standalone", "--ignore-formatted"
+    )  # already formatted by Kafka: left alone
     config.write_text(config.read_text().replace(str(tmp_path / "k"), str(tmp_path / "o")))
     odradek("storage", "format", "-t", CLUSTER, "-c", str(config), "--standalone")
     files = [
@@ -199,9 +284,16 @@ def test_format_prints_what_kafka_prints(kafka: KafkaTools, tmp_path: Path) -> N
         for d in ("d1", "d2", "d3", "meta"):
             subprocess.run(["rm", "-rf", str(tmp_path / d)], check=True)
         for extra in ([], [], ["--ignore-formatted"]):
-            run = kafka.run("kafka-storage", "format", *args, *extra, check=False) if tool == "kafka" else \
-                odradek("storage", "format", *args, *extra, check=False)
-            errors = [line for line in run.stderr.splitlines() if not line.startswith(("\tat ", "Exception in"))]
+            run = (
+                kafka.run("kafka-storage", "format", *args, *extra, check=False)
+                if tool == "kafka"
+                else odradek("storage", "format", *args, *extra, check=False)
+            )
+            errors = [
+                line
+                for line in run.stderr.splitlines()
+                if not line.startswith(("\tat ", "Exception in"))
+            ]
             outputs.append((run.returncode, run.stdout, errors))
         info = kafka.run("kafka-storage", "info", "-c", str(config), check=False)
         ours = odradek("storage", "info", "-c", str(config), check=False)
@@ -220,11 +312,26 @@ def test_kafka_formatted_dir_is_served_by_odradek(kafka: KafkaTools, tmp_path: P
         f"controller.listener.names=CONTROLLER\nlog.dirs={data}\n"
     )
     proc = subprocess.run(
-        [str(kafka.home / "bin" / "kafka-run"), "--line", kafka.line, "kafka.tools.StorageTool", "format",
-         "-t", CLUSTER, "-c", str(config)], capture_output=True, text=True, timeout=120)
+        [
+            str(kafka.home / "bin" / "kafka-run"),
+            "--line",
+            kafka.line,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            CLUSTER,
+            "-c",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     before = read_meta_properties(str(data / "meta.properties"))
-    assert odradek("storage", "info", "-c", str(config)).stdout.startswith(f"Found log directory:\n  {data}\n")
+    assert odradek("storage", "info", "-c", str(config)).stdout.startswith(
+        f"Found log directory:\n  {data}\n"
+    )
     server = ServerProcess(data).start()
     try:
         admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
@@ -236,7 +343,9 @@ def test_kafka_formatted_dir_is_served_by_odradek(kafka: KafkaTools, tmp_path: P
 
 
 @pytest.fixture(scope="module")
-def kafka_on_odradek_format(kafka: KafkaTools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def kafka_on_odradek_format(
+    kafka: KafkaTools, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
     """A Kafka broker run on directories ``odradek storage format`` made; yields its log dir."""
     root = tmp_path_factory.mktemp("kafka-on-odradek")
     server = KafkaServer(kafka, root / "kafka", cluster_id=CLUSTER)
@@ -253,7 +362,13 @@ def kafka_on_odradek_format(kafka: KafkaTools, tmp_path_factory: pytest.TempPath
         admin.create_topics([NewTopic("from-kafka", 1, 1)])["from-kafka"].result(30)
         from confluent_kafka import Producer
 
-        p = Producer({"bootstrap.servers": server.bootstrap_servers, "compression.type": "lz4", "linger.ms": 20})
+        p = Producer(
+            {
+                "bootstrap.servers": server.bootstrap_servers,
+                "compression.type": "lz4",
+                "linger.ms": 20,
+            }
+        )
         for i in range(30):
             p.produce("from-kafka", key=b"k%d" % (i % 4), value=b"v%d" % i, headers=[("h", b"x")])
         assert p.flush(30) == 0
@@ -263,15 +378,24 @@ def kafka_on_odradek_format(kafka: KafkaTools, tmp_path_factory: pytest.TempPath
 
 def test_odradek_formatted_dir_is_served_by_kafka(kafka_on_odradek_format: Path) -> None:
     assert (kafka_on_odradek_format / "__cluster_metadata-0").is_dir()
-    assert read_meta_properties(str(kafka_on_odradek_format / "meta.properties"))["cluster.id"] == CLUSTER
+    assert (
+        read_meta_properties(str(kafka_on_odradek_format / "meta.properties"))["cluster.id"]
+        == CLUSTER
+    )
 
 
-def test_dump_log_of_kafkas_own_logs_matches_kafka(kafka: KafkaTools, kafka_on_odradek_format: Path) -> None:
+def test_dump_log_of_kafkas_own_logs_matches_kafka(
+    kafka: KafkaTools, kafka_on_odradek_format: Path
+) -> None:
     meta = _segment_files(kafka_on_odradek_format / "__cluster_metadata-0")
     out = assert_same_dump(kafka, meta, "--cluster-metadata-decoder")
     assert "LeaderChange: {" in out and "REGISTER_BROKER_RECORD" in out
-    assert_same_dump(kafka, [kafka_on_odradek_format / "bootstrap.checkpoint"], "--cluster-metadata-decoder")
-    assert_same_dump(kafka, _segment_files(kafka_on_odradek_format / "from-kafka-0"), "--print-data-log")
+    assert_same_dump(
+        kafka, [kafka_on_odradek_format / "bootstrap.checkpoint"], "--cluster-metadata-decoder"
+    )
+    assert_same_dump(
+        kafka, _segment_files(kafka_on_odradek_format / "from-kafka-0"), "--print-data-log"
+    )
 
 
 def test_server_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
@@ -282,8 +406,10 @@ def test_server_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
     server = ServerProcess(data_dir, {"metadata.log.dir": str(meta_dir)})
     with pytest.raises(RuntimeError, match="exited with 2") as e:
         server.start(timeout=60)
-    assert (f"Invalid cluster.id in: {data_dir / 'meta.properties'}. Expected {CLUSTER}, "
-            "but read Z1w2E3r4T5y6U7i8O9p0aQ") in str(e.value)
+    assert (
+        f"Invalid cluster.id in: {data_dir / 'meta.properties'}. Expected {CLUSTER}, "
+        "but read Z1w2E3r4T5y6U7i8O9p0aQ"
+    ) in str(e.value)
 
 
 @pytest.mark.parametrize("standalone", [False, True])
@@ -292,14 +418,25 @@ def test_odradek_formatted_dir_is_served_by_odradek(tmp_path: Path, standalone: 
     (with ``--standalone``, beside the KIP-853 bootstrap snapshot in ``__cluster_metadata-0``)."""
     data = tmp_path / "data"
     config = tmp_path / "server.properties"
-    quorum = ("controller.quorum.bootstrap.servers=127.0.0.1:19093" if standalone
-              else "controller.quorum.voters=1@127.0.0.1:19093")
+    quorum = (
+        "controller.quorum.bootstrap.servers=127.0.0.1:19093"
+        if standalone
+        else "controller.quorum.voters=1@127.0.0.1:19093"
+    )
     config.write_text(
         f"process.roles=broker,controller\nnode.id=1\n{quorum}\n"
         "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093\n"
         f"controller.listener.names=CONTROLLER\nlog.dirs={data}\n"
     )
-    odradek("storage", "format", "-t", CLUSTER, "-c", str(config), *(["--standalone"] if standalone else []))
+    odradek(
+        "storage",
+        "format",
+        "-t",
+        CLUSTER,
+        "-c",
+        str(config),
+        *(["--standalone"] if standalone else []),
+    )
     before = read_meta_properties(str(data / "meta.properties"))
     server = ServerProcess(data).start()
     try:

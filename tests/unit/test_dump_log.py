@@ -34,16 +34,37 @@ def dump(files: list[Path], **opts: bool) -> tuple[list[str], list[str], int]:
 def partition_log(tmp_path: Path) -> Path:
     log = Log.load(str(tmp_path / "t-0"), LogConfig(index_interval_bytes=1), now_ms=0)
     log.append_as_leader(
-        bytearray(build_batch([(b"k1", b"v1", [("h1", b"x"), ("h2", None)], 1000), (None, b"v2", [], 1001)])),
-        leader_epoch=0, now_ms=1,
+        bytearray(
+            build_batch(
+                [(b"k1", b"v1", [("h1", b"x"), ("h2", None)], 1000), (None, b"v2", [], 1001)]
+            )
+        ),
+        leader_epoch=0,
+        now_ms=1,
     )
-    log.append_as_leader(bytearray(build_batch([(b"k\xff", None, [], 1002)], compression=3)), leader_epoch=1, now_ms=2)
     log.append_as_leader(
-        bytearray(build_batch([(b"a", b"b" * 5, [], 900 + i) for i in range(3)],
-                              producer_id=7, producer_epoch=0, base_sequence=0, compression=4)),
-        leader_epoch=1, now_ms=3,
+        bytearray(build_batch([(b"k\xff", None, [], 1002)], compression=3)),
+        leader_epoch=1,
+        now_ms=2,
     )
-    log.append_as_leader(bytearray(build_batch([(None, "é€".encode(), [], 2000)], timestamp_type=1)), leader_epoch=2, now_ms=4)
+    log.append_as_leader(
+        bytearray(
+            build_batch(
+                [(b"a", b"b" * 5, [], 900 + i) for i in range(3)],
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=0,
+                compression=4,
+            )
+        ),
+        leader_epoch=1,
+        now_ms=3,
+    )
+    log.append_as_leader(
+        bytearray(build_batch([(None, "é€".encode(), [], 2000)], timestamp_type=1)),
+        leader_epoch=2,
+        now_ms=4,
+    )
     log.close()
     return tmp_path / "t-0"
 
@@ -80,12 +101,24 @@ def test_print_data_log_prints_records_with_keys_and_payloads(tmp_path: Path) ->
         BATCHES[1],
         "| offset: 2 CreateTime: 1002 keySize: 2 valueSize: -1 sequence: -1 headerKeys: [] key: k\ufffd",
     ]
-    assert out[8] == "| offset: 3 CreateTime: 900 keySize: 1 valueSize: 5 sequence: 0 headerKeys: [] key: a payload: bbbbb"
-    assert out[10] == "| offset: 5 CreateTime: 902 keySize: 1 valueSize: 5 sequence: 2 headerKeys: [] key: a payload: bbbbb"
-    assert out[12] == "| offset: 6 LogAppendTime: 2000 keySize: -1 valueSize: 5 sequence: -1 headerKeys: [] payload: é€"
+    assert (
+        out[8]
+        == "| offset: 3 CreateTime: 900 keySize: 1 valueSize: 5 sequence: 0 headerKeys: [] key: a payload: bbbbb"
+    )
+    assert (
+        out[10]
+        == "| offset: 5 CreateTime: 902 keySize: 1 valueSize: 5 sequence: 2 headerKeys: [] key: a payload: bbbbb"
+    )
+    assert (
+        out[12]
+        == "| offset: 6 LogAppendTime: 2000 keySize: -1 valueSize: 5 sequence: -1 headerKeys: [] payload: é€"
+    )
     # --deep-iteration alone: the record lines without key and payload
     deep, _, _ = dump([d / f"{SEG}.log"], deep_iteration=True)
-    assert deep[3] == "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 2 sequence: -1 headerKeys: [h1,h2]"
+    assert (
+        deep[3]
+        == "| offset: 0 CreateTime: 1000 keySize: 2 valueSize: 2 sequence: -1 headerKeys: [h1,h2]"
+    )
 
 
 def test_indexes_and_their_verification(tmp_path: Path) -> None:
@@ -94,9 +127,12 @@ def test_indexes_and_their_verification(tmp_path: Path) -> None:
     assert code == 0 and err == []
     assert out == [
         f"Dumping {d / SEG}.index",
-        "offset: 2 position: 90", "offset: 5 position: 175", "offset: 6 position: 270",
+        "offset: 2 position: 90",
+        "offset: 5 position: 175",
+        "offset: 6 position: 270",
         f"Dumping {d / SEG}.timeindex",
-        "timestamp: 1002 offset: 2", "timestamp: 2000 offset: 6",
+        "timestamp: 1002 offset: 2",
+        "timestamp: 2000 offset: 6",
     ]
     # An index entry that points at the wrong batch, and a time index entry with the wrong time.
     with open(d / f"{SEG}.index", "r+b") as f:
@@ -117,20 +153,40 @@ def test_indexes_and_their_verification(tmp_path: Path) -> None:
 
 def test_trailing_bytes_gaps_control_records_and_unknown_files(tmp_path: Path) -> None:
     seg = tmp_path / "00000000000000000010.log"
-    commit = build_batch([(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 7), [], 200)],
-                         base_offset=12, producer_id=5, producer_epoch=1, is_control=True, is_transactional=True)
-    data = build_batch([(b"a", b"1", [], 100), (b"b", b"2", [], 105)], base_offset=10, producer_id=5,
-                       producer_epoch=1, base_sequence=0x7FFFFFFF, is_transactional=True)
+    commit = build_batch(
+        [(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 7), [], 200)],
+        base_offset=12,
+        producer_id=5,
+        producer_epoch=1,
+        is_control=True,
+        is_transactional=True,
+    )
+    data = build_batch(
+        [(b"a", b"1", [], 100), (b"b", b"2", [], 105)],
+        base_offset=10,
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=0x7FFFFFFF,
+        is_transactional=True,
+    )
     data += commit + build_batch([(b"c", b"3", [], 300)], base_offset=15) + b"\0" * 7
     seg.write_bytes(data)
     (tmp_path / "notes.txt").write_text("x")
     out, err, code = dump([seg, tmp_path / "notes.txt"], print_data_log=True)
     assert code == 0
     assert "baseSequence: 2147483647 lastSequence: 0 " in out[2]  # sequences wrap at INT32_MAX
-    assert out[4] == "| offset: 11 CreateTime: 105 keySize: 1 valueSize: 1 sequence: 0 headerKeys: [] key: b payload: 2"
-    assert out[6] == ("| offset: 12 CreateTime: 200 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
-                      "endTxnMarker: COMMIT coordinatorEpoch: 7")
-    assert out[-2:] == ["Found 7 invalid bytes at the end of 00000000000000000010.log", f"Dumping {tmp_path / 'notes.txt'}"]
+    assert (
+        out[4]
+        == "| offset: 11 CreateTime: 105 keySize: 1 valueSize: 1 sequence: 0 headerKeys: [] key: b payload: 2"
+    )
+    assert out[6] == (
+        "| offset: 12 CreateTime: 200 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: COMMIT coordinatorEpoch: 7"
+    )
+    assert out[-2:] == [
+        "Found 7 invalid bytes at the end of 00000000000000000010.log",
+        f"Dumping {tmp_path / 'notes.txt'}",
+    ]
     assert err == [
         f"Ignoring unknown file {tmp_path / 'notes.txt'}",
         f"Non-consecutive offsets in {seg}",
@@ -142,27 +198,54 @@ def test_trailing_bytes_gaps_control_records_and_unknown_files(tmp_path: Path) -
 def test_cluster_metadata_log_and_snapshots_as_json(tmp_path: Path) -> None:
     raw = Log.load(str(tmp_path / "__cluster_metadata-0"), LogConfig(), now_ms=0)
     topic_id = uuid.UUID(int=12345)
-    MetadataLog(raw).append([
-        ("TopicRecord", {"name": "foo", "topic_id": topic_id}),
-        ("PartitionRecord", {"partition_id": 0, "topic_id": topic_id, "replicas": [1], "isr": [1],
-                             "removing_replicas": [], "adding_replicas": [], "leader": 1, "leader_epoch": 0,
-                             "partition_epoch": 0, "directories": [uuid.UUID(int=0)]}),
-    ], epoch=1, now_ms=5000)
+    MetadataLog(raw).append(
+        [
+            ("TopicRecord", {"name": "foo", "topic_id": topic_id}),
+            (
+                "PartitionRecord",
+                {
+                    "partition_id": 0,
+                    "topic_id": topic_id,
+                    "replicas": [1],
+                    "isr": [1],
+                    "removing_replicas": [],
+                    "adding_replicas": [],
+                    "leader": 1,
+                    "leader_epoch": 0,
+                    "partition_epoch": 0,
+                    "directories": [uuid.UUID(int=0)],
+                },
+            ),
+        ],
+        epoch=1,
+        now_ms=5000,
+    )
     raw.close()
-    out, err, code = dump([tmp_path / "__cluster_metadata-0" / f"{SEG}.log"], cluster_metadata=True, print_data_log=True)
+    out, err, code = dump(
+        [tmp_path / "__cluster_metadata-0" / f"{SEG}.log"],
+        cluster_metadata=True,
+        print_data_log=True,
+    )
     assert code == 0 and err == []
-    assert out[3] == ('| offset: 0 CreateTime: 5000 keySize: -1 valueSize: 24 sequence: -1 headerKeys: [] payload: '
-                      '{"type":"TOPIC_RECORD","version":0,"data":{"name":"foo","topicId":"AAAAAAAAAAAAAAAAAAAwOQ"}}')
+    assert out[3] == (
+        "| offset: 0 CreateTime: 5000 keySize: -1 valueSize: 24 sequence: -1 headerKeys: [] payload: "
+        '{"type":"TOPIC_RECORD","version":0,"data":{"name":"foo","topicId":"AAAAAAAAAAAAAAAAAAAwOQ"}}'
+    )
     assert out[4].endswith(
         'payload: {"type":"PARTITION_RECORD","version":2,"data":{"partitionId":0,"topicId":"AAAAAAAAAAAAAAAAAAAwOQ",'
         '"replicas":[1],"isr":[1],"removingReplicas":[],"addingReplicas":[],"leader":1,"leaderEpoch":0,'
         '"partitionEpoch":0,"directories":["AAAAAAAAAAAAAAAAAAAAAA"]}}'
     )
     snap = tmp_path / "00000000000000000042-0000000003.checkpoint"
-    snap.write_bytes(snapshot_file_bytes(
-        77, [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21})],
-        control=[(cr.KRAFT_VERSION, {"version": 0, "k_raft_version": 1})], last_contained_log_timestamp=66,
-    ) + b"\x00\x01")
+    snap.write_bytes(
+        snapshot_file_bytes(
+            77,
+            [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21})],
+            control=[(cr.KRAFT_VERSION, {"version": 0, "k_raft_version": 1})],
+            last_contained_log_timestamp=66,
+        )
+        + b"\x00\x01"
+    )
     garbage = tmp_path / "00000000000000000000.log"
     garbage.write_bytes(build_batch([(None, b"\x01\x63\x00\x00", [], 1)]))  # unknown record type 99
     out, err, code = dump([snap, garbage], cluster_metadata=True)
@@ -173,11 +256,13 @@ def test_cluster_metadata_log_and_snapshots_as_json(tmp_path: Path) -> None:
         "partitionLeaderEpoch: 0 isTransactional: false isControl: true deleteHorizonMs: OptionalLong.empty "
         f"position: 0 CreateTime: 77 size: {out[2].split('size: ')[1].split()[0]} magic: 2 compresscodec: none "
         f"crc: {out[2].split('crc: ')[1].split()[0]} isvalid: true",
-        '| offset: 0 CreateTime: 77 keySize: 4 valueSize: 11 sequence: -1 headerKeys: [] '
+        "| offset: 0 CreateTime: 77 keySize: 4 valueSize: 11 sequence: -1 headerKeys: [] "
         'SnapshotHeader {"version":0,"lastContainedLogTimestamp":66}',
         '| offset: 1 CreateTime: 77 keySize: 4 valueSize: 5 sequence: -1 headerKeys: [] KRaftVersion {"version":0,"kRaftVersion":1}',
     ]
-    assert out[6].endswith('payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}')
+    assert out[6].endswith(
+        'payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}'
+    )
     assert out[8].endswith('SnapshotFooter {"version":0}')
     assert out[9] == f"Found 2 invalid bytes at the end of {snap.name}"
     assert out[-1].endswith(
@@ -189,7 +274,9 @@ def test_cluster_metadata_log_and_snapshots_as_json(tmp_path: Path) -> None:
 def test_missing_and_corrupt_files_are_reported_and_the_rest_dumped(tmp_path: Path) -> None:
     d = partition_log(tmp_path)
     bad = tmp_path / "00000000000000000005.log"
-    bad.write_bytes(b"\x00" * 8 + struct.pack(">iib", 3, 0, 2) + b"\x00" * 60)  # impossible batch length
+    bad.write_bytes(
+        b"\x00" * 8 + struct.pack(">iib", 3, 0, 2) + b"\x00" * 60
+    )  # impossible batch length
     out, err, code = dump([tmp_path / "nope.log", bad, d / f"{SEG}.log"])
     assert code == 1
     assert out[0] == f"Dumping {tmp_path / 'nope.log'}"
@@ -224,8 +311,11 @@ def test_reports_follow_kafkas_map_orders(tmp_path: Path) -> None:
         f.write(struct.pack(">ii", 2, 0) + struct.pack(">ii", 2, 175) + struct.pack(">ii", 6, 0))
     _, err, _ = dump([d / f"{SEG}.index"], verify_index_only=True)
     # keyed by index offset (the last mismatch of offset 2 wins), highest offset first
-    assert err == [f"Mismatches in :{d / SEG}.index", "  Index offset: 6, log offset: 1",
-                   "  Index offset: 2, log offset: 5"]
+    assert err == [
+        f"Mismatches in :{d / SEG}.index",
+        "  Index offset: 6, log offset: 1",
+        "  Index offset: 2, log offset: 5",
+    ]
 
 
 def test_undecodable_metadata_records_and_skip_record_metadata(tmp_path: Path) -> None:
@@ -234,9 +324,14 @@ def test_undecodable_metadata_records_and_skip_record_metadata(tmp_path: Path) -
     good = encode_metadata_record("TopicRecord", {"name": "x", "topic_id": uuid.UUID(int=5)})
     values = [b"", b"\x01", b"\x01\x02", b"\x02\x02\x00", b"\x01\x02\x07\x00", good + b"\x00", good]
     seg = tmp_path / f"{SEG}.log"
-    commit = build_batch([(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 7), [], 2)], base_offset=len(values),
-                         is_control=True)
-    seg.write_bytes(build_batch([(b"k" if i == 6 else None, v, [], 1) for i, v in enumerate(values)]) + commit)
+    commit = build_batch(
+        [(cr.control_key(cr.COMMIT), struct.pack(">hi", 0, 7), [], 2)],
+        base_offset=len(values),
+        is_control=True,
+    )
+    seg.write_bytes(
+        build_batch([(b"k" if i == 6 else None, v, [], 1) for i, v in enumerate(values)]) + commit
+    )
     out, _, _ = dump([seg], cluster_metadata=True, skip_record_metadata=True)
     # Kafka's MetadataRecordSerde messages, in Kafka's skip-record-metadata layout
     assert [line for line in out if not line.startswith("baseOffset")][2:] == [

@@ -52,12 +52,18 @@ def test_random_uuid_prints_kafka_uuids(capsys: pytest.CaptureFixture[str]) -> N
     assert len(seen) == 20
 
 
-def test_format_writes_every_log_dir_and_the_metadata_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_writes_every_log_dir_and_the_metadata_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path, f"metadata.log.dir={tmp_path / 'meta'}\n")
     assert main(["storage", "format", "--cluster-id", CLUSTER, "--config", config]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Bootstrap metadata: BootstrapMetadata(records=[")
-    kinds = {str(tmp_path / "a"): "data", str(tmp_path / "b"): "data", str(tmp_path / "meta"): "metadata"}
+    kinds = {
+        str(tmp_path / "a"): "data",
+        str(tmp_path / "b"): "data",
+        str(tmp_path / "meta"): "metadata",
+    }
     # in Kafka's order: the iteration order of a java.util.HashMap of the directories
     assert out[1:] == [
         f"Formatting {kinds[d]} directory {d} with metadata.version 3.9-IV0."
@@ -71,16 +77,24 @@ def test_format_writes_every_log_dir_and_the_metadata_dir(tmp_path: Path, capsys
     # bootstrap.checkpoint: header, metadata.version, footer, readable by the snapshot reader
     for d in ("a", "b", "meta"):
         records = list(read_snapshot(str(tmp_path / d / "bootstrap.checkpoint")))
-        assert records == [("FeatureLevelRecord", 0, {"name": "metadata.version", "feature_level": 21})]
+        assert records == [
+            ("FeatureLevelRecord", 0, {"name": "metadata.version", "feature_level": 21})
+        ]
         assert read_bootstrap_metadata_version(str(tmp_path / d)) == 21
     # the server takes these directories as they are: same cluster id, nothing rewritten
     before = [(tmp_path / d / "meta.properties").read_bytes() for d in ("a", "b", "meta")]
-    assert ensure_formatted([str(tmp_path / "a"), str(tmp_path / "b")], 3,
-                            metadata_log_dir=str(tmp_path / "meta")) == CLUSTER
+    assert (
+        ensure_formatted(
+            [str(tmp_path / "a"), str(tmp_path / "b")], 3, metadata_log_dir=str(tmp_path / "meta")
+        )
+        == CLUSTER
+    )
     assert [(tmp_path / d / "meta.properties").read_bytes() for d in ("a", "b", "meta")] == before
 
 
-def test_format_refuses_formatted_dirs_unless_ignore_formatted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_refuses_formatted_dirs_unless_ignore_formatted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path)
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 0
     capsys.readouterr()
@@ -105,7 +119,9 @@ def test_format_refuses_formatted_dirs_unless_ignore_formatted(tmp_path: Path, c
     assert meta(tmp_path / "a") == first
 
 
-def test_format_refuses_another_cluster_id_and_invalid_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_refuses_another_cluster_id_and_invalid_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path)
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 0
     capsys.readouterr()
@@ -115,22 +131,42 @@ def test_format_refuses_another_cluster_id_and_invalid_ids(tmp_path: Path, capsy
         f"Invalid cluster.id in: {tmp_path / 'a' / 'meta.properties'}. Expected {other}, but read {CLUSTER}"
     )
     for bad in ("abc", "", "6TFrG0UuQGu0yEEG-nDsH!", CLUSTER + "AA"):
-        assert main(["storage", "format", "-t", bad, "-c", write_config(tmp_path, log_dirs=str(tmp_path / "x"))]) == 1
-        assert f"Cluster ID string {bad} does not appear to be a valid UUID" in capsys.readouterr().err
+        assert (
+            main(
+                [
+                    "storage",
+                    "format",
+                    "-t",
+                    bad,
+                    "-c",
+                    write_config(tmp_path, log_dirs=str(tmp_path / "x")),
+                ]
+            )
+            == 1
+        )
+        assert (
+            f"Cluster ID string {bad} does not appear to be a valid UUID" in capsys.readouterr().err
+        )
         assert not (tmp_path / "x" / "meta.properties").exists()
 
 
-def test_format_refuses_node_id_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_refuses_node_id_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path)
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 0
     capsys.readouterr()
     other = write_config(tmp_path)
-    Path(other).write_text(Path(other).read_text().replace("node.id=3", "node.id=4").replace("3@", "4@"))
+    Path(other).write_text(
+        Path(other).read_text().replace("node.id=3", "node.id=4").replace("3@", "4@")
+    )
     assert main(["storage", "format", "-t", CLUSTER, "-c", other, "-g"]) == 1
     assert "Stored node id 3 doesn't match previous node id 4" in capsys.readouterr().err
 
 
-def test_format_validates_the_config_as_the_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_validates_the_config_as_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # node.id not among the voters of a controller: the server's own KafkaConfig check
     config = write_config(tmp_path)
     Path(config).write_text(Path(config).read_text().replace("3@127", "5@127"))
@@ -142,7 +178,9 @@ def test_format_validates_the_config_as_the_server(tmp_path: Path, capsys: pytes
     Path(config).write_text("process.roles=\nzookeeper.connect=localhost:2181\n")
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 1
     assert "ZooKeeper mode" in capsys.readouterr().err
-    assert main(["storage", "format", "-t", CLUSTER, "-c", str(tmp_path / "missing.properties")]) == 1
+    assert (
+        main(["storage", "format", "-t", CLUSTER, "-c", str(tmp_path / "missing.properties")]) == 1
+    )
     assert "cannot read configuration file" in capsys.readouterr().err
 
 
@@ -151,25 +189,43 @@ def test_format_release_version(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--release-version", "3.7"]) == 0
     assert "with metadata.version 3.7-IV4." in capsys.readouterr().out
     assert read_bootstrap_metadata_version(str(tmp_path / "a")) == 19
-    for bad, message in (("4.0-IV3", "newer than Odradek runs"), ("3.2", "too old"), ("x.y", "Unknown release version")):
+    for bad, message in (
+        ("4.0-IV3", "newer than Odradek runs"),
+        ("3.2", "too old"),
+        ("x.y", "Unknown release version"),
+    ):
         config = write_config(tmp_path, log_dirs=str(tmp_path / bad))
         assert main(["storage", "format", "-t", CLUSTER, "-c", config, "-r", bad]) == 1
         assert message in capsys.readouterr().err
         assert not (tmp_path / bad).exists()
 
 
-def test_format_standalone_writes_the_kip853_bootstrap_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_format_standalone_writes_the_kip853_bootstrap_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path, log_dirs=str(tmp_path / "a"))
-    dynamic = Path(config).read_text().replace(
-        "controller.quorum.voters=3@127.0.0.1:19093", "controller.quorum.bootstrap.servers=127.0.0.1:19093"
+    dynamic = (
+        Path(config)
+        .read_text()
+        .replace(
+            "controller.quorum.voters=3@127.0.0.1:19093",
+            "controller.quorum.bootstrap.servers=127.0.0.1:19093",
+        )
     )
     Path(config).write_text(dynamic)
     # a controller without static voters must say how its quorum starts
     assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 1
-    assert "--standalone, --initial-controllers, or --no-initial-controllers" in capsys.readouterr().err
+    assert (
+        "--standalone, --initial-controllers, or --no-initial-controllers"
+        in capsys.readouterr().err
+    )
     assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--standalone"]) == 0
-    assert f"Formatting dynamic metadata voter directory {tmp_path / 'a'}" in capsys.readouterr().out
-    snapshot = tmp_path / "a" / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint"
+    assert (
+        f"Formatting dynamic metadata voter directory {tmp_path / 'a'}" in capsys.readouterr().out
+    )
+    snapshot = (
+        tmp_path / "a" / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint"
+    )
     data = snapshot.read_bytes()
     controls = []
     for h in iter_batches(data):
@@ -177,7 +233,12 @@ def test_format_standalone_writes_the_kip853_bootstrap_snapshot(tmp_path: Path, 
         for r in decode_batch(data[h.position : h.position + h.size]):
             kind = cr.parse_control_type(r.key)
             controls.append((kind, cr.decode_control_value(kind, r.value or b"")))
-    assert [k for k, _ in controls] == [cr.SNAPSHOT_HEADER, cr.KRAFT_VERSION, cr.KRAFT_VOTERS, cr.SNAPSHOT_FOOTER]
+    assert [k for k, _ in controls] == [
+        cr.SNAPSHOT_HEADER,
+        cr.KRAFT_VERSION,
+        cr.KRAFT_VOTERS,
+        cr.SNAPSHOT_FOOTER,
+    ]
     assert controls[1][1]["k_raft_version"] == 1
     (voter,) = controls[2][1]["voters"]
     directory_id = base64.urlsafe_b64encode(voter["voter_directory_id"].bytes).decode().rstrip("=")
@@ -220,8 +281,11 @@ def test_server_refuses_a_log_dir_of_another_cluster(tmp_path: Path) -> None:
     meta_dir, data_dir = str(tmp_path / "meta"), str(tmp_path / "data")
     ensure_formatted([meta_dir], 1, cluster_id=CLUSTER)
     ensure_formatted([data_dir], 1, cluster_id="7TFrG0UuQGu0yEEG-nDsHA")
-    with pytest.raises(ConfigError, match=r"Invalid cluster\.id in: .*data/meta\.properties\. "
-                       r"Expected 6TFrG0UuQGu0yEEG-nDsHA, but read 7TFrG0UuQGu0yEEG-nDsHA"):
+    with pytest.raises(
+        ConfigError,
+        match=r"Invalid cluster\.id in: .*data/meta\.properties\. "
+        r"Expected 6TFrG0UuQGu0yEEG-nDsHA, but read 7TFrG0UuQGu0yEEG-nDsHA",
+    ):
         ensure_formatted([data_dir], 1, metadata_log_dir=meta_dir)
 
 
