@@ -141,11 +141,9 @@ def standalone_voter(config: KafkaConfig, directory_id: str) -> InitialVoter:
 def run_format(args: argparse.Namespace) -> int:
     try:
         config = _load_config(args.config)
-        release = (
-            parse_release_version(args.release_version, METADATA_VERSION)
-            if args.release_version
-            else METADATA_VERSION
-        )
+        # As Kafka: --release-version, else inter.broker.protocol.version, else the newest.
+        version = args.release_version or config.get("inter.broker.protocol.version")
+        release = parse_release_version(str(version), METADATA_VERSION) if version else METADATA_VERSION
         initial: list[InitialVoter] | None = None
         if args.initial_controllers:
             initial = parse_initial_controllers(args.initial_controllers)

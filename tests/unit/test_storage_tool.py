@@ -189,6 +189,10 @@ def test_format_release_version(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--release-version", "3.7"]) == 0
     assert "with metadata.version 3.7-IV4." in capsys.readouterr().out
     assert read_bootstrap_metadata_version(str(tmp_path / "a")) == 19
+    config = write_config(tmp_path, "inter.broker.protocol.version=3.6\n", log_dirs=str(tmp_path / "ibp"))
+    assert main(["storage", "format", "-t", CLUSTER, "-c", config]) == 0
+    assert "with metadata.version 3.6-IV2." in capsys.readouterr().out
+    assert read_bootstrap_metadata_version(str(tmp_path / "ibp")) == 14
     for bad, message in (
         ("4.0-IV3", "newer than Odradek runs"),
         ("3.2", "too old"),
