@@ -71,8 +71,12 @@ class QuorumController(Listener[MetadataRecord]):
         delete_topic_enable: bool,
         validate_config: Callable[[str, str], str | None],
         broker_configs: BrokerConfigPolicy | None = None,
+        bootstrap_metadata_version: int = METADATA_VERSION,
     ) -> None:
         self.node_id = node_id
+        # metadata.version written when a new log is activated: the formatted release version
+        # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
+        self.bootstrap_metadata_version = bootstrap_metadata_version
         self.raft_client = raft_client
         self.image: MetadataImage = EMPTY_IMAGE
         self.transactions = MetadataTransactions()
@@ -166,7 +170,7 @@ class QuorumController(Listener[MetadataRecord]):
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
         if "metadata.version" not in self.image.features.levels:
-            records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION}))
+            records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": self.bootstrap_metadata_version}))
         return records
 
     def _schedule_activation(self) -> None:

@@ -21,6 +21,7 @@ from odradek.protocol import messages as m
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.formatter import read_bootstrap_metadata_version
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
 
@@ -73,6 +74,7 @@ class ControllerServer:
             delete_topic_enable=cfg.delete_topic_enable,
             validate_config=config_defs.validate_topic_config,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
+            bootstrap_metadata_version=read_bootstrap_metadata_version(cfg.metadata_log_dir) or METADATA_VERSION,
         )
         self.shared.register(controller)
         self.controller = controller

@@ -82,7 +82,7 @@ class KafkaRaftServer:
             await self._close_roles()
             self.shared.release_locks()
             raise
-        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
+        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id, metadata_log_dir=cfg.metadata_log_dir)
         await self.shared.open_metadata_log()
         assert self.controller is not None  # broker-only is refused in __init__
         await self.controller.startup(self.cluster_id)
