@@ -115,6 +115,9 @@ class RequestManager:
             self.backoff_until[destination] = now_ms + self.config.retry_backoff_ms
         return now_ms >= self.backoff_until.get(destination, 0)
 
+    def has_inflight(self, destinations: frozenset[int], now_ms: int) -> bool:
+        return any(not self.is_ready(d, now_ms) and d in self.inflight for d in destinations)
+
     def on_send(self, destination: int, correlation_id: int, now_ms: int) -> None:
         self.inflight[destination] = (correlation_id, now_ms + self.config.request_timeout_ms)
 
@@ -839,7 +842,8 @@ class RaftCore:
                     )
                     self._send(voter, msgs.END_QUORUM_EPOCH, data, now_ms)
             if not shutting_down and state.has_election_timeout_expired(now_ms):
-                self._transition_to_prospective(now_ms)
+                # No leader can exist in the epoch this node resigned: no pre-vote needed.
+                self._transition_to_candidate(now_ms)
         elif isinstance(state, (ProspectiveState, CandidateState)):
             self._poll_nominee(state, now_ms, shutting_down)
         elif isinstance(state, FollowerState):
@@ -893,7 +897,7 @@ class RaftCore:
         self._send(leader_id, msgs.FETCH, data, now_ms)
 
     def _send_fetch_to_any_voter(self, now_ms: int) -> None:
-        if any(dest in self.voters for dest in self.requests.inflight):
+        if self.requests.has_inflight(self.voters, now_ms):
             return
         voters = sorted(self.voters)
         for _ in range(len(voters)):
