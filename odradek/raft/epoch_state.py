@@ -179,6 +179,10 @@ class ProspectiveState(_Nominee):
             return log_up_to_date
         if self.voted_id != NO_ID:
             return self.voted_id == candidate_id
+        if self.known_leader_id != NO_ID:
+            # The epoch has a leader (this node may have voted for it before the vote was
+            # replaced in the quorum-state file by the leader): no other leader in this epoch.
+            return False
         return log_up_to_date
 
 
