@@ -169,6 +169,10 @@ class ProspectiveState(_Nominee):
         self.voted_id = voted_id
         self.retries = retries
 
+    @property
+    def leader_id(self) -> int | None:
+        return None if self.known_leader_id == NO_ID else self.known_leader_id
+
     def election(self) -> Election:
         if self.voted_id != NO_ID:
             return Election(self.epoch, voted_id=self.voted_id)
@@ -375,7 +379,9 @@ class ResignedState(_TimedState):
 
     @property
     def leader_id(self) -> int | None:
-        return self.local_id
+        # The file still names this node (a restart must resign again), but nobody leads the
+        # epoch any more: answers say "no leader", so that nobody follows a resigned leader.
+        return None
 
     def election(self) -> Election:
         return Election(self.epoch, leader_id=self.local_id)

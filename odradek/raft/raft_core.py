@@ -500,6 +500,8 @@ class RaftCore:
         if isinstance(state, FollowerState) and state.leader_id == leader_id:
             backoff = self._end_epoch_election_backoff(msgs.preferred_successors(p))
             state.override_fetch_timeout(now_ms, backoff)
+            # The leader said it is gone: pre-votes of its successors may be granted now.
+            state.has_fetched_from_leader = False
         return msgs.quorum_epoch_response(NONE, self.epoch, self.quorum.leader_id_or_nil)
 
     def _end_epoch_election_backoff(self, successors: list[int]) -> int:
@@ -664,6 +666,8 @@ class RaftCore:
                 or self.quorum.is_leader()
                 or isinstance(self.quorum.state, ResignedState)
             )
+        if isinstance(self.quorum.state, ResignedState) and epoch == self.epoch:
+            return leader_id is None  # nobody but this node could have led its epoch
         known = self.quorum.leader_id
         return epoch != self.epoch or leader_id is None or known is None or known == leader_id
 
@@ -729,8 +733,16 @@ class RaftCore:
         else:
             state.record_rejected(source)
             if state.is_vote_rejected() and not state.is_backing_off:
-                state.start_backing_off(now_ms, self._binary_exponential_backoff_ms(state.retries))
+                self._on_election_lost(state, now_ms)
         return True
+
+    def _on_election_lost(self, state: ProspectiveState | CandidateState, now_ms: int) -> None:
+        """KIP-996: a prospective that knows the epoch's leader goes back to following it (it
+        times out again if the leader is really gone); otherwise back off and try again."""
+        if isinstance(state, ProspectiveState) and state.leader_id is not None:
+            self._transition_to_follower(state.epoch, state.leader_id, now_ms)
+        else:
+            state.start_backing_off(now_ms, self._binary_exponential_backoff_ms(state.retries))
 
     def _binary_exponential_backoff_ms(self, retries: int) -> int:
         bound = 2 << min(20, max(retries, 1) - 1)
@@ -819,6 +831,13 @@ class RaftCore:
     # -- time ---------------------------------------------------------------------------------
 
     def _poll(self, now_ms: int) -> None:
+        for _ in range(8):  # a transition may make the new state act at once
+            state = self.quorum.state
+            self._poll_once(now_ms)
+            if self.quorum.state is state:
+                return
+
+    def _poll_once(self, now_ms: int) -> None:
         state = self.quorum.state
         shutting_down = self._shutdown_deadline_ms is not None
         if isinstance(state, LeaderState):
@@ -826,7 +845,6 @@ class RaftCore:
             self._complete_parked_fetches(now_ms, expired_only=not moved)
             if shutting_down or state.resign_requested or state.has_check_quorum_expired(now_ms):
                 self._resign(now_ms)
-                self._poll(now_ms)
                 return
             for voter in state.non_acknowledging_voters():
                 if self.requests.is_ready(voter, now_ms):
@@ -873,7 +891,7 @@ class RaftCore:
                 self._transition_to_prospective(now_ms)
             return
         if state.has_election_timeout_expired(now_ms):
-            state.start_backing_off(now_ms, self._binary_exponential_backoff_ms(state.retries))
+            self._on_election_lost(state, now_ms)
             return
         if state.is_vote_rejected():
             return
