@@ -19,6 +19,7 @@ heal applied by every node within a bounded simulated time).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 from collections.abc import Callable
@@ -479,7 +480,7 @@ class Simulation:
                 self.log(f"node {node.node_id} shuts down gracefully")
                 self.drain(node)
                 incarnation = node.incarnation
-                self.at(self.now + 300, lambda n=node, i=incarnation: self._finish_shutdown(n, i))
+                self.at(self.now + 300, functools.partial(self._finish_shutdown, node, incarnation))
 
     def _finish_shutdown(self, node: Node, incarnation: int) -> None:
         if node.core is not None and node.incarnation == incarnation:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from odradek.raft import epoch_state, quorum, raft_core
-from tests.sim.raft_sim import Violation, run_schedule
+
+from .raft_sim import Violation, run_schedule
 
 REPLAY = "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k schedules -q"
 
@@ -115,13 +116,13 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
         lambda mp: mp.setattr(
             quorum.QuorumState, "transition_to_unattached_voted", _vote_not_persisted
         ),
-        [190],
+        [185],
     ),
     "vote granted to a candidate whose log is behind": (
         lambda mp: mp.setattr(
             epoch_state.UnattachedState, "can_grant_vote", _ignore_log_up_to_date
         ),
-        [94],
+        [21],
     ),
 }
 

@@ -19,6 +19,7 @@ from odradek.raft.raft_messages import RaftMessage
 
 CLUSTER = "test-cluster"
 VOTERS = frozenset({1, 2, 3})
+EMPTY = OffsetAndEpoch(0, 0)
 
 
 def core(node_id: int, voters: frozenset[int] = VOTERS, **kwargs: Any) -> RaftCore:
@@ -62,13 +63,13 @@ class Cluster:
 
     def deliver(self, queue: list[RaftMessage]) -> None:
         for _ in range(1000):
-                if not queue:
-                    break
-                message = queue.pop(0)
-                if message.destination not in self.cores:
-                    continue  # a node that is gone
-                self.cores[message.destination].handle(message, self.now)
-                queue += self.drain(message.destination)
+            if not queue:
+                break
+            message = queue.pop(0)
+            if message.destination not in self.cores:
+                continue  # a node that is gone
+            self.cores[message.destination].handle(message, self.now)
+            queue += self.drain(message.destination)
 
     def leader(self) -> RaftCore:
         leaders = [c for c in self.cores.values() if c.is_leader()]
@@ -180,9 +181,7 @@ def test_graceful_shutdown_resigns_to_the_most_caught_up_voter() -> None:
     assert old.is_shutdown_complete(cluster.now)
 
 
-def vote(
-    candidate: int, epoch: int, last: OffsetAndEpoch = OffsetAndEpoch(0, 0), **over: Any
-) -> dict[str, Any]:
+def vote(candidate: int, epoch: int, last: OffsetAndEpoch = EMPTY, **over: Any) -> dict[str, Any]:
     data = msgs.vote_request(CLUSTER, candidate, epoch, last, 1, pre_vote=False)
     data.update(over)
     return data
