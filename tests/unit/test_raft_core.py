@@ -195,6 +195,16 @@ def test_vote_from_a_non_voter_is_inconsistent_voter_set() -> None:
     assert not part["vote_granted"] and c.epoch == 0
 
 
+def test_observer_never_votes() -> None:
+    observer = core(9)
+    observer.handle(request(msgs.VOTE, vote(2, 1), source=2, destination=9), 0)
+    part = partition_of(only_response(observer))
+    assert part["error_code"] == Errors.INCONSISTENT_VOTER_SET
+    assert not part["vote_granted"]
+    observer.tick(10**6)
+    assert not [m for m in observer.ready().messages if m.api_key == msgs.VOTE]
+
+
 def test_vote_from_another_cluster_is_inconsistent_cluster_id() -> None:
     c = core(1)
     c.handle(request(msgs.VOTE, vote(2, 1, cluster_id="other")), 0)
