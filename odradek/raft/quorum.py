@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 CHECK_QUORUM_TIMEOUT_FACTOR = 1.5  # Kafka's LeaderState.CHECK_QUORUM_TIMEOUT_FACTOR
 NEVER = 1 << 62  # an observer's election timer
+RETRY_BACKOFF_BASE_MS = 50  # Kafka's KafkaRaftClient.RETRY_BACKOFF_BASE_MS
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,26 @@ class QuorumState:
     def random_election_timeout_ms(self) -> int:
         t = self.config.election_timeout_ms
         return 0 if t == 0 else t + self.random.randrange(t)
+
+    def binary_exponential_backoff_ms(self, retries: int) -> int:
+        """Kafka's backoff after a lost election: random, doubling with the retries."""
+        bound = 2 << min(20, max(retries, 1) - 1)
+        return min(
+            RETRY_BACKOFF_BASE_MS * self.random.randrange(bound),
+            self.config.election_backoff_max_ms,
+        )
+
+    def end_epoch_election_backoff_ms(self, local_id: int, successors: list[int]) -> int:
+        """Kafka's strict exponential backoff after EndQuorumEpoch: the first preferred
+        successor runs at once, the others later by position."""
+        max_ms = self.config.election_backoff_max_ms
+        if local_id not in successors:
+            return max_ms
+        position = successors.index(local_id)
+        if position == 0:
+            return 0
+        base = max_ms >> (len(successors) - 1)
+        return min(max_ms, base << (position - 1))
 
     @property
     def check_quorum_timeout_ms(self) -> int:

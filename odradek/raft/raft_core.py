@@ -25,10 +25,8 @@ from __future__ import annotations
 import logging
 import random as _random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.protocol.errors import Errors
 from odradek.raft import raft_messages as msgs
 from odradek.raft.epoch_state import (
     NO_ID,
@@ -42,97 +40,24 @@ from odradek.raft.epoch_state import (
 )
 from odradek.raft.quorum import QuorumConfig, QuorumState
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch, RaftLog
-from odradek.raft.raft_messages import RaftMessage
+from odradek.raft.raft_messages import (
+    BROKER_NOT_AVAILABLE,
+    FENCED_LEADER_EPOCH,
+    INCONSISTENT_CLUSTER_ID,
+    INCONSISTENT_VOTER_SET,
+    INVALID_REQUEST,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    RaftMessage,
+)
+from odradek.raft.raft_ready import Append, LeaderChange, NotLeader, Ready, Truncate
+from odradek.raft.request_manager import FetchPurgatory, RequestManager
 
 log = logging.getLogger(__name__)
 
 MAX_FETCH_BATCHES = 64
-RETRY_BACKOFF_BASE_MS = 50  # Kafka's KafkaRaftClient.RETRY_BACKOFF_BASE_MS
-
-NONE = int(Errors.NONE)
-FENCED_LEADER_EPOCH = int(Errors.FENCED_LEADER_EPOCH)
-UNKNOWN_LEADER_EPOCH = int(Errors.UNKNOWN_LEADER_EPOCH)
-NOT_LEADER_OR_FOLLOWER = int(Errors.NOT_LEADER_OR_FOLLOWER)
-BROKER_NOT_AVAILABLE = int(Errors.BROKER_NOT_AVAILABLE)
-INVALID_REQUEST = int(Errors.INVALID_REQUEST)
-INCONSISTENT_VOTER_SET = int(Errors.INCONSISTENT_VOTER_SET)
-INCONSISTENT_CLUSTER_ID = int(Errors.INCONSISTENT_CLUSTER_ID)
-UNKNOWN_TOPIC_OR_PARTITION = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-
-
-class NotLeader(Exception):
-    """A proposal at an epoch this node does not lead (the driver raises the RaftClient's
-    ``NotLeaderError``)."""
-
-
-@dataclass(frozen=True)
-class LeaderChange:
-    leader_id: int | None
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Append:
-    batch: LogBatch
-
-
-@dataclass(frozen=True)
-class Truncate:
-    """Remove every record at and after ``offset``."""
-
-    offset: int
-
-
-@dataclass
-class Ready:
-    election: Election | None = None
-    log_ops: list[Append | Truncate] = field(default_factory=list)
-    messages: list[RaftMessage] = field(default_factory=list)
-    committed: list[LogBatch] = field(default_factory=list)
-    leader_changes: list[LeaderChange] = field(default_factory=list)
-
-    def is_empty(self) -> bool:
-        return not (
-            self.election or self.log_ops or self.messages or self.committed or self.leader_changes
-        )
-
-
-class RequestManager:
-    """One request in flight per destination (Kafka's ``RequestManager``): a response is
-    expected only for the latest correlation id sent there; a failed one backs off."""
-
-    def __init__(self, config: QuorumConfig) -> None:
-        self.config = config
-        self.inflight: dict[int, tuple[int, int]] = {}  # destination -> (correlation, deadline)
-        self.backoff_until: dict[int, int] = {}
-
-    def is_ready(self, destination: int, now_ms: int) -> bool:
-        entry = self.inflight.get(destination)
-        if entry is not None:
-            if now_ms < entry[1]:
-                return False
-            del self.inflight[destination]  # timed out
-            self.backoff_until[destination] = now_ms + self.config.retry_backoff_ms
-        return now_ms >= self.backoff_until.get(destination, 0)
-
-    def has_inflight(self, destinations: frozenset[int], now_ms: int) -> bool:
-        return any(not self.is_ready(d, now_ms) and d in self.inflight for d in destinations)
-
-    def on_send(self, destination: int, correlation_id: int, now_ms: int) -> None:
-        self.inflight[destination] = (correlation_id, now_ms + self.config.request_timeout_ms)
-
-    def is_expected(self, source: int, correlation_id: int) -> bool:
-        entry = self.inflight.get(source)
-        return entry is not None and entry[0] == correlation_id
-
-    def on_response(self, source: int, ok: bool, now_ms: int) -> None:
-        self.inflight.pop(source, None)
-        if not ok:
-            self.backoff_until[source] = now_ms + self.config.retry_backoff_ms
-
-    def reset_all(self) -> None:
-        self.inflight.clear()
-        self.backoff_until.clear()
 
 
 class RaftCore:
@@ -159,9 +84,7 @@ class RaftCore:
         self.requests = RequestManager(config)
         self._ready = Ready()
         self._next_correlation = rng.randrange(1 << 30)
-        self._parked_fetches: dict[
-            int, tuple[RaftMessage, int]
-        ] = {}  # replica -> (request, deadline)
+        self.fetch_purgatory = FetchPurgatory()
         self._high_watermark: int | None = None
         self._next_commit_offset = 0
         self._last_leader_change: LeaderChange | None = None
@@ -498,22 +421,13 @@ class RaftCore:
             return msgs.quorum_epoch_response(error, self.epoch, self.quorum.leader_id_or_nil)
         state = self.quorum.state
         if isinstance(state, FollowerState) and state.leader_id == leader_id:
-            backoff = self._end_epoch_election_backoff(msgs.preferred_successors(p))
+            backoff = self.quorum.end_epoch_election_backoff_ms(
+                self.node_id, msgs.preferred_successors(p)
+            )
             state.override_fetch_timeout(now_ms, backoff)
             # The leader said it is gone: pre-votes of its successors may be granted now.
             state.has_fetched_from_leader = False
         return msgs.quorum_epoch_response(NONE, self.epoch, self.quorum.leader_id_or_nil)
-
-    def _end_epoch_election_backoff(self, successors: list[int]) -> int:
-        """Kafka's strict exponential backoff: the first preferred successor goes at once."""
-        max_ms = self.config.election_backoff_max_ms
-        if self.node_id not in successors:
-            return max_ms
-        position = successors.index(self.node_id)
-        if position == 0:
-            return 0
-        base = max_ms >> (len(successors) - 1)
-        return min(max_ms, base << (position - 1))
 
     def _handle_fetch_request(self, request: RaftMessage, p: dict[str, Any], now_ms: int) -> None:
         data = request.data
@@ -543,10 +457,9 @@ class RaftCore:
         )
         replica_id = msgs.fetch_replica_id(data)
         if parkable and replica_id >= 0:
-            previous = self._parked_fetches.pop(replica_id, None)
+            previous = self.fetch_purgatory.park(replica_id, request, now_ms + max_wait_ms)
             if previous is not None:  # a replica has one fetch in flight: answer the old one
-                self._respond(previous[0], response)
-            self._parked_fetches[replica_id] = (request, now_ms + max_wait_ms)
+                self._respond(previous, response)
         else:
             self._respond(request, response)
 
@@ -583,23 +496,16 @@ class RaftCore:
         return msgs.fetch_response(NONE, epoch, leader, hw, records=records)
 
     def _complete_parked_fetches(self, now_ms: int, expired_only: bool = False) -> None:
-        for replica_id, (request, deadline) in list(self._parked_fetches.items()):
-            if expired_only and now_ms < deadline:
-                continue
-            del self._parked_fetches[replica_id]
+        for request in self.fetch_purgatory.take(now_ms, expired_only):
             partition = msgs.single_partition(request.data)
             assert partition is not None
             self._respond(request, self._try_complete_fetch(request, partition, now_ms))
 
     def _fail_parked_fetches(self) -> None:
-        for request, _ in self._parked_fetches.values():
-            self._respond(
-                request,
-                msgs.fetch_response(
-                    NOT_LEADER_OR_FOLLOWER, self.epoch, self.quorum.leader_id_or_nil, -1
-                ),
-            )
-        self._parked_fetches.clear()
+        leader = self.quorum.leader_id_or_nil
+        for request in self.fetch_purgatory.take(0, expired_only=False):
+            error = msgs.fetch_response(NOT_LEADER_OR_FOLLOWER, self.epoch, leader, -1)
+            self._respond(request, error)
 
     def _describe_quorum(self, data: dict[str, Any], now_ms: int) -> dict[str, Any]:
         if msgs.single_partition(data) is None:
@@ -607,28 +513,7 @@ class RaftCore:
         state = self.quorum.state
         if not isinstance(state, LeaderState):
             return msgs.describe_quorum_response(NOT_LEADER_OR_FOLLOWER)
-
-        def replica(s: Any, is_local: bool) -> dict[str, Any]:
-            end = self.log.end_offset if is_local else s.end_offset
-            return {
-                "replica_id": s.replica_id,
-                "replica_directory_id": None,
-                "log_end_offset": -1 if end is None else end,
-                "last_fetch_timestamp": now_ms if is_local else s.last_fetch_ms,
-                "last_caught_up_timestamp": now_ms if is_local else s.last_caught_up_ms,
-            }
-
-        return msgs.describe_quorum_response(
-            NONE,
-            self.node_id,
-            state.epoch,
-            -1 if state.high_watermark is None else state.high_watermark,
-            [
-                replica(s, s.replica_id == self.node_id)
-                for _, s in sorted(state.voter_states.items())
-            ],
-            [replica(s, False) for _, s in sorted(state.observer_states.items())],
-        )
+        return msgs.describe_quorum_from_leader(state, self.log.end_offset, now_ms)
 
     # -- responses ----------------------------------------------------------------------------
 
@@ -742,14 +627,9 @@ class RaftCore:
         if isinstance(state, ProspectiveState) and state.leader_id is not None:
             self._transition_to_follower(state.epoch, state.leader_id, now_ms)
         else:
-            state.start_backing_off(now_ms, self._binary_exponential_backoff_ms(state.retries))
-
-    def _binary_exponential_backoff_ms(self, retries: int) -> int:
-        bound = 2 << min(20, max(retries, 1) - 1)
-        return min(
-            RETRY_BACKOFF_BASE_MS * self.random.randrange(bound),
-            self.config.election_backoff_max_ms,
-        )
+            state.start_backing_off(
+                now_ms, self.quorum.binary_exponential_backoff_ms(state.retries)
+            )
 
     def _handle_quorum_epoch_response(
         self, source: int, p: dict[str, Any], now_ms: int, begin: bool

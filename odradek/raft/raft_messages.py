@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.protocol.errors import Errors
+from odradek.raft.epoch_state import LeaderState, ReplicaState
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
 
 FETCH = 1
@@ -36,6 +38,16 @@ METADATA_PARTITION = 0
 FETCH_MAX_WAIT_MS = 500  # Kafka's KafkaRaftClient.FETCH_MAX_WAIT_MS
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 NO_ID = -1
+
+NONE = int(Errors.NONE)
+FENCED_LEADER_EPOCH = int(Errors.FENCED_LEADER_EPOCH)
+UNKNOWN_LEADER_EPOCH = int(Errors.UNKNOWN_LEADER_EPOCH)
+NOT_LEADER_OR_FOLLOWER = int(Errors.NOT_LEADER_OR_FOLLOWER)
+BROKER_NOT_AVAILABLE = int(Errors.BROKER_NOT_AVAILABLE)
+INVALID_REQUEST = int(Errors.INVALID_REQUEST)
+INCONSISTENT_VOTER_SET = int(Errors.INCONSISTENT_VOTER_SET)
+INCONSISTENT_CLUSTER_ID = int(Errors.INCONSISTENT_CLUSTER_ID)
+UNKNOWN_TOPIC_OR_PARTITION = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
 
 Data = dict[str, Any]
 
@@ -291,6 +303,29 @@ def describe_quorum_response(
         "observers": observers or [],
     }
     return {"error_code": 0, "error_message": None, "topics": _topics(partition), "nodes": []}
+
+
+def describe_quorum_from_leader(state: LeaderState, log_end_offset: int, now_ms: int) -> Data:
+    """The leader's DescribeQuorum answer: every voter's and observer's end offset and times."""
+
+    def replica(s: ReplicaState, is_local: bool) -> Data:
+        end = log_end_offset if is_local else s.end_offset
+        return {
+            "replica_id": s.replica_id,
+            "replica_directory_id": None,
+            "log_end_offset": -1 if end is None else end,
+            "last_fetch_timestamp": now_ms if is_local else s.last_fetch_ms,
+            "last_caught_up_timestamp": now_ms if is_local else s.last_caught_up_ms,
+        }
+
+    return describe_quorum_response(
+        0,
+        state.local_id,
+        state.epoch,
+        -1 if state.high_watermark is None else state.high_watermark,
+        [replica(s, s.replica_id == state.local_id) for _, s in sorted(state.voter_states.items())],
+        [replica(s, False) for _, s in sorted(state.observer_states.items())],
+    )
 
 
 def leader_change_message(leader_id: int, voters: frozenset[int], granting: frozenset[int]) -> Data:

@@ -34,7 +34,7 @@ from odradek.raft.raft_messages import RaftMessage
 
 CLUSTER_ID = "sim-cluster-0000000000"
 TICK_MS = 50
-LIVENESS_BOUND_MS = 30_000
+LIVENESS_BOUND_MS = 10_000  # after the heal: fetch + election timeouts and backoffs, twice over
 
 
 class Violation(AssertionError):
