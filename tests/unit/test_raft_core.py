@@ -327,3 +327,45 @@ def test_follower_times_out_into_a_pre_vote_not_a_new_epoch() -> None:
     assert {m.destination for m in votes} == {2, 3}
     part = partition_of(votes[0].data)
     assert part["pre_vote"] and part["candidate_epoch"] == 3
+
+
+def _hostile(data: Any, rng: random.Random) -> Any:
+    """``data`` with some values replaced by odd ones of the same or another type."""
+    if isinstance(data, dict):
+        return {k: _hostile(v, rng) for k, v in data.items() if rng.random() > 0.05}
+    if isinstance(data, list):
+        return [_hostile(v, rng) for v in data]
+    if isinstance(data, bool) or not isinstance(data, int) or rng.random() > 0.3:
+        return data
+    return rng.choice([-1, 0, 1, 2, 3, 7, 99, -(2**31), 2**31 - 1, None, "x"])
+
+
+def test_hostile_requests_and_responses_never_raise() -> None:
+    rng = random.Random(5)
+    cluster = Cluster(observers=(9,))
+    cluster.run(3000)
+    samples = [m for m in cluster.sent if m.api_key != msgs.DESCRIBE_QUORUM][-60:]
+    assert {m.api_key for m in samples} >= {msgs.FETCH}
+    templates = samples + [
+        request(msgs.VOTE, vote(2, 5)),
+        request(msgs.BEGIN_QUORUM_EPOCH, msgs.begin_quorum_epoch_request(CLUSTER, 2, 5, 1)),
+        request(msgs.END_QUORUM_EPOCH, msgs.end_quorum_epoch_request(CLUSTER, 2, 5, [1, 3])),
+    ]
+    for _ in range(600):
+        template = rng.choice(templates)
+        target = rng.choice(sorted(cluster.cores))
+        message = RaftMessage(
+            template.source,
+            target,
+            template.api_key,
+            template.correlation_id,
+            _hostile(template.data, rng),
+            template.is_response,
+        )
+        cluster.cores[target].handle(message, cluster.now)
+        cluster.drain(target)
+    cluster.run(6000)  # and the quorum still works afterwards
+    leader = cluster.leader()
+    leader.propose(leader.epoch, ["after"], cluster.now)
+    cluster.run(1000)
+    assert all(c[-1:] == ["after"] for c in cluster.committed.values())
