@@ -71,6 +71,7 @@ class RaftCore:
         now_ms: int,
         election: Election | None = None,
         batches: Sequence[LogBatch] = (),
+        max_fetch_batches: int = MAX_FETCH_BATCHES,
     ) -> None:
         """``election`` is what the ``quorum-state`` file holds (None: no file yet),
         ``batches`` the durable log read at start-up."""
@@ -80,6 +81,7 @@ class RaftCore:
         self.config = config
         self.random = rng
         self.log = RaftLog(batches)
+        self.max_fetch_batches = max_fetch_batches  # batches per Fetch response
         self.quorum = QuorumState(node_id, self.voters, config, rng)
         self.requests = RequestManager(config)
         self._ready = Ready()
@@ -492,7 +494,7 @@ class RaftCore:
                 self._update_committed(state.high_watermark)
                 self._high_watermark_moved = True
                 hw = state.high_watermark if state.high_watermark is not None else -1
-        records = self.log.read(fetch_offset, MAX_FETCH_BATCHES)
+        records = self.log.read(fetch_offset, self.max_fetch_batches)
         return msgs.fetch_response(NONE, epoch, leader, hw, records=records)
 
     def _complete_parked_fetches(self, now_ms: int, expired_only: bool = False) -> None:

@@ -34,3 +34,11 @@ def sim_seeds(request: pytest.FixtureRequest) -> list[int]:
     count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
     first = _option(config, "--sim-first-seed", "ODRADEK_SIM_FIRST_SEED") or 0
     return list(range(first, first + count))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Many schedules need more than the suite's per-test timeout: about a second each."""
+    count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
+    for item in items:
+        if item.name == "test_raft_schedules" and count > DEFAULT_SCHEDULES:
+            item.add_marker(pytest.mark.timeout(60 + count))

@@ -73,10 +73,21 @@ class Disk:
             self.entries.extend(Entry(b.epoch, r, b.control, b.append_timestamp) for r in b.records)
 
     def batches(self) -> list[LogBatch]:
-        return [
-            LogBatch(i, e.epoch, (e.record,), e.timestamp, e.control)
-            for i, e in enumerate(self.entries)
-        ]
+        """The entries read back as batches (a run of one epoch, control records apart)."""
+        out: list[LogBatch] = []
+        for offset, e in enumerate(self.entries):
+            last = out[-1] if out else None
+            if (
+                last is not None
+                and (last.epoch, last.control) == (e.epoch, e.control)
+                and not e.control
+            ):
+                out[-1] = LogBatch(
+                    last.base_offset, e.epoch, (*last.records, e.record), last.append_timestamp
+                )
+            else:
+                out.append(LogBatch(offset, e.epoch, (e.record,), e.timestamp, e.control))
+        return out
 
 
 @dataclass
@@ -105,11 +116,13 @@ class Simulation:
         observers: int = 1,
         faults: Faults | None = None,
         config: QuorumConfig | None = None,
+        max_fetch_batches: int = 64,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
         self.config = config or QuorumConfig()
+        self.max_fetch_batches = max_fetch_batches  # small: followers catch up in pieces
         self.voter_ids = frozenset(range(1, voters + 1))
         self.nodes: dict[int, Node] = {}
         for node_id in range(1, voters + observers + 1):
@@ -163,6 +176,7 @@ class Simulation:
             node.local_ms(self.now),
             election=node.disk.election,
             batches=node.disk.batches(),
+            max_fetch_batches=self.max_fetch_batches,
         )
         self.log(f"start node {node.node_id} #{node.incarnation} as {node.core.state!r}")
         self.drain(node)
@@ -557,6 +571,7 @@ def run_schedule(seed: int) -> Simulation:
             duplicate=shape.choice((0.0, 0.05)),
             max_delay_ms=shape.choice((5, 40, 150)),
         ),
+        max_fetch_batches=shape.choice((3, 64)),
     )
     sim.run()
     return sim

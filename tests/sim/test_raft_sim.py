@@ -17,7 +17,9 @@ from odradek.raft import epoch_state, quorum, raft_core
 
 from .raft_sim import Violation, run_schedule
 
-REPLAY = "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k test_raft_schedules -q"
+REPLAY = (
+    "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k test_raft_schedules -q"
+)
 
 
 @pytest.fixture(autouse=True)
