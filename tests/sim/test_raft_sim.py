@@ -124,7 +124,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
         lambda mp: mp.setattr(
             epoch_state.UnattachedState, "can_grant_vote", _ignore_log_up_to_date
         ),
-        [21],
+        [40],
     ),
 }
 
