@@ -34,7 +34,8 @@ from odradek.raft.raft_messages import RaftMessage
 
 CLUSTER_ID = "sim-cluster-0000000000"
 TICK_MS = 50
-LIVENESS_BOUND_MS = 10_000  # after the heal: fetch + election timeouts and backoffs, twice over
+LIVENESS_BOUND_MS = 10_000  # heal -> a leader commits a probe: timeouts and backoffs, twice over
+CATCH_UP_BOUND_MS = 30_000  # heal -> every node applied it (far-behind followers fetch in pieces)
 
 
 class Violation(AssertionError):
@@ -139,6 +140,7 @@ class Simulation:
         self.healed = False
         self.leaders: dict[int, int] = {}  # epoch -> leader
         self._leader_checked: dict[int, int] = {}  # epoch -> committed offsets checked
+        self.committed_records: set[str] = set()
         self.commit_epochs: list[int] = []  # by offset: the epoch in which it was committed
         self.committed: dict[int, tuple[int, Any]] = {}  # offset -> (epoch, record)
         self.entries_seen: dict[
@@ -338,6 +340,8 @@ class Simulation:
             known = self.committed.get(offset)
             if known is None:
                 self.committed[offset] = entry
+                if isinstance(record, str):
+                    self.committed_records.add(record)
                 assert node.core is not None
                 self.commit_epochs.append(node.core.epoch)
                 self.check_durable_on_majority(offset, entry)
@@ -516,10 +520,10 @@ class Simulation:
         self.schedule_faults()
         heal_at = self.faults.fault_phase_ms
         self.at(heal_at, self.heal)
-        deadline = heal_at + LIVENESS_BOUND_MS
+        deadline = heal_at + CATCH_UP_BOUND_MS
         probes: list[str] = []
-        probe_at = heal_at + 1
-        next_probe_at = heal_at + 1
+        committed = False
+        probe_at = next_probe_at = heal_at + 1
         while self._queue:
             time_ms, _, action = heapq.heappop(self._queue)
             if time_ms > deadline:
@@ -528,21 +532,31 @@ class Simulation:
             action()
             self.steps += 1
             self.check_step()
-            if self.healed and self.now >= probe_at:
-                probe_at = self.now + 100
+            if not self.healed or self.now < probe_at:
+                continue
+            probe_at = self.now + 100
+            committed = committed or any(p in self.committed_records for p in probes)
+            if committed:
                 if any(self._applied_everywhere(p) for p in probes):
                     return
-                if self.now >= next_probe_at:
-                    # A probe a leader proposed may be lost with its epoch: propose another.
-                    probe = self._propose_probe(len(probes))
-                    if probe is not None:
-                        probes.append(probe)
-                        next_probe_at = self.now + 3000
-        states = {n.node_id: repr(n.core.state) if n.core else "down" for n in self.nodes.values()}
+            elif self.now > heal_at + LIVENESS_BOUND_MS:
+                raise Violation(
+                    f"liveness: no leader committed a record proposed after the faults healed "
+                    f"(probes {probes}) within {LIVENESS_BOUND_MS} ms; states {self._states()}"
+                )
+            elif self.now >= next_probe_at:
+                # A probe a leader proposed may be lost with its epoch: propose another.
+                probe = self._propose_probe(len(probes))
+                if probe is not None:
+                    probes.append(probe)
+                    next_probe_at = self.now + 3000
         raise Violation(
-            f"liveness: no record proposed after the faults healed (probes {probes}) was applied "
-            f"by every node within {LIVENESS_BOUND_MS} ms; states {states}"
+            f"liveness: the probe committed after the faults healed (of {probes}) was not applied "
+            f"by every node within {CATCH_UP_BOUND_MS} ms; states {self._states()}"
         )
+
+    def _states(self) -> dict[int, str]:
+        return {n.node_id: repr(n.core.state) if n.core else "down" for n in self.nodes.values()}
 
     def _propose_probe(self, n: int) -> str | None:
         for node in self.nodes.values():
@@ -571,7 +585,7 @@ def run_schedule(seed: int) -> Simulation:
             duplicate=shape.choice((0.0, 0.05)),
             max_delay_ms=shape.choice((5, 40, 150)),
         ),
-        max_fetch_batches=shape.choice((3, 64)),
+        max_fetch_batches=shape.choice((8, 64)),
     )
     sim.run()
     return sim
