@@ -13,6 +13,7 @@ import pytest
 from odradek.controller.quorum_controller import METADATA_VERSION
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
+from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.kafka_raft_server import KafkaRaftServer
@@ -36,11 +37,13 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                 resp = await client.send(m.API_VERSIONS, 3, {"client_software_name": "t",
                                                              "client_software_version": "1"})
                 assert resp["error_code"] == Errors.NONE
-                # ApiVersions and the ControllerApis a client may send to a controller.
+                # ApiVersions, the ControllerApis a client may send to a controller, and the
+                # broker → controller APIs of brokers in other processes.
                 assert [a["api_key"] for a in resp["api_keys"]] == sorted([
                     m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key,
-                    m.DESCRIBE_CLUSTER.api_key,
+                    m.DESCRIBE_CLUSTER.api_key, g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key,
+                    g.ALLOCATE_PRODUCER_IDS.api_key,
                 ])
                 # The active controller bootstrapped metadata.version on its own (no broker).
                 for _ in range(100):
