@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.controller.quorum_controller import QuorumController
 from odradek.protocol import messages as m
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
 from odradek.server import config_defs
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS

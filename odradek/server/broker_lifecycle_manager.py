@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.server.controller_channel import (
     ControllerChannel,
     ControllerRequest,

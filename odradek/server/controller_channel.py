@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek.protocol import messages as m
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 
 log = logging.getLogger(__name__)
 

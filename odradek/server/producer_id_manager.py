@@ -14,8 +14,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.messages import generated as g
 from odradek.server.controller_channel import (
     ControllerChannel,
     ControllerRequest,

@@ -24,9 +24,9 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.network.request_channel import ConnectionInfo
 from odradek.protocol import messages as m
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader
+from odradek.protocol.messages import generated as g
 from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import MetadataLog
 from odradek.raft.quorum_state import FileQuorumStateStore
