@@ -51,7 +51,9 @@ from odradek.server.controller_channel import (
     DEFAULT_RETRY_TIMEOUT_MS,
     ControllerChannel,
     ControllerRequest,
+    ControllerRequestHandler,
     ControllerRequestTimeout,
+    InMemoryControllerChannel,
     error_codes,
     error_response,
 )
@@ -78,6 +80,10 @@ class ControllerConnection(Protocol):
 ConnectionFactory = Callable[[int, str, int], ControllerConnection]
 
 
+# Kafka's channel managers' NetworkClient: reconnect.backoff 50 ms, not growing.
+CHANNEL_RECONNECT_BACKOFF_MS = 50
+
+
 class NetworkControllerConnection:
     """A :class:`ControllerConnection` over NetworkClient. A request that times out drops the
     connection (as Kafka's NetworkClient does), so a late answer can never be taken for the
@@ -92,7 +98,9 @@ class NetworkControllerConnection:
 
     def _new_client(self) -> NetworkClient:
         host, port, client_id, lo, hi = self._args
-        return NetworkClient(host, port, client_id, reconnect_backoff_ms=lo, reconnect_backoff_max_ms=hi)
+        return NetworkClient(
+            host, port, client_id, max_in_flight=1, reconnect_backoff_ms=lo, reconnect_backoff_max_ms=hi
+        )
 
     async def send(self, api: Api, version: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         fut = self._client.send_nowait(api, version, body)
@@ -172,6 +180,31 @@ class NodeToControllerChannel(ControllerChannel):
         self._recorded: tuple[int, str, int] | None = None  # the controller last logged
         self._unreachable_logged = False
         self._no_controller_logged = False
+
+    @classmethod
+    def from_config(
+        cls,
+        config: KafkaConfig,
+        leader_id: Callable[[], int | None],
+        *,
+        endpoints: Mapping[int, tuple[str, int]] | Callable[[int], tuple[str, int] | None] | None = None,
+        name: str = "forwarding",
+        retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS,
+    ) -> NodeToControllerChannel:
+        """A broker's channel as Kafka's BrokerServer builds one: client id the node id, each
+        attempt bounded by ``controller.socket.timeout.ms`` (and the retry timeout), reconnect
+        backoff 50 ms; the endpoints from ``controller.quorum.voters`` unless given."""
+        socket_timeout = int(config.get("controller.socket.timeout.ms"))
+        return cls(
+            leader_id,
+            controller_endpoints(config) if endpoints is None else endpoints,
+            client_id=str(config.node_id),
+            retry_timeout_ms=retry_timeout_ms,
+            request_timeout_ms=min(socket_timeout, retry_timeout_ms),
+            reconnect_backoff_ms=CHANNEL_RECONNECT_BACKOFF_MS,
+            reconnect_backoff_max_ms=CHANNEL_RECONNECT_BACKOFF_MS,
+            name=f"to-controller-{name}-channel-manager",
+        )
 
     # -- ControllerChannel ------------------------------------------------------------------
 
@@ -360,6 +393,21 @@ class NodeToControllerChannel(ControllerChannel):
             v = request.api_version
             return (api, v) if lo <= v <= hi else (None, -1)
         return (api, hi) if lo <= hi else (None, -1)
+
+
+def broker_controller_channel(
+    config: KafkaConfig,
+    leader_id: Callable[[], int | None],
+    local: Mapping[int, ControllerRequestHandler],
+) -> ControllerChannel:
+    """The controller channel KafkaRaftServer gives its broker: in memory to the ControllerApis
+    of this process when the controller quorum is this node alone (a combined process), over the
+    network to whichever voter leads otherwise (a broker-only process, or a quorum with other
+    voters). ``local``: this process's ControllerApis by node id (empty without the role)."""
+    voters = {v.node_id for v in config.controller_quorum_voters}
+    if voters and voters <= set(local):
+        return InMemoryControllerChannel(local, leader_id)
+    return NodeToControllerChannel.from_config(config, leader_id)
 
 
 def _describe(node: tuple[int, str, int]) -> str:

@@ -20,9 +20,15 @@ from odradek.server.controller_channel import (
     ControllerRequest,
     ControllerRequestTimeout,
     ForwardingManager,
+    InMemoryControllerChannel,
     RequestClient,
 )
-from odradek.server.node_to_controller_channel import ControllerConnection, NodeToControllerChannel
+from odradek.server.kafka_config import KafkaConfig
+from odradek.server.node_to_controller_channel import (
+    ControllerConnection,
+    NodeToControllerChannel,
+    broker_controller_channel,
+)
 
 ALLOCATE = g.ALLOCATE_PRODUCER_IDS.api_key
 HEARTBEAT = g.BROKER_HEARTBEAT.api_key
@@ -282,3 +288,16 @@ def test_close_fails_what_is_queued() -> None:
             await ch.send(alloc(9))
 
     run(go)
+
+
+def test_the_broker_gets_the_network_channel_unless_the_quorum_is_this_process() -> None:
+    combined = KafkaConfig({"log.dirs": "/nonexistent"})
+    local: dict[int, Any] = {1: object()}
+    assert isinstance(broker_controller_channel(combined, lambda: 1, local), InMemoryControllerChannel)
+    three = KafkaConfig({"log.dirs": "/nonexistent",
+                         "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"})
+    assert isinstance(broker_controller_channel(three, lambda: 2, local), NodeToControllerChannel)
+    broker_only = KafkaConfig({"process.roles": "broker", "node.id": "4", "listeners": "PLAINTEXT://127.0.0.1:0",
+                               "controller.quorum.voters": "1@127.0.0.1:9093"})
+    ch = broker_controller_channel(broker_only, lambda: 1, {})
+    assert isinstance(ch, NodeToControllerChannel) and ch.active_controller_id() == 1

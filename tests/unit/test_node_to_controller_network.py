@@ -68,8 +68,8 @@ def test_broker_registers_heartbeats_creates_topics_and_gets_producer_ids_over_t
             # The endpoints as a broker would configure them: controller.quorum.voters.
             voters = KafkaConfig({"process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
                                   "controller.quorum.voters": f"1@127.0.0.1:{port}"})
-            ch = NodeToControllerChannel(lambda: 1, controller_endpoints(voters), retry_backoff_ms=10,
-                                         client_id="broker-2-to-controller")
+            assert controller_endpoints(voters) == {1: ("127.0.0.1", port)}
+            ch = NodeToControllerChannel.from_config(voters, lambda: 1)
             lifecycle = BrokerLifecycleManager(
                 node_id=2, cluster_id=server.cluster_id, channel=ch, heartbeat_interval_ms=lambda: 50,
                 metadata_offset=lambda: controller.image.offset,
