@@ -27,7 +27,7 @@ from odradek.server.broker_server import BrokerServer
 from odradek.server.controller_server import ControllerServer
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
-from odradek.server.node_to_controller_channel import broker_controller_channel
+from odradek.server.node_to_controller_channel import broker_controller_channels
 from odradek.server.shared_server import SharedServer
 
 log = logging.getLogger(__name__)
@@ -92,11 +92,11 @@ class KafkaRaftServer:
             # whichever node Raft says leads (in memory to this process's ControllerApis when
             # the quorum is this node alone, over the network otherwise).
             assert self.controller.controller_apis is not None
-            channel = broker_controller_channel(
+            channel, heartbeat = broker_controller_channels(
                 cfg, lambda: raft_client.leader_and_epoch.leader_id,
                 {self.node_id: self.controller.controller_apis},
             )
-            await self.broker.startup(self.cluster_id, channel)
+            await self.broker.startup(self.cluster_id, channel, heartbeat)
         else:
             addresses = ", ".join(f"{n}:{p}" for n, p in self.bound_ports.items())
             log.info(

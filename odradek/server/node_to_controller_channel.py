@@ -395,19 +395,29 @@ class NodeToControllerChannel(ControllerChannel):
         return (api, hi) if lo <= hi else (None, -1)
 
 
-def broker_controller_channel(
+def broker_controller_channels(
     config: KafkaConfig,
     leader_id: Callable[[], int | None],
     local: Mapping[int, ControllerRequestHandler],
-) -> ControllerChannel:
-    """The controller channel KafkaRaftServer gives its broker: in memory to the ControllerApis
-    of this process when the controller quorum is this node alone (a combined process), over the
+) -> tuple[ControllerChannel, ControllerChannel]:
+    """The controller channels KafkaRaftServer gives its broker, as Kafka's BrokerServer does:
+    "forwarding" (client requests, AllocateProducerIds, auto-created topics; 60 s retry
+    timeout) and "heartbeat" (registration and heartbeats, retried for half of
+    ``broker.session.timeout.ms``, KAFKA-14392). In memory to the ControllerApis of this
+    process when the controller quorum is this node alone (a combined process), over the
     network to whichever voter leads otherwise (a broker-only process, or a quorum with other
     voters). ``local``: this process's ControllerApis by node id (empty without the role)."""
+    heartbeat_timeout_ms = max(1, int(config.get("broker.session.timeout.ms")) // 2)
     voters = {v.node_id for v in config.controller_quorum_voters}
     if voters and voters <= set(local):
-        return InMemoryControllerChannel(local, leader_id)
-    return NodeToControllerChannel.from_config(config, leader_id)
+        return (
+            InMemoryControllerChannel(local, leader_id),
+            InMemoryControllerChannel(local, leader_id, retry_timeout_ms=heartbeat_timeout_ms, name="heartbeat"),
+        )
+    return (
+        NodeToControllerChannel.from_config(config, leader_id),
+        NodeToControllerChannel.from_config(config, leader_id, name="heartbeat", retry_timeout_ms=heartbeat_timeout_ms),
+    )
 
 
 def _describe(node: tuple[int, str, int]) -> str:

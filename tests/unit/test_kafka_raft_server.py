@@ -85,6 +85,10 @@ def test_combined_process_starts_both_roles(tmp_path: Path) -> None:
             # ... reached only through its controller channel, sent to the Raft leader.
             assert server.broker.controller_channel is not None
             assert server.broker.controller_channel.active_controller_id() == 1
+            # Registration and heartbeats have a channel of their own (Kafka's "heartbeat").
+            assert server.broker.lifecycle_manager is not None and server.broker.heartbeat_channel is not None
+            assert server.broker.lifecycle_manager.channel is server.broker.heartbeat_channel
+            assert server.broker.heartbeat_channel is not server.broker.controller_channel
             assert server.broker.loader is not None and server.broker.loader.leader_and_epoch.leader_id == 1
         finally:
             await server.shutdown()

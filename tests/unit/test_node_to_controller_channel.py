@@ -27,7 +27,7 @@ from odradek.server.kafka_config import KafkaConfig
 from odradek.server.node_to_controller_channel import (
     ControllerConnection,
     NodeToControllerChannel,
-    broker_controller_channel,
+    broker_controller_channels,
 )
 
 ALLOCATE = g.ALLOCATE_PRODUCER_IDS.api_key
@@ -290,14 +290,33 @@ def test_close_fails_what_is_queued() -> None:
     run(go)
 
 
-def test_the_broker_gets_the_network_channel_unless_the_quorum_is_this_process() -> None:
+def test_the_broker_gets_network_channels_unless_the_quorum_is_this_process() -> None:
     combined = KafkaConfig({"log.dirs": "/nonexistent"})
     local: dict[int, Any] = {1: object()}
-    assert isinstance(broker_controller_channel(combined, lambda: 1, local), InMemoryControllerChannel)
+    fwd, beat = broker_controller_channels(combined, lambda: 1, local)
+    assert isinstance(fwd, InMemoryControllerChannel) and isinstance(beat, InMemoryControllerChannel)
+    assert fwd is not beat
     three = KafkaConfig({"log.dirs": "/nonexistent",
                          "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"})
-    assert isinstance(broker_controller_channel(three, lambda: 2, local), NodeToControllerChannel)
+    fwd, beat = broker_controller_channels(three, lambda: 2, local)
+    assert isinstance(fwd, NodeToControllerChannel) and isinstance(beat, NodeToControllerChannel)
     broker_only = KafkaConfig({"process.roles": "broker", "node.id": "4", "listeners": "PLAINTEXT://127.0.0.1:0",
-                               "controller.quorum.voters": "1@127.0.0.1:9093"})
-    ch = broker_controller_channel(broker_only, lambda: 1, {})
-    assert isinstance(ch, NodeToControllerChannel) and ch.active_controller_id() == 1
+                               "controller.quorum.voters": "1@127.0.0.1:9093", "broker.session.timeout.ms": "300"})
+    fwd, beat = broker_controller_channels(broker_only, lambda: None, {})
+    assert isinstance(beat, NodeToControllerChannel) and beat.active_controller_id() is None
+
+    async def go() -> None:
+        # The heartbeat channel gives up after half the session timeout (KAFKA-14392), the
+        # forwarding one keeps the request for its 60 s.
+        ask = ControllerRequest(HEARTBEAT, 1, {"broker_id": 4})
+        with pytest.raises(ControllerRequestTimeout, match="within 150 ms"):
+            await beat.send(ask)
+        pending = asyncio.ensure_future(fwd.send(ask))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        await fwd.close()
+        with pytest.raises(ControllerRequestTimeout, match="shutting down"):
+            await pending
+        await beat.close()
+
+    run(go)
