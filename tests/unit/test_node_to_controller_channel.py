@@ -59,7 +59,9 @@ class FakeController:
         self.seen.append((api.api_key, version, body))
         if api.api_key == g.API_VERSIONS.api_key:
             keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in self.versions.items()]
-            return {"error_code": 0, "api_keys": keys, "throttle_time_ms": 0}
+            lo, hi = self.versions.get(api.api_key, (0, g.API_VERSIONS.max_version))
+            code = Errors.NONE if lo <= version <= hi else Errors.UNSUPPORTED_VERSION
+            return {"error_code": code, "api_keys": keys, "throttle_time_ms": 0}
         if self.not_controller > 0:
             self.not_controller -= 1
             if api.api_key == m.CREATE_TOPICS.api_key:
@@ -143,6 +145,20 @@ def test_api_versions_first_then_the_highest_common_version() -> None:
         assert [k for k, _, _ in ctl.seen].count(g.API_VERSIONS.api_key) == 2
         await ch.close()
         await ch2.close()
+
+    run(go)
+
+
+def test_api_versions_asked_again_at_the_controllers_newest_version() -> None:
+    async def go() -> None:
+        ctl = FakeController(1)
+        ctl.versions[g.API_VERSIONS.api_key] = (0, 2)  # an older controller
+        net = FakeNetwork(ctl)
+        ch = channel(net, [1])
+        assert (await ch.send(alloc(1)))["n"] == 1
+        assert [(k, v) for k, v, _ in ctl.seen] == [
+            (g.API_VERSIONS.api_key, g.API_VERSIONS.max_version), (g.API_VERSIONS.api_key, 2), (ALLOCATE, 0)]
+        await ch.close()
 
     run(go)
 

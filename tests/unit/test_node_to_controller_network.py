@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -117,6 +118,12 @@ def test_not_controller_and_an_unreachable_controller_over_the_network(tmp_path:
                 leader[0] = 1
                 resp = await task
                 assert resp["topics"][0]["error_code"] == Errors.INVALID_REPLICATION_FACTOR  # no broker yet
+
+                # A registration naming another cluster is refused with Kafka's error.
+                other = {"broker_id": 9, "cluster_id": "other-cluster", "incarnation_id": uuid.uuid4(),
+                         "listeners": [], "features": [], "rack": None}
+                wrong = await ch.send(ControllerRequest(g.BROKER_REGISTRATION.api_key, 4, other))
+                assert wrong["error_code"] == Errors.INCONSISTENT_CLUSTER_ID
 
                 # The controller believes node 3 leads now: a client's request gets
                 # NOT_CONTROLLER back; the broker's own request is retried until it is active.
