@@ -8,7 +8,12 @@ KRaftVersion / Voters control records in newer versions, and a control batch wit
 SnapshotFooter last. A snapshot without its footer was not finished and is not used.
 
 Odradek reads these (after a migration from Apache Kafka, whose metadata log may start after
-offset 0 once Kafka has deleted the segments a snapshot covers); it does not write any yet.
+offset 0 once Kafka has deleted the segments a snapshot covers, and its own) and writes them as
+Kafka's ``FileRawSnapshotWriter`` does: :func:`snapshot_bytes` lays the batches out (header batch,
+record batches of at most ``MAX_BATCH_BYTES``, footer batch; base offsets from 0, every batch at
+the snapshot's epoch) and :func:`write_snapshot` writes them to ``<id>.checkpoint.part``, fsyncs,
+renames it to ``<id>.checkpoint`` and fsyncs the directory, so that a crash leaves either a whole
+snapshot or a ``.part`` file, which start-up deletes.
 """
 
 from __future__ import annotations
@@ -16,18 +21,27 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from odradek.log.checkpoint import fsync_dir
+from odradek.protocol.schema import SchemaError
+from odradek.raft import control_records as cr
 from odradek.raft.serde import RecordSerde, RecordSerdeError
 from odradek.records.batch import iter_batches
+from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
 
 T = TypeVar("T")
 
 SUFFIX = ".checkpoint"
+PARTIAL_SUFFIX = ".checkpoint.part"  # being written (Kafka's Snapshots.PARTIAL_SUFFIX)
+DELETE_SUFFIX = ".checkpoint.deleted"  # removed, not yet unlinked (Kafka's DELETE_SUFFIX)
 _NAME_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+_ANY_NAME_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint(\.part|\.deleted)?$")
+# The largest batch of a snapshot (Kafka's KafkaRaftClient.MAX_BATCH_SIZE_BYTES).
+MAX_BATCH_BYTES = 8 * 1024 * 1024
 
 SNAPSHOT_HEADER = 3
 SNAPSHOT_FOOTER = 4
@@ -59,6 +73,137 @@ def list_snapshots(directory: str) -> list[SnapshotId]:
         if m:
             out.append(SnapshotId(int(m.group(1)), int(m.group(2))))
     return sorted(out)
+
+
+def list_snapshot_files(directory: str) -> list[tuple[SnapshotId, str]]:
+    """Every snapshot file in ``directory``, finished or not: (id, ``""``, ``".part"`` or
+    ``".deleted"``)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        m = _ANY_NAME_RE.match(name)
+        if m:
+            out.append((SnapshotId(int(m.group(1)), int(m.group(2))), m.group(3) or ""))
+    return sorted(out)
+
+
+def snapshot_bytes(
+    records: Sequence[T],
+    serde: RecordSerde[T],
+    *,
+    now_ms: int,
+    last_contained_log_timestamp: int,
+    control: Sequence[tuple[int, dict[str, Any]]] = (),
+    epoch: int = 0,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> bytes:
+    """A snapshot file's contents: a control batch with the SnapshotHeader (and the ``control``
+    records: KRaftVersion, Voters), the ``records`` in batches of at most ``max_batch_bytes`` of
+    values (at least one record each), a control batch with the SnapshotFooter."""
+    Rec = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+
+    def ctl(kind: int, obj: dict[str, Any]) -> Rec:
+        return cr.control_key(kind), cr.encode_control_value(kind, obj), [], now_ms
+
+    out = bytearray()
+    offset = 0
+
+    def flush(batch: list[Rec], is_control: bool) -> None:
+        nonlocal offset
+        out.extend(build_batch(batch, base_offset=offset, partition_leader_epoch=epoch, is_control=is_control))
+        offset += len(batch)
+
+    header = {"version": 0, "last_contained_log_timestamp": last_contained_log_timestamp}
+    flush([ctl(cr.SNAPSHOT_HEADER, header)] + [ctl(kind, obj) for kind, obj in control], True)
+    batch: list[Rec] = []
+    size = 0
+    for rec in records:
+        value = serde.write(rec)
+        if batch and size + len(value) > max_batch_bytes:
+            flush(batch, False)
+            batch, size = [], 0
+        batch.append((None, value, [], now_ms))
+        size += len(value)
+    if batch:
+        flush(batch, False)
+    flush([ctl(cr.SNAPSHOT_FOOTER, {"version": 0})], True)
+    return bytes(out)
+
+
+def write_snapshot(directory: str, snapshot_id: SnapshotId, data: bytes) -> str:
+    """Write a snapshot file as Kafka's FileRawSnapshotWriter: ``<id>.checkpoint.part``, fsync,
+    rename to ``<id>.checkpoint``, fsync the directory. Returns the path. An existing snapshot
+    of the same id is left as it is (snapshots are immutable). Raises OSError."""
+    path = os.path.join(directory, snapshot_id.filename)
+    if os.path.exists(path):
+        return path
+    part = os.path.join(directory, snapshot_id.filename[: -len(SUFFIX)] + PARTIAL_SUFFIX)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    os.replace(part, path)
+    fsync_dir(directory)
+    return path
+
+
+@dataclass(frozen=True)
+class SnapshotHeaderInfo:
+    """What a snapshot's first (control) batch says: the SnapshotHeader's timestamp and the other
+    control records beside it (KRaftVersion, Voters) as (type, fields)."""
+
+    last_contained_log_timestamp: int
+    control: tuple[tuple[int, dict[str, Any]], ...]
+
+
+def read_snapshot_header(path: str) -> SnapshotHeaderInfo:
+    """The header batch of a snapshot file (reads only as much of the file as that needs).
+    Raises SnapshotError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64 * 1024)
+            first = next(iter_batches(data), None)
+            if first is None or first.position + first.size > len(data):
+                data += f.read()
+                first = next(iter_batches(data), None)
+    except OSError as e:
+        raise SnapshotError(f"cannot read {path}: {e.strerror}") from e
+    except ValueError as e:
+        raise SnapshotError(f"{path}: {e}") from e
+    if first is None or not first.is_control:
+        raise SnapshotError(f"{path}: does not start with a SnapshotHeader")
+    timestamp: int | None = None
+    control: list[tuple[int, dict[str, Any]]] = []
+    try:
+        for rec in decode_batch(memoryview(data)[first.position : first.position + first.size]):
+            kind = _control_type(rec.key)
+            if rec.value is None:
+                raise SnapshotError(f"{path}: a control record without a value")
+            fields = cr.decode_control_value(kind, rec.value)
+            if kind == SNAPSHOT_HEADER:
+                timestamp = int(fields["last_contained_log_timestamp"])
+            elif timestamp is None:
+                raise SnapshotError(f"{path}: does not start with a SnapshotHeader")
+            elif kind != SNAPSHOT_FOOTER:
+                control.append((kind, fields))
+    except (SchemaError, ValueError) as e:
+        raise SnapshotError(f"{path}: {e}") from e
+    if timestamp is None:
+        raise SnapshotError(f"{path}: does not start with a SnapshotHeader")
+    return SnapshotHeaderInfo(timestamp, tuple(control))
 
 
 def _control_type(key: bytes | memoryview | None) -> int:
