@@ -319,3 +319,43 @@ def test_generator_emits_after_the_interval_and_resets_on_snapshot_load() -> Non
     gen.disable("shutting down")
     _publish(gen, 8, 10**6)
     assert emitted[-1][0] == 7
+
+
+# -- a controller-only process (its own loader feeds the generator) ---------------------------------
+
+
+def test_controller_only_process_writes_snapshots_and_restarts_from_them(tmp_path: Path) -> None:
+    import asyncio
+
+    from odradek.server.kafka_config import KafkaConfig
+    from odradek.server.kafka_raft_server import KafkaRaftServer
+
+    config = KafkaConfig({
+        "process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:0", "log.dirs": str(tmp_path),
+        "metadata.log.max.record.bytes.between.snapshots": "1",
+    })
+    meta = tmp_path / "__cluster_metadata-0"
+
+    async def run() -> MetadataImage:
+        server = KafkaRaftServer(config)
+        await server.startup()
+        try:
+            for _ in range(200):  # bounded: the bootstrap commit, then its snapshot
+                if list_snapshots(str(meta)):
+                    break
+                await asyncio.sleep(0.02)
+            assert server.controller is not None and server.controller.controller is not None
+            return server.controller.controller.image
+        finally:
+            await server.shutdown()
+
+    image = asyncio.run(run())
+    snaps = list_snapshots(str(meta))
+    assert snaps, os.listdir(meta)
+    records = list(read_snapshot(str(meta / snaps[-1].filename), SERDE))
+    assert records[0] == ("FeatureLevelRecord", {"name": "metadata.version",
+                                                 "feature_level": image.features.levels["metadata.version"]})
+    # The next start loads that snapshot (the log is still whole: it is read from the snapshot on).
+    reopened = _open(meta)
+    snap = reopened.latest_snapshot()
+    assert snap is not None and snap.end_offset == snaps[-1].end_offset
