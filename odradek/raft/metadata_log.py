@@ -31,12 +31,14 @@ from odradek.log.log import Log
 from odradek.raft.raft_client import Batch, SnapshotReader
 from odradek.raft.serde import RecordSerde, RecordSerdeError
 from odradek.raft.snapshot import (
+    SnapshotDownload,
     SnapshotError,
     SnapshotId,
     list_snapshot_files,
     list_snapshots,
     read_snapshot,
     read_snapshot_header,
+    read_snapshot_slice,
     snapshot_bytes,
     write_snapshot,
 )
@@ -309,4 +311,44 @@ class MetadataLog(Generic[T]):
                     log.info("Deleted snapshot %s", path)
                 except OSError as e:
                     log.warning("Cannot delete snapshot %s: %s", path, e.strerror)
+        return True
+
+    # -- FetchSnapshot (a replica too far behind the leader's log start) -----------------------
+
+    def snapshot_slice(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> tuple[int, bytes] | None:
+        """The leader's side: (size, bytes) of a finished snapshot from ``position``; None if
+        there is none of that id (SNAPSHOT_NOT_FOUND); ValueError for a position outside it
+        (POSITION_OUT_OF_RANGE). Blocking."""
+        return read_snapshot_slice(self.log.dir, snapshot_id, position, max_bytes)
+
+    def create_snapshot_download(self, snapshot_id: SnapshotId) -> SnapshotDownload:
+        """The follower's side: a ``.part`` file to write the leader's snapshot into; once
+        frozen, :meth:`truncate_to_latest_snapshot` makes the log start at its end offset."""
+        return SnapshotDownload(self.log.dir, snapshot_id)
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        """Kafka's ``truncateToLatestSnapshot``: when the latest snapshot is ahead of the log (a
+        higher epoch than the log's last, or the same epoch past its end), the log is emptied to
+        start at the snapshot's end offset and older snapshots are deleted. True if it was.
+        For the follower right after a FetchSnapshot download is frozen. (Kafka also calls it
+        when opening the log; not done here: a log whose leader-epoch cache is empty, as in
+        logs carried over from elsewhere, would look behind every snapshot and be emptied.)"""
+        latest = self.latest_snapshot_id()
+        log_epoch = max(self.log.leader_epoch_cache.latest_epoch, 0)
+        if latest is None or not (
+            latest.epoch > log_epoch or (latest.epoch == log_epoch and latest.end_offset > self.log.log_end_offset)
+        ):
+            return False
+        if self.log.log_start_offset == self.log.log_end_offset == latest.end_offset:
+            return False  # already starts there, empty (its epoch cache is empty too)
+        with self._snapshot_lock, self._lock:
+            self.log.truncate_fully_and_start_at(latest.end_offset)
+            self.log.high_watermark = latest.end_offset
+        log.info("Metadata log truncated to start at snapshot %s", latest)
+        for sid in list_snapshots(self.log.dir):
+            if sid < latest:
+                try:
+                    os.unlink(os.path.join(self.log.dir, sid.filename))
+                except OSError as e:
+                    log.warning("Cannot delete snapshot %s: %s", sid, e.strerror)
         return True

@@ -259,3 +259,95 @@ def _records(path: str, data: bytes, serde: RecordSerde[T]) -> Iterator[T]:
     if not footer:
         raise SnapshotError(f"{path}: no SnapshotFooter (an unfinished snapshot)")
     return iter(records)
+
+
+# -- FetchSnapshot: the leader's slices, the follower's download ----------------------------------
+
+
+def read_snapshot_slice(directory: str, snapshot_id: SnapshotId, position: int, max_bytes: int) -> tuple[int, bytes] | None:
+    """(total size, up to ``max_bytes`` from ``position``) of a finished snapshot: what a
+    FetchSnapshot response carries. None when there is no such snapshot (SNAPSHOT_NOT_FOUND);
+    ValueError when ``position`` is outside it (POSITION_OUT_OF_RANGE)."""
+    path = os.path.join(directory, snapshot_id.filename)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if position < 0 or position >= size:
+                raise ValueError(f"position {position} is outside snapshot {snapshot_id} of {size} bytes")
+            f.seek(position)
+            return size, f.read(max(0, min(max_bytes, size - position)))
+    except FileNotFoundError:
+        return None
+
+
+class SnapshotDownload:
+    """A snapshot a follower fetches from the leader piece by piece (FetchSnapshot), written to
+    ``<id>.checkpoint.part`` and frozen (validated, fsynced, renamed) once whole; Kafka's
+    ``FileRawSnapshotWriter`` as ``KafkaRaftClient.handleFetchSnapshotResponse`` uses it."""
+
+    def __init__(self, directory: str, snapshot_id: SnapshotId) -> None:
+        self.directory = directory
+        self.snapshot_id = snapshot_id
+        self.part_path = os.path.join(directory, snapshot_id.filename[: -len(SUFFIX)] + PARTIAL_SUFFIX)
+        self.size = 0
+        self._fd: int | None = os.open(self.part_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def append(self, position: int, data: bytes | memoryview) -> None:
+        """Write the next piece; ``position`` must be where the previous piece ended."""
+        if self._fd is None:
+            raise SnapshotError(f"snapshot {self.snapshot_id} download is closed")
+        if position != self.size:
+            raise SnapshotError(
+                f"snapshot {self.snapshot_id}: piece at position {position}, expected {self.size}"
+            )
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self.size += len(data)
+
+    def freeze(self, expected_size: int) -> str:
+        """Finish: the file must be ``expected_size`` bytes and a whole snapshot (header first,
+        footer last). Fsynced and renamed to ``<id>.checkpoint``; returns its path. Raises
+        SnapshotError (the partial file is removed)."""
+        if self._fd is None:
+            raise SnapshotError(f"snapshot {self.snapshot_id} download is closed")
+        try:
+            if self.size != expected_size:
+                raise SnapshotError(
+                    f"snapshot {self.snapshot_id}: {self.size} bytes fetched, the leader's is {expected_size}"
+                )
+            os.fsync(self._fd)
+            with open(self.part_path, "rb") as f:
+                _check_whole(self.part_path, f.read())
+        except (SnapshotError, OSError):
+            self.abort()
+            raise
+        os.close(self._fd)
+        self._fd = None
+        path = os.path.join(self.directory, self.snapshot_id.filename)
+        os.replace(self.part_path, path)
+        fsync_dir(self.directory)
+        return path
+
+    def abort(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            os.unlink(self.part_path)
+        except OSError:
+            pass
+
+
+def _check_whole(path: str, data: bytes) -> None:
+    """Raise SnapshotError unless ``data`` is a whole snapshot file (any record type)."""
+
+    class _Raw:
+        def write(self, record: bytes) -> bytes:
+            return record
+
+        def read(self, data: bytes | memoryview) -> bytes:
+            return bytes(data)
+
+    for _ in _records(path, data, _Raw()):
+        pass

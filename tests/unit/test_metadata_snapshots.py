@@ -26,6 +26,7 @@ from odradek.raft.kafka_raft_client import KafkaRaftClient
 from odradek.raft.metadata_log import MetadataLog
 from odradek.raft.quorum_state import FileQuorumStateStore
 from odradek.raft.snapshot import (
+    SnapshotDownload,
     SnapshotError,
     SnapshotId,
     list_snapshots,
@@ -359,3 +360,59 @@ def test_controller_only_process_writes_snapshots_and_restarts_from_them(tmp_pat
     reopened = _open(meta)
     snap = reopened.latest_snapshot()
     assert snap is not None and snap.end_offset == snaps[-1].end_offset
+
+
+# -- FetchSnapshot: the leader's slices and the follower's download ---------------------------------
+
+
+def test_a_follower_downloads_the_leaders_snapshot_in_pieces_and_starts_its_log_there(tmp_path: Path) -> None:
+    leader_dir, follower_dir = tmp_path / "leader" / "__cluster_metadata-0", tmp_path / "follower" / "__cluster_metadata-0"
+    leader = _open(leader_dir)
+    _fill(leader, 0, 10)
+    _fill(leader, 10, 5, epoch=2)
+    sid = SnapshotId(45, 2)
+    expected = _image(leader)
+    leader.create_snapshot(sid, write_image(expected), 0, 1014)
+    follower = _open(follower_dir)
+    _fill(follower, 0, 2)  # far behind, at an older epoch
+    assert leader.snapshot_slice(SnapshotId(44, 2), 0, 100) is None  # SNAPSHOT_NOT_FOUND
+    with pytest.raises(ValueError):
+        leader.snapshot_slice(sid, 10**6, 100)  # POSITION_OUT_OF_RANGE
+    download = follower.create_snapshot_download(sid)
+    position, size = 0, -1
+    for _ in range(1000):  # bounded: 100-byte pieces
+        piece = leader.snapshot_slice(sid, position, 100)
+        assert piece is not None
+        size, data = piece
+        download.append(position, data)
+        position += len(data)
+        if position >= size:
+            break
+    with pytest.raises(SnapshotError, match="expected"):
+        download.append(0, b"x")  # out of order
+    download.freeze(size)
+    assert (follower_dir / sid.filename).read_bytes() == (leader_dir / sid.filename).read_bytes()
+    assert not list(follower_dir.glob("*.part"))
+    assert follower.truncate_to_latest_snapshot()
+    assert (follower.log.log_start_offset, follower.log.log_end_offset) == (45, 45)
+    assert not follower.truncate_to_latest_snapshot()  # once
+    assert _image(follower) == expected
+    # The follower replicates on from there.
+    follower.log.close()
+    assert _image(_open(follower_dir)) == expected
+
+
+def test_a_download_of_the_wrong_size_or_not_a_whole_snapshot_is_dropped(tmp_path: Path) -> None:
+    d = tmp_path / "__cluster_metadata-0"
+    d.mkdir()
+    data = snapshot_bytes(_topic(0), SERDE, now_ms=0, last_contained_log_timestamp=0)
+    download = SnapshotDownload(str(d), SnapshotId(3, 1))
+    download.append(0, data[:-5])
+    with pytest.raises(SnapshotError, match="bytes fetched"):
+        download.freeze(len(data))
+    assert os.listdir(d) == []
+    download = SnapshotDownload(str(d), SnapshotId(3, 1))
+    download.append(0, data[:-5])
+    with pytest.raises(SnapshotError):
+        download.freeze(len(data) - 5)  # the leader's size, but no footer
+    assert os.listdir(d) == []
