@@ -6,7 +6,7 @@
 #   $ODRADEK_KAFKA_HOME/bin/kafka-run [--line 3.9] CLASS [ARGS...]
 #
 # Layout under ODRADEK_KAFKA_HOME (default ~/.cache/odradek/kafka):
-#   <version>/lib/*.jar     kafka_2.13 and kafka-tools with their dependencies
+#   <version>/lib/*.jar     kafka_2.13, kafka-tools and kafka-shell with their dependencies
 #   4 -> <version>, 3.9 -> <version>    the version each line resolved to
 #   log4j2.properties       warnings and errors to stderr
 #   bin/kafka-run           the launcher
@@ -36,11 +36,17 @@ published_versions() {
 # Fetch kafka_2.13 + kafka-tools at one version into $HOME_DIR/<version>/lib. 0 if it resolved.
 fetch_version() {
     local version=$1 dir="$HOME_DIR/$1"
-    if [ -f "$dir/.complete" ]; then
+    if [ -f "$dir/.complete" ] && compgen -G "$dir/lib/kafka-shell-*.jar" >/dev/null; then
         return 0
     fi
-    rm -rf "$dir"
-    mkdir -p "$dir"
+    if [ -f "$dir/.complete" ]; then
+        # Fetched before kafka-shell (the metadata shell) was added: add the missing jars only
+        # (copy-dependencies leaves the jars already there alone).
+        rm -f "$dir/.complete"
+    else
+        rm -rf "$dir"
+        mkdir -p "$dir"
+    fi
     cat >"$dir/pom.xml" <<EOF
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -51,6 +57,7 @@ fetch_version() {
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$version</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-shell</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-nop</artifactId><version>1.7.36</version></dependency>
   </dependencies>
 </project>
@@ -67,7 +74,8 @@ EOF
 # The newest version of a line ("4", "3.9") whose jars resolve; links $HOME_DIR/<line> to it.
 fetch_line() {
     local line=$1 candidates version
-    if [ -L "$HOME_DIR/$line" ] && [ -f "$HOME_DIR/$line/.complete" ]; then
+    if [ -L "$HOME_DIR/$line" ] && [ -f "$HOME_DIR/$line/.complete" ] &&
+        compgen -G "$HOME_DIR/$line/lib/kafka-shell-*.jar" >/dev/null; then
         log "Kafka line $line: $(basename "$(readlink "$HOME_DIR/$line")") (cached)"
         return 0
     fi

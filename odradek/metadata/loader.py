@@ -6,12 +6,17 @@ over the current image, swaps the next image into the broker's :class:`KRaftMeta
 reference, and hands the delta's changes to its publishers — the replica manager, which turns
 partition changes into leadership, and anyone else who must follow metadata. The image moves
 because Raft committed, never because the controller said so.
+
+``manifest_publishers`` are called with Kafka's publisher arguments — the delta, the image and a
+:class:`LogDeltaManifest` (where the records came from and how many bytes they were) — after every
+delivery, even one that changed nothing a broker follows; the snapshot generator is one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
@@ -25,10 +30,26 @@ log = logging.getLogger(__name__)
 Publisher = Callable[[MetadataDelta, MetadataImage], None]
 
 
+@dataclass(frozen=True)
+class LogDeltaManifest:
+    """Where a delta came from (Kafka's ``LogDeltaManifest`` / ``SnapshotManifest``): the offset
+    and epoch of its last record, that record's append time, and the bytes of the batches."""
+
+    offset: int
+    epoch: int
+    last_contained_log_time_ms: int
+    num_bytes: int
+    is_snapshot: bool = False
+
+
+ManifestPublisher = Callable[[MetadataDelta, MetadataImage, LogDeltaManifest], None]
+
+
 class MetadataLoader(Listener[MetadataRecord]):
     def __init__(self, metadata_cache: KRaftMetadataCache) -> None:
         self.metadata_cache = metadata_cache
         self.publishers: list[Publisher] = []
+        self.manifest_publishers: list[ManifestPublisher] = []
         self.transactions = MetadataTransactions()
         # The quorum's leader, the active controller (KRaft brokers learn it from Raft).
         self.leader_and_epoch = UNKNOWN_LEADER
@@ -38,9 +59,16 @@ class MetadataLoader(Listener[MetadataRecord]):
     def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
         self.transactions.reset()
         offset = reader.last_contained_log_offset
-        self._replay(((offset, rec) for rec in reader.records), EMPTY_IMAGE)
+        manifest = LogDeltaManifest(offset, reader.epoch, -1, 0, is_snapshot=True)
+        self._replay(((offset, rec) for rec in reader.records), EMPTY_IMAGE, manifest)
 
     def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
+        if not batches:
+            return
+        last = batches[-1]
+        manifest = LogDeltaManifest(
+            last.last_offset, last.epoch, last.append_timestamp, sum(b.size_in_bytes for b in batches)
+        )
         self._replay(
             (
                 item
@@ -49,6 +77,7 @@ class MetadataLoader(Listener[MetadataRecord]):
                 for item in self.transactions.feed(batch.base_offset + i, rec)
             ),
             self.metadata_cache.image,
+            manifest,
         )
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
@@ -59,7 +88,9 @@ class MetadataLoader(Listener[MetadataRecord]):
 
     # -- the one place records reach the broker's image -----------------------------------------
 
-    def _replay(self, records: Iterable[OffsetRecord], base: MetadataImage) -> MetadataDelta:
+    def _replay(
+        self, records: Iterable[OffsetRecord], base: MetadataImage, manifest: LogDeltaManifest
+    ) -> MetadataDelta:
         """Replay committed records into one delta over ``base``, swap the next image into the
         cache, then publish the delta."""
         delta = MetadataDelta(base)
@@ -74,4 +105,9 @@ class MetadataLoader(Listener[MetadataRecord]):
                 except Exception:
                     # A publisher failing must not stop metadata from flowing to the others.
                     log.exception("Metadata publisher %r failed at offset %d", publish, image.offset)
+        for publish_manifest in self.manifest_publishers:
+            try:
+                publish_manifest(delta, image, manifest)
+            except Exception:
+                log.exception("Metadata publisher %r failed at offset %d", publish_manifest, image.offset)
         return delta

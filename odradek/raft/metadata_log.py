@@ -6,6 +6,16 @@ they are fsynced. Readers get committed batches only, decoded with the serde; co
 (KRaft's LeaderChange, SnapshotHeader/Footer, KRaftVersion, Voters, written by Apache Kafka) are
 not records of the state machine and are skipped. Below the log start offset, a snapshot stands
 in for the deleted records.
+
+Snapshots (Kafka's ``KafkaMetadataLog`` snapshot half): :meth:`MetadataLog.create_snapshot` writes
+``<end offset>-<epoch>.checkpoint`` beside the segments; start-up loads the newest finished one
+and replays the log from its end offset; :meth:`MetadataLog.maybe_clean` applies Kafka's
+retention (``metadata.max.retention.bytes``, then ``metadata.max.retention.ms``): while the log and
+the snapshots are together larger than the limit, or the oldest snapshot's last record is older
+than the limit, the oldest snapshot goes and the log start offset moves up to the next snapshot's
+end offset, which deletes the segments wholly below it. The newest snapshot always stays. Opening
+the log deletes ``.part`` (unfinished) and ``.deleted`` snapshot files, and snapshots below the
+log start offset, as Kafka's ``recoverSnapshots``.
 """
 
 from __future__ import annotations
@@ -13,14 +23,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.raft.raft_client import Batch, SnapshotReader
 from odradek.raft.serde import RecordSerde, RecordSerdeError
-from odradek.raft.snapshot import SnapshotError, list_snapshots, read_snapshot
+from odradek.raft.snapshot import (
+    SnapshotDownload,
+    SnapshotError,
+    SnapshotId,
+    list_snapshot_files,
+    list_snapshots,
+    read_snapshot,
+    read_snapshot_header,
+    read_snapshot_slice,
+    snapshot_bytes,
+    write_snapshot,
+)
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
@@ -48,8 +69,10 @@ class MetadataLog(Generic[T]):
         self.log = log
         self.serde = serde
         self._lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()  # creating vs. cleaning snapshots
         # Whatever survived on disk was fsynced before it was acknowledged.
         self.log.high_watermark = self.log.log_end_offset
+        self._recover_snapshots()
 
     @property
     def dir(self) -> str:
@@ -99,15 +122,16 @@ class MetadataLog(Generic[T]):
                 self.log.high_watermark = up_to
 
     def latest_snapshot(self) -> SnapshotReader[T] | None:
-        """The snapshot to load before the log when its first records were deleted (Apache
-        Kafka does this after a snapshot): the newest finished one that covers the gap. None
-        when the log starts at 0. Raises UnreadableMetadataRecord when records are missing and
-        no snapshot covers them. Blocking."""
+        """The snapshot to load before the log: the newest finished one between the log start
+        and end offsets (our own, or Apache Kafka's after it deleted the segments a snapshot
+        covers). None when there is none and the log starts at 0. Raises
+        UnreadableMetadataRecord when records are missing and no readable snapshot covers them;
+        when the log is whole, an unreadable snapshot is skipped (the log is replayed). Blocking."""
         start, end = self.log.log_start_offset, self.log.log_end_offset
-        if start == 0:
-            return None
-        usable = [s for s in list_snapshots(self.log.dir) if start <= s.end_offset <= end]
+        usable = [s for s in list_snapshots(self.log.dir) if start <= s.end_offset <= end and s.end_offset > 0]
         if not usable:
+            if start == 0:
+                return None
             raise UnreadableMetadataRecord(
                 self.log.dir, 0,
                 f"the log starts at offset {start} and no snapshot covers the records below it",
@@ -117,6 +141,9 @@ class MetadataLog(Generic[T]):
         try:
             records = list(read_snapshot(path, self.serde))
         except SnapshotError as e:
+            if start == 0:
+                log.warning("Ignoring snapshot %s (the whole log is replayed instead): %s", path, e)
+                return None
             raise UnreadableMetadataRecord(path, 0, str(e)) from e
         log.info("Read snapshot %s: %d records", path, len(records))
         return SnapshotReader(snap.end_offset, snap.epoch, records)
@@ -155,8 +182,173 @@ class MetadataLog(Generic[T]):
                         raise UnreadableMetadataRecord(self.log.dir, rec.offset, str(e)) from e
                     timestamp = max(timestamp, rec.timestamp)
                 if records:
-                    yield Batch(base, header.partition_leader_epoch, timestamp, records)
+                    yield Batch(base, header.partition_leader_epoch, timestamp, records, header.size)
                 offset = max(offset, next_offset)
                 progressed = True
             if not progressed:
                 return
+
+    # -- snapshots (Kafka's KafkaMetadataLog.createNewSnapshot / onSnapshotFrozen / maybeClean) --
+
+    def _recover_snapshots(self) -> None:
+        """Delete unfinished (``.part``) and deleted (``.deleted``) snapshot files and finished
+        snapshots below the log start offset (Kafka's ``recoverSnapshots``)."""
+        start = self.log.log_start_offset
+        for sid, kind in list_snapshot_files(self.log.dir):
+            if kind or sid.end_offset < start:
+                path = os.path.join(self.log.dir, sid.filename + kind)
+                try:
+                    os.unlink(path)
+                    log.info("Deleted snapshot file %s", path)
+                except OSError as e:
+                    log.warning("Cannot delete snapshot file %s: %s", path, e.strerror)
+
+    def latest_snapshot_id(self) -> SnapshotId | None:
+        snaps = list_snapshots(self.log.dir)
+        return snaps[-1] if snaps else None
+
+    def create_snapshot(
+        self, snapshot_id: SnapshotId, records: Sequence[T], now_ms: int, last_contained_log_timestamp: int
+    ) -> str | None:
+        """Write ``records`` (the state of every record below ``snapshot_id.end_offset``) as a
+        finished snapshot. Blocking. Returns its path, or None (logged) when the id is not above
+        the latest snapshot or is beyond the high watermark (Kafka refuses those). The control
+        records of the latest snapshot (KRaftVersion, Voters of a dynamic quorum) are carried
+        into the new one so that no voter set is lost when the old snapshot is deleted."""
+        with self._snapshot_lock:
+            latest = self.latest_snapshot_id()
+            if latest is not None and (latest.epoch > snapshot_id.epoch or latest.end_offset >= snapshot_id.end_offset):
+                log.info("Not creating snapshot %s: not above the latest snapshot %s", snapshot_id, latest)
+                return None
+            if snapshot_id.end_offset > self.high_watermark or snapshot_id.end_offset <= self.log.log_start_offset:
+                log.info(
+                    "Not creating snapshot %s: outside the committed log [%d, %d)",
+                    snapshot_id, self.log.log_start_offset, self.high_watermark,
+                )
+                return None
+            control: tuple[tuple[int, dict[str, object]], ...] = ()
+            if latest is not None:
+                try:
+                    control = read_snapshot_header(os.path.join(self.log.dir, latest.filename)).control
+                except SnapshotError as e:
+                    log.warning("Cannot read the control records of snapshot %s: %s", latest, e)
+            data = snapshot_bytes(
+                records,
+                self.serde,
+                now_ms=now_ms,
+                last_contained_log_timestamp=last_contained_log_timestamp,
+                control=control,
+                epoch=snapshot_id.epoch,
+            )
+            path = write_snapshot(self.log.dir, snapshot_id, data)
+        log.info("Wrote snapshot %s: %d records, %d bytes", path, len(records), len(data))
+        return path
+
+    def maybe_clean(self, now_ms: int, retention_ms: int, retention_bytes: int) -> bool:
+        """Kafka's ``maybeClean``: first the size rule, then the age rule, each walking the
+        snapshots from the oldest and stopping at the first it keeps. True if anything was
+        deleted. Blocking."""
+        with self._snapshot_lock:
+            cleaned = False
+            if retention_bytes >= 0:
+                sizes = {s: self._snapshot_size(s) for s in self._retained_snapshots()}
+                total = sum(sizes.values())
+
+                def too_big(sid: SnapshotId) -> bool:
+                    nonlocal total
+                    if self.log.size + total > retention_bytes:
+                        total -= sizes.get(sid, 0)
+                        return True
+                    return False
+
+                cleaned |= self._clean_snapshots(too_big, now_ms)
+            if retention_ms >= 0:
+
+                def too_old(sid: SnapshotId) -> bool:
+                    try:
+                        header = read_snapshot_header(os.path.join(self.log.dir, sid.filename))
+                    except SnapshotError:
+                        return False
+                    return now_ms - header.last_contained_log_timestamp > retention_ms
+
+                cleaned |= self._clean_snapshots(too_old, now_ms)
+            return cleaned
+
+    def _retained_snapshots(self) -> list[SnapshotId]:
+        start = self.log.log_start_offset
+        return [s for s in list_snapshots(self.log.dir) if s.end_offset >= start]
+
+    def _snapshot_size(self, sid: SnapshotId) -> int:
+        try:
+            return os.path.getsize(os.path.join(self.log.dir, sid.filename))
+        except OSError:
+            return 0
+
+    def _clean_snapshots(self, should_delete: Callable[[SnapshotId], bool], now_ms: int) -> bool:
+        snaps = self._retained_snapshots()
+        cleaned = False
+        for snap, next_snap in zip(snaps, snaps[1:], strict=False):
+            if not should_delete(snap) or not self._delete_before_snapshot(next_snap, snaps[-1], now_ms):
+                break
+            cleaned = True
+        return cleaned
+
+    def _delete_before_snapshot(self, log_start: SnapshotId, latest: SnapshotId, now_ms: int) -> bool:
+        """Move the log start offset up to ``log_start``'s end offset (deleting the segments
+        wholly below it) and delete the snapshots before it (Kafka's ``deleteBeforeSnapshot``)."""
+        if not (self.log.log_start_offset < log_start.end_offset <= latest.end_offset):
+            return False
+        with self._lock:
+            if not self.log.maybe_increment_log_start_offset(log_start.end_offset, now_ms):
+                return False
+            self.log.delete_old_segments(now_ms)
+        log.info("Metadata log now starts at offset %d (snapshot %s)", log_start.end_offset, log_start)
+        for sid in list_snapshots(self.log.dir):
+            if sid < log_start:
+                path = os.path.join(self.log.dir, sid.filename)
+                try:
+                    os.unlink(path)
+                    log.info("Deleted snapshot %s", path)
+                except OSError as e:
+                    log.warning("Cannot delete snapshot %s: %s", path, e.strerror)
+        return True
+
+    # -- FetchSnapshot (a replica too far behind the leader's log start) -----------------------
+
+    def snapshot_slice(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> tuple[int, bytes] | None:
+        """The leader's side: (size, bytes) of a finished snapshot from ``position``; None if
+        there is none of that id (SNAPSHOT_NOT_FOUND); ValueError for a position outside it
+        (POSITION_OUT_OF_RANGE). Blocking."""
+        return read_snapshot_slice(self.log.dir, snapshot_id, position, max_bytes)
+
+    def create_snapshot_download(self, snapshot_id: SnapshotId) -> SnapshotDownload:
+        """The follower's side: a ``.part`` file to write the leader's snapshot into; once
+        frozen, :meth:`truncate_to_latest_snapshot` makes the log start at its end offset."""
+        return SnapshotDownload(self.log.dir, snapshot_id)
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        """Kafka's ``truncateToLatestSnapshot``: when the latest snapshot is ahead of the log (a
+        higher epoch than the log's last, or the same epoch past its end), the log is emptied to
+        start at the snapshot's end offset and older snapshots are deleted. True if it was.
+        For the follower right after a FetchSnapshot download is frozen. (Kafka also calls it
+        when opening the log; not done here: a log whose leader-epoch cache is empty, as in
+        logs carried over from elsewhere, would look behind every snapshot and be emptied.)"""
+        latest = self.latest_snapshot_id()
+        log_epoch = max(self.log.leader_epoch_cache.latest_epoch, 0)
+        if latest is None or not (
+            latest.epoch > log_epoch or (latest.epoch == log_epoch and latest.end_offset > self.log.log_end_offset)
+        ):
+            return False
+        if self.log.log_start_offset == self.log.log_end_offset == latest.end_offset:
+            return False  # already starts there, empty (its epoch cache is empty too)
+        with self._snapshot_lock, self._lock:
+            self.log.truncate_fully_and_start_at(latest.end_offset)
+            self.log.high_watermark = latest.end_offset
+        log.info("Metadata log truncated to start at snapshot %s", latest)
+        for sid in list_snapshots(self.log.dir):
+            if sid < latest:
+                try:
+                    os.unlink(os.path.join(self.log.dir, sid.filename))
+                except OSError as e:
+                    log.warning("Cannot delete snapshot %s: %s", sid, e.strerror)
+        return True

@@ -44,6 +44,7 @@ class Batch(Generic[T]):
     epoch: int
     append_timestamp: int
     records: Sequence[T]
+    size_in_bytes: int = 0  # of the batch in the log (Kafka's Batch.sizeInBytes)
 
     @property
     def last_offset(self) -> int:

@@ -24,11 +24,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from odradek.java_order import java_hash_map_order
-from odradek.metadata.records import encode_metadata_record
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.raft import control_records as cr
-from odradek.records.builder import build_batch
+from odradek.raft.snapshot import snapshot_bytes
 from odradek.server.meta_properties import (
     META_PROPERTIES,
     random_uuid_base64,
@@ -154,45 +155,23 @@ def parse_initial_controllers(text: str) -> list[InitialVoter]:
     return voters
 
 
-def _control(
-    control_type: int, obj: dict[str, object]
-) -> tuple[bytes, bytes, list[tuple[str, bytes | None]], int]:
-    return cr.control_key(control_type), cr.encode_control_value(control_type, obj), [], 0
-
-
 def snapshot_file_bytes(
     now_ms: int,
-    records: Sequence[tuple[str, dict[str, object]]] = (),
-    control: Sequence[tuple[int, dict[str, object]]] = (),
+    records: Sequence[tuple[str, dict[str, Any]]] = (),
+    control: Sequence[tuple[int, dict[str, Any]]] = (),
     last_contained_log_timestamp: int = 0,
 ) -> bytes:
-    """A file of batches as Kafka's snapshot writers lay it out: SnapshotHeader (and the
-    ``control`` records) in a control batch from offset 0, the metadata ``records`` in one batch,
-    the SnapshotFooter in a last control batch; every batch at partition leader epoch 0."""
-    header = _control(
-        cr.SNAPSHOT_HEADER,
-        {"version": 0, "last_contained_log_timestamp": last_contained_log_timestamp},
+    """A file of batches as Kafka's snapshot writers lay it out (the one snapshot writer,
+    :func:`odradek.raft.snapshot.snapshot_bytes`): SnapshotHeader (and the ``control`` records)
+    in a control batch from offset 0, the metadata ``records``, the SnapshotFooter in a last
+    control batch; every batch at partition leader epoch 0."""
+    return snapshot_bytes(
+        records,
+        METADATA_RECORD_SERDE,
+        now_ms=now_ms,
+        last_contained_log_timestamp=last_contained_log_timestamp,
+        control=control,
     )
-    first = [header] + [_control(t, obj) for t, obj in control]
-    out = bytearray()
-    offset = 0
-    stamped = [(k, v, h, now_ms) for k, v, h, _ in first]
-    out += build_batch(stamped, base_offset=offset, partition_leader_epoch=0, is_control=True)
-    offset += len(stamped)
-    if records:
-        body: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
-            (None, encode_metadata_record(name, obj), [], now_ms) for name, obj in records
-        ]
-        out += build_batch(body, base_offset=offset, partition_leader_epoch=0)
-        offset += len(body)
-    footer = _control(cr.SNAPSHOT_FOOTER, {"version": 0})
-    out += build_batch(
-        [(footer[0], footer[1], [], now_ms)],
-        base_offset=offset,
-        partition_leader_epoch=0,
-        is_control=True,
-    )
-    return bytes(out)
 
 
 def _write_atomically(path: str, data: bytes) -> None:

@@ -103,6 +103,7 @@ class KafkaRaftServer:
                 "Odradek controller ready: node id %d, cluster id %s, listening on %s, metadata in %s",
                 self.node_id, self.cluster_id, addresses, cfg.metadata_log_dir,
             )
+        self.shared.start_snapshots(self.broker.loader if self.broker is not None else None)
 
     async def _close_roles(self) -> None:
         if self.broker is not None:

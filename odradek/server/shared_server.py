@@ -6,7 +6,10 @@ Start-up is in three steps so that nothing is written before the log proved read
 :meth:`SharedServer.open_metadata_log` opens the log and reads the snapshot and quorum-state
 (writes nothing), the roles register their Raft listeners (which replays the log into them), and
 :meth:`SharedServer.start_raft` elects this node (a new epoch in quorum-state) and starts
-committing.
+committing. :meth:`SharedServer.start_snapshots` then puts Kafka's SnapshotGenerator on the
+broker's metadata loader (a controller-only process gets a loader of its own for it, as Kafka's
+SharedServer has one in every role); snapshots are written and old ones cleaned in the default
+executor, never on the event loop.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ import time
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataReplayError
+from odradek.metadata.image import MetadataImage
+from odradek.metadata.image_writer import write_image
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
+from odradek.metadata.snapshot_generator import SnapshotGenerator
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
@@ -29,6 +37,7 @@ from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.raft.quorum_state import FILE_NAME as QUORUM_STATE_FILE
 from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.raft.raft_client import Listener
+from odradek.raft.snapshot import SnapshotId
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.kafka_config import Listener as ListenerConfig
@@ -104,6 +113,11 @@ class SharedServer:
         self._metadata_raw_log: Log | None = None
         self.raft_client: KafkaRaftClient[MetadataRecord] | None = None
         self._raft_driver: KafkaRaftClientDriver | None = None
+        self.metadata_log: MetadataLog[MetadataRecord] | None = None
+        self.snapshot_generator: SnapshotGenerator | None = None
+        self._snapshot_loader: MetadataLoader | None = None
+        self._snapshot_work: set[asyncio.Future[None]] = set()
+        self._snapshot_cleaner: asyncio.Task[None] | None = None
 
     def lock_dirs(self) -> None:
         """Lock every data directory (log.dirs and metadata.log.dir) before anything in them
@@ -120,13 +134,19 @@ class SharedServer:
         """Open ``__cluster_metadata`` and the Raft client on it; reads, writes nothing."""
         loop = asyncio.get_running_loop()
         meta_dir = os.path.join(os.path.abspath(self.config.metadata_log_dir), f"{METADATA_TOPIC}-0")
-        meta_config = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
+        meta_config = LogConfig(
+            segment_bytes=int(self.config.get("metadata.log.segment.bytes")),
+            segment_ms=int(self.config.get("metadata.log.segment.ms")),
+            retention_ms=-1,
+            retention_bytes=-1,
+        )
         self._metadata_raw_log = await loop.run_in_executor(
             None, lambda: Log.load(meta_dir, meta_config, now_ms=now_ms(), clean_shutdown=False)
         )
+        self.metadata_log = MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE)
         client: KafkaRaftClient[MetadataRecord] = KafkaRaftClient(
             self.node_id,
-            MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE),
+            self.metadata_log,
             FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)),
             now_ms,
         )
@@ -161,7 +181,93 @@ class SharedServer:
         self._raft_driver.start()
         return client
 
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def start_snapshots(self, loader: MetadataLoader | None) -> None:
+        """Generate snapshots from ``loader``'s images (the broker's; None in a controller-only
+        process: one is made here) and clean old ones every ``CLEAN_INTERVAL_MS`` as Kafka's
+        Raft client does (and after each snapshot). On the event loop, after :meth:`start_raft`."""
+        cfg = self.config
+        if loader is None:
+            loader = self._snapshot_loader = MetadataLoader(KRaftMetadataCache())
+            self.register(loader)
+        generator = SnapshotGenerator(
+            self._emit_snapshot,
+            now_ms,
+            int(cfg.get("metadata.log.max.record.bytes.between.snapshots")),
+            int(cfg.get("metadata.log.max.snapshot.interval.ms")),
+        )
+        self.snapshot_generator = generator
+        loader.manifest_publishers.append(generator.publish)
+        self._snapshot_cleaner = asyncio.get_running_loop().create_task(
+            self._clean_snapshots_periodically(), name="metadata-snapshot-cleaner"
+        )
+
+    CLEAN_INTERVAL_MS = 60_000  # Kafka's KafkaRaftClient snapshot cleaning timer
+
+    def _emit_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, self._write_snapshot, image, epoch, last_contained_log_time_ms)
+        self._snapshot_work.add(fut)
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._snapshot_work.discard(f)
+            if self.snapshot_generator is not None:
+                self.snapshot_generator.emit_finished()
+            if not f.cancelled() and f.exception() is not None:
+                log.error("Writing the metadata snapshot at offset %d failed: %s", image.offset + 1, f.exception())
+
+        fut.add_done_callback(done)
+
+    def _write_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
+        """Blocking: in the executor."""
+        mlog = self.metadata_log
+        if mlog is None:
+            return
+        mlog.create_snapshot(SnapshotId(image.offset + 1, epoch), write_image(image), now_ms(), last_contained_log_time_ms)
+        self._clean(mlog)
+
+    def _clean(self, mlog: MetadataLog[MetadataRecord]) -> None:
+        mlog.maybe_clean(
+            now_ms(),
+            int(self.config.get("metadata.max.retention.ms")),
+            int(self.config.get("metadata.max.retention.bytes")),
+        )
+
+    async def _clean_snapshots_periodically(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.CLEAN_INTERVAL_MS / 1000)
+            mlog = self.metadata_log
+            if mlog is None:
+                return
+            fut = loop.run_in_executor(None, self._clean, mlog)
+            self._snapshot_work.add(fut)
+            try:
+                await fut
+            except Exception:
+                log.exception("Cleaning old metadata snapshots failed")
+            finally:
+                self._snapshot_work.discard(fut)
+
+    async def _stop_snapshots(self) -> None:
+        if self._snapshot_cleaner is not None:
+            self._snapshot_cleaner.cancel()
+            try:
+                await self._snapshot_cleaner
+            except asyncio.CancelledError:
+                pass
+            self._snapshot_cleaner = None
+        if self.snapshot_generator is not None:
+            self.snapshot_generator.disable("shutting down")
+        if self._snapshot_work:
+            await asyncio.gather(*self._snapshot_work, return_exceptions=True)
+        if self._snapshot_loader is not None and self.raft_client is not None:
+            self.raft_client.unregister(self._snapshot_loader)
+            self._snapshot_loader = None
+
     async def shutdown(self) -> None:
+        await self._stop_snapshots()
         if self._raft_driver is not None:
             await self._raft_driver.shutdown()
             self._raft_driver = None
@@ -172,5 +278,6 @@ class SharedServer:
             await asyncio.get_running_loop().run_in_executor(None, raw.flush)
             raw.close()
             self._metadata_raw_log = None
+            self.metadata_log = None
         self.raft_client = None
         self.release_locks()

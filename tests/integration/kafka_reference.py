@@ -39,6 +39,7 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
     "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
+    "kafka-metadata-shell": "org.apache.kafka.shell.MetadataShell",
     "kafka-storage": "kafka.tools.StorageTool",
 }
 

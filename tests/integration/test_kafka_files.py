@@ -8,8 +8,8 @@
   offsets, stopped cleanly, and Odradek started on its ``log.dirs`` with the same node.id serves
   all of it as it was; a consumer of the group resumes where it left off.
 
-Odradek writes no metadata snapshots yet (a single node replays its whole metadata log), so
-Kafka's metadata shell has no Odradek snapshot to open; it is not tested here.
+Odradek's own metadata snapshots, opened by Kafka's metadata shell, are tested in
+test_metadata_snapshots.py.
 """
 
 from __future__ import annotations
