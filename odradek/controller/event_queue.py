@@ -329,14 +329,30 @@ class KafkaEventQueue:
     def submit(
         self,
         name: str,
-        fn: Callable[[], T | Awaitable[T]],
+        fn: Callable[[], T],
         deadline_ms: int | None = None,
         *,
         prepend: bool = False,
     ) -> asyncio.Future[T]:
         """Queue ``fn`` as an event; the future completes with its result (or exception)."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        event = FunctionEvent(name, fn, future)
+        return self._submit(name, fn, deadline_ms, prepend)
+
+    def submit_async(
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        deadline_ms: int | None = None,
+        *,
+        prepend: bool = False,
+    ) -> asyncio.Future[T]:
+        """As :meth:`submit` for ``fn`` returning an awaitable, which holds the queue until done."""
+        return self._submit(name, fn, deadline_ms, prepend)
+
+    def _submit(
+        self, name: str, fn: Callable[[], Any], deadline_ms: int | None, prepend: bool
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        event: FunctionEvent[Any] = FunctionEvent(name, fn, future)
         if prepend:
             self.prepend(event)
         elif deadline_ms is None:

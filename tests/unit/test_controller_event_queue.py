@@ -179,8 +179,12 @@ def test_driver_runs_events_in_order_and_awaits_each_one() -> None:
         def fail() -> str:
             raise KafkaError(Errors.POLICY_VIOLATION, "no")
 
-        futures = [q.submit("slow", slow), q.submit("quick", quick), q.submit("fail", fail)]
-        first = q.submit("first", lambda: order.append("first") or "first", prepend=True)
+        futures = [q.submit_async("slow", slow), q.submit("quick", quick), q.submit("fail", fail)]
+        def first_fn() -> str:
+            order.append("first")
+            return "first"
+
+        first = q.submit("first", first_fn, prepend=True)
         assert await asyncio.wait_for(first, 5) == "first"
         assert await asyncio.wait_for(futures[0], 5) == "slow"
         assert await asyncio.wait_for(futures[1], 5) == "quick"
@@ -203,7 +207,7 @@ def test_driver_times_out_a_write_stuck_behind_a_slow_one_and_runs_deferred_even
         async def blocker() -> None:
             await release.wait()
 
-        blocked = q.submit("blocker", blocker)
+        blocked = q.submit_async("blocker", blocker)
         stuck = q.submit("stuck", lambda: "never", deadline_ms=100)
         ran: list[int] = []
         q.schedule_deferred("tick", deadline(50), Recorded("tick", []))
