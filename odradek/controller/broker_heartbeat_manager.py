@@ -110,9 +110,10 @@ class BrokerHeartbeatManager:
     # -- fencing of silent brokers --------------------------------------------------------------
 
     def next_check_time_ms(self) -> int | None:
-        """When the unfenced broker heard from longest ago runs out of session (None: none)."""
+        """The first time at which the unfenced broker heard from longest ago has run out of
+        session (None: no unfenced broker)."""
         unfenced = [b.last_contact_ms for b in self.brokers.values() if not b.fenced]
-        return min(unfenced) + self.session_timeout_ms if unfenced else None
+        return min(unfenced) + self.session_timeout_ms + 1 if unfenced else None
 
     def find_one_stale_broker(self, now_ms: int) -> int | None:
         """An unfenced broker whose session has run out: the one heard from longest ago."""

@@ -258,7 +258,7 @@ def test_silent_broker_is_fenced_after_the_session_timeout_and_loses_its_leaders
     start = c.clock()
     c.clock.advance(5000)
     c.heartbeat(2)  # broker 2 keeps heartbeating; broker 1 is silent from `start`
-    assert c.cluster.next_fencing_check_ms() == start + SESSION_MS
+    assert c.cluster.next_fencing_check_ms() == start + SESSION_MS + 1
     c.clock.now_ms = start + SESSION_MS
     assert c.cluster.maybe_fence_one_stale_broker(c.clock()) == []  # exactly at the timeout: alive
     c.clock.advance(1)
@@ -273,7 +273,7 @@ def test_silent_broker_is_fenced_after_the_session_timeout_and_loses_its_leaders
     assert p1 is not None and (p1.leader, p1.isr) == (2, (2,))
     assert c.cluster.maybe_fence_one_stale_broker(c.clock()) == []  # one at a time, and only once
     # Broker 2 next runs out at its last heartbeat plus the session timeout.
-    assert c.cluster.next_fencing_check_ms() == start + 5000 + SESSION_MS
+    assert c.cluster.next_fencing_check_ms() == start + 5000 + SESSION_MS + 1
 
 
 def test_fencing_the_only_isr_member_leaves_the_partition_without_leader() -> None:
@@ -293,7 +293,7 @@ def test_a_failover_gives_every_broker_a_fresh_session() -> None:
     c.cluster.deactivate()
     c.cluster.activate(c.clock())
     assert c.cluster.maybe_fence_one_stale_broker(c.clock()) == []
-    assert c.cluster.next_fencing_check_ms() == c.clock() + SESSION_MS
+    assert c.cluster.next_fencing_check_ms() == c.clock() + SESSION_MS + 1
 
 
 # -- controlled shutdown -------------------------------------------------------------------------
