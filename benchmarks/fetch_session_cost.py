@@ -27,9 +27,9 @@ from odradek.network.request_channel import ConnectionInfo
 from odradek.protocol import messages as m
 from odradek.protocol.header import RequestHeader, encode_request_header
 from odradek.records.builder import build_batch
-from odradek.server.broker_server import BrokerServer
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_raft_server import KafkaRaftServer
 
 ROUNDS = 7
 
@@ -65,7 +65,7 @@ def best_per_request(apis: KafkaApis, conn: ConnectionInfo, frames: list[bytearr
 
 async def main(partitions: int, requests: int) -> None:
     with tempfile.TemporaryDirectory() as d:
-        server = BrokerServer(
+        server = KafkaRaftServer(
             KafkaConfig({"log.dirs": d, "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"})
         )
         await server.startup()
@@ -83,9 +83,11 @@ async def main(partitions: int, requests: int) -> None:
                     "topic_data": [{"name": "t", "partition_data": [{"index": p, "records": batch}]}],
                 })
             await c.close()
-            apis = server.broker_apis
+            broker = server.broker
+            assert broker is not None
+            apis = broker.broker_apis
             assert apis is not None
-            topic_id = server.metadata_cache.get_topic_id("t")
+            topic_id = broker.metadata_cache.get_topic_id("t")
             assert topic_id is not None
             conn = ConnectionInfo("bench", "127.0.0.1:1", "PLAINTEXT")
             cache = apis.fetch_manager.cache

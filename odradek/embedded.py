@@ -122,9 +122,9 @@ class EmbeddedBroker:
     def _factory(self) -> Callable[[KafkaConfig], Any]:
         if self._server_factory is not None:
             return self._server_factory
-        from odradek.server.broker_server import BrokerServer
+        from odradek.server.kafka_raft_server import KafkaRaftServer
 
-        return BrokerServer
+        return KafkaRaftServer
 
     def start(self) -> EmbeddedBroker:
         """Start the node and block until it serves requests; raises its startup error."""

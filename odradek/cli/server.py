@@ -82,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _default_factory(config: KafkaConfig) -> ServerLike:
-    from odradek.server.broker_server import BrokerServer
+    from odradek.server.kafka_raft_server import KafkaRaftServer
 
-    server: ServerLike = BrokerServer(config)
+    server: ServerLike = KafkaRaftServer(config)
     return server
 
 

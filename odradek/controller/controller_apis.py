@@ -30,7 +30,7 @@ from odradek.server.controller_channel import (
 from odradek.server.kafka_config import KafkaConfig
 
 if TYPE_CHECKING:
-    from odradek.server.kafka_apis import Handler, RequestContext
+    from odradek.server.api_dispatcher import Handler, RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,16 @@ class ControllerApis:
         handler = self._handlers.get(request.api_key)
         if handler is None:
             raise ValueError(f"the controller does not handle API {request.api_key}")
-        return handler(request)
+        return self._answer(handler, request)
+
+    async def _answer(self, handler: ControllerHandler, request: ControllerRequest) -> dict[str, Any]:
+        try:
+            return await handler(request)
+        except KafkaError as e:
+            # A write refused by the QuorumController itself, typically NOT_CONTROLLER when
+            # this node stopped leading the quorum while the request waited.
+            log.info("API %d refused by the controller: %s", request.api_key, e.message)
+            return error_response(request, e.code, e.message)
 
     def _not_controller(self, request: ControllerRequest) -> dict[str, Any] | None:
         if self.is_active():

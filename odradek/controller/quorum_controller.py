@@ -1,18 +1,20 @@
-"""QuorumController: the active controller of a KRaft quorum (here, a quorum of one).
+"""QuorumController: the active controller of a KRaft quorum, a Raft listener.
 
 Every write runs through one queue, in order: a manager (sans-I/O) validates the operation against
-the controller's image and produces records; the controller appends them to ``__cluster_metadata``,
-waits for the commit (fsync off the event loop), replays them into its own image and tells the
-broker side that the committed offset moved. Nobody acts on a change before it is committed.
+the controller's image and produces records; the controller proposes them to Raft with
+``prepare_append`` at the epoch Raft gave it in ``handle_leader_change`` and waits until Raft
+delivers them committed in ``handle_commit``, where (and only where) its image moves. Nobody acts
+on a change before it is committed. When this node does not lead the quorum, writes are refused
+with NOT_CONTROLLER. A newly active controller first writes its activation records (the abort of
+a metadata transaction left open, the bootstrap metadata.version of a new log).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
@@ -27,8 +29,17 @@ from odradek.controller.replication_control import (
 )
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
+from odradek.metadata.transactions import MetadataTransactions
 from odradek.protocol.errors import Errors, KafkaError
-from odradek.raft.metadata_log import MetadataLog
+from odradek.raft.raft_client import (
+    UNKNOWN_LEADER,
+    Batch,
+    LeaderAndEpoch,
+    Listener,
+    NotLeaderError,
+    RaftClient,
+    SnapshotReader,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +54,35 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
 }
 
 
-class QuorumController:
+def _not_controller(leader: LeaderAndEpoch) -> KafkaError:
+    if leader.leader_id is None:
+        return KafkaError(Errors.NOT_CONTROLLER, "No controller appears to be active.")
+    return KafkaError(Errors.NOT_CONTROLLER, f"The active controller appears to be node {leader.leader_id}.")
+
+
+class QuorumController(Listener[MetadataRecord]):
     def __init__(
         self,
         node_id: int,
-        metadata_log: MetadataLog,
+        raft_client: RaftClient[MetadataRecord],
         *,
         default_partitions: int,
         default_replication_factor: int,
         delete_topic_enable: bool,
         validate_config: Callable[[str, str], str | None],
-        on_commit: Callable[[int], None],
-        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         broker_configs: BrokerConfigPolicy | None = None,
     ) -> None:
         self.node_id = node_id
-        self.metadata_log = metadata_log
+        self.raft_client = raft_client
         self.image: MetadataImage = EMPTY_IMAGE
-        self.epoch = 1
+        self.transactions = MetadataTransactions()
+        # The quorum's leader as Raft last announced it; this node writes only while it leads.
+        self.leader_and_epoch = UNKNOWN_LEADER
+        # Writes waiting for their last offset to commit (Kafka's DeferredEventQueue).
+        self._deferred: list[tuple[int, asyncio.Future[None]]] = []
+        # Set when this node becomes leader: the activation records go first.
+        self._activation_pending = False
+        self._activation: asyncio.Task[None] | None = None
         self.delete_topic_enable = delete_topic_enable
         self.replication = ReplicationControlManager(
             self.image,
@@ -69,43 +91,141 @@ class QuorumController:
             validate_config=validate_config,
         )
         self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
-        self._on_commit = on_commit
-        self._clock_ms = clock_ms
         self._queue: asyncio.Lock | None = None
 
-    # -- start-up -------------------------------------------------------------------------------
+    @property
+    def is_active(self) -> bool:
+        return self.leader_and_epoch.is_leader(self.node_id)
 
-    def replay_log(self) -> None:
-        """Rebuild the controller's image from the committed metadata log."""
-        records = [(offset, name, rec) for offset, name, _version, rec in self.metadata_log.read(0)]
-        self.replay(records)
-        log.info("Controller replayed %d metadata records up to offset %d", len(records), self.image.offset)
+    # -- RaftClient.Listener --------------------------------------------------------------------
 
-    def replay(self, records: Iterable[tuple[int, str, dict[str, Any]]]) -> MetadataDelta:
-        """Apply committed records (offset, name, fields) to the controller's image: one
-        delta over the current image, and the next image swapped in for the managers too."""
-        delta = MetadataDelta(self.image)
-        for offset, name, rec in records:
-            delta.replay(name, rec, offset)
+    def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
+        self.transactions.reset()
+        offset = reader.last_contained_log_offset
+        self.replay(((offset, name, fields) for name, fields in reader.records), base=EMPTY_IMAGE)
+
+    def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
+        """One delta over every committed batch, one image swapped in; then the writes whose
+        records are now committed complete."""
+        self.replay(
+            (offset, name, fields)
+            for batch in batches
+            for i, rec in enumerate(batch.records)
+            for offset, (name, fields) in self.transactions.feed(batch.base_offset + i, rec)
+        )
+        if batches:
+            self._complete_up_to(batches[-1].last_offset)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        was = self.leader_and_epoch
+        self.leader_and_epoch = leader
+        if was.is_leader(self.node_id) and was != leader:
+            # Renounce: what was proposed in the old epoch will not be committed by us.
+            self._fail_deferred(_not_controller(leader))
+        if leader.is_leader(self.node_id):
+            log.info(
+                "Node %d is the active controller in epoch %d, at metadata offset %d",
+                self.node_id, leader.epoch, self.image.offset,
+            )
+            if was != leader:
+                self._activation_pending = True
+                self._schedule_activation()
+        elif was.is_leader(self.node_id):
+            log.warning("Node %d is no longer the active controller (%s)", self.node_id, leader)
+
+    def begin_shutdown(self) -> None:
+        self.leader_and_epoch = LeaderAndEpoch(None, self.leader_and_epoch.epoch)
+        self._fail_deferred(_not_controller(self.leader_and_epoch))
+
+    # -- the one place records reach the controller's image ------------------------------------
+
+    def replay(
+        self, records: Iterable[tuple[int, str, dict[str, Any]]], base: MetadataImage | None = None
+    ) -> MetadataDelta:
+        """Apply committed records (offset, name, fields) to the controller's image: one delta
+        over the current image (or ``base``: a snapshot starts from the empty one), and the
+        next image swapped in for the managers too."""
+        delta = MetadataDelta(self.image if base is None else base)
+        for offset, name, fields in records:
+            delta.replay(name, fields, offset)
         self.image = self.replication.image = self.configuration.image = delta.apply()
         return delta
 
+    # -- activation -----------------------------------------------------------------------------
+
+    def _activation_records(self) -> list[MetadataRecord]:
+        """What a newly active controller writes first (Kafka's ActivationRecordsGenerator):
+        the abort of a metadata transaction left open, and the bootstrap metadata.version on a
+        log without one."""
+        records: list[MetadataRecord] = []
+        if self.transactions.open_transaction is not None:
+            # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
+            # active controller does, so that what follows is not taken as part of it.
+            log.warning(
+                "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
+            )
+            records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
+        if "metadata.version" not in self.image.features.levels:
+            records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION}))
+        return records
+
+    def _schedule_activation(self) -> None:
+        """Write the activation records now when on the event loop; else the next write does."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._activation = loop.create_task(self._activate(), name="controller-activation")
+
+    async def _activate(self) -> None:
+        try:
+            await self._write(lambda: (None, []))
+        except KafkaError as e:
+            log.info("Controller activation did not complete: %s", e)
+        except Exception:
+            log.exception("Controller activation failed")
+
     # -- the write path -------------------------------------------------------------------------
+
+    def _complete_up_to(self, offset: int) -> None:
+        while self._deferred and self._deferred[0][0] <= offset:
+            _, fut = self._deferred.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_deferred(self, error: Exception) -> None:
+        deferred, self._deferred = self._deferred, []
+        for _, fut in deferred:
+            if not fut.done():
+                fut.set_exception(error)
 
     async def _write(self, op: Callable[[], tuple[T, list[MetadataRecord]]]) -> T:
         if self._queue is None:
             self._queue = asyncio.Lock()
         async with self._queue:
+            leader = self.leader_and_epoch
+            if not leader.is_leader(self.node_id):
+                raise _not_controller(leader)
+            if self._activation_pending:
+                self._activation_pending = False
+                activation = self._activation_records()
+                if activation:
+                    await self._append(leader.epoch, activation)
             result, records = op()
             if records:
-                await self._commit(records)
+                await self._append(leader.epoch, records)
             return result
 
-    async def _commit(self, records: list[MetadataRecord]) -> None:
-        first, last = self.metadata_log.append(records, self.epoch, self._clock_ms())
-        await asyncio.get_running_loop().run_in_executor(None, self.metadata_log.commit, last + 1)
-        self.replay((first + i, name, rec) for i, (name, rec) in enumerate(records))
-        self._on_commit(last + 1)
+    async def _append(self, epoch: int, records: list[MetadataRecord]) -> None:
+        """Propose ``records`` as one batch and wait until Raft delivers them committed."""
+        try:
+            last = self.raft_client.prepare_append(epoch, records)
+        except NotLeaderError as e:
+            raise _not_controller(self.raft_client.leader_and_epoch) from e
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._deferred.append((last, done))
+        self.raft_client.schedule_prepared_append()
+        await done
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -120,28 +240,18 @@ class QuorumController:
             )
 
     async def register_broker(self, request: dict[str, Any]) -> int:
-        """BrokerRegistration: write the bootstrap records on a new log, then register the broker,
-        fenced until its first heartbeat from a caught-up broker.
+        """BrokerRegistration: register the broker, fenced until its first heartbeat from a
+        caught-up broker.
 
         Returns the broker epoch (the offset of the registration record, as Kafka does).
         """
 
         def op() -> tuple[int, list[MetadataRecord]]:
             records: list[MetadataRecord] = []
-            if self.metadata_log.open_transaction is not None:
-                # Apache Kafka stopped inside a metadata transaction: abort it, as Kafka's next
-                # active controller does, so that what follows is not taken as part of it.
-                log.warning(
-                    "Aborting the metadata transaction left open at offset %d",
-                    self.metadata_log.open_transaction,
-                )
-                records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-                self.metadata_log.open_transaction = None
-            if "metadata.version" not in self.image.features.levels:
-                records.append(
-                    ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION})
-                )
-            epoch = self.metadata_log.end_offset + len(records)
+            # The activation records (bootstrap metadata.version, abort of an open metadata
+            # transaction) were written when this controller became active: the broker epoch
+            # is the offset the registration record gets.
+            epoch = self.raft_client.log_end_offset
             records.append(
                 (
                     "RegisterBrokerRecord",

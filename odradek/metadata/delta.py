@@ -385,8 +385,9 @@ class MetadataDelta:
         self._next_producer_id = max(current, r["next_producer_id"])
 
     def _replay_marker(self, name: str, r: dict[str, Any], offset: int) -> None:
-        """NoOpRecord, and the transaction markers (KIP-868), whose transactions the metadata log
-        reader already resolved: only the image's offset moves."""
+        """NoOpRecord, and the transaction markers (KIP-868), whose transactions the listener's
+        :class:`~odradek.metadata.transactions.MetadataTransactions` already resolved: only the
+        image's offset moves."""
 
     # -- the next image -------------------------------------------------------------------------
 

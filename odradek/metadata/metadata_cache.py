@@ -40,6 +40,11 @@ class FinalizedFeatures:
     levels: Mapping[str, int]
     epoch: int
 
+    @classmethod
+    def of(cls, image: MetadataImage) -> FinalizedFeatures:
+        levels = image.features.levels
+        return cls(levels, image.offset if levels else -1)
+
 
 class KRaftMetadataCache:
     def __init__(self, image: MetadataImage = EMPTY_IMAGE) -> None:
@@ -125,9 +130,7 @@ class KRaftMetadataCache:
         return self._image.broker_config(name)
 
     def features(self) -> FinalizedFeatures:
-        image = self._image
-        levels = image.features.levels
-        return FinalizedFeatures(levels, image.offset if levels else -1)
+        return FinalizedFeatures.of(self._image)
 
     def metadata_version(self) -> int:
         """The finalized ``metadata.version`` level (0 before the bootstrap records)."""

@@ -1,1 +1,6 @@
-"""The metadata log (__cluster_metadata) and, later, the Raft quorum that replicates it."""
+"""Raft for ``__cluster_metadata``: the RaftClient interface and its Listener, the replicated log,
+the quorum-state file, snapshots, and the quorum-of-one KafkaRaftClient behind that interface.
+
+Generic over the record type: a :class:`~odradek.raft.serde.RecordSerde` is injected, and nothing
+here imports ``odradek.metadata``.
+"""

@@ -1,4 +1,4 @@
-"""Reading KRaft metadata snapshots (Apache Kafka's ``<end offset>-<epoch>.checkpoint`` files).
+"""Reading KRaft snapshots (Apache Kafka's ``<end offset>-<epoch>.checkpoint`` files).
 
 A snapshot sits in the ``__cluster_metadata-0`` directory beside the log; its name is the
 snapshot id: the end offset (exclusive: it holds the state of every record below it) as 20 digits
@@ -18,12 +18,13 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
-from odradek.metadata.records import decode_metadata_record
-from odradek.protocol.schema import SchemaError
+from odradek.raft.serde import RecordSerde, RecordSerdeError
 from odradek.records.batch import iter_batches
 from odradek.records.records import decode_batch
+
+T = TypeVar("T")
 
 SUFFIX = ".checkpoint"
 _NAME_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -67,25 +68,25 @@ def _control_type(key: bytes | memoryview | None) -> int:
     return int(kind)
 
 
-def read_snapshot(path: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """The metadata records of a snapshot file, in order: (name, version, fields).
+def read_snapshot(path: str, serde: RecordSerde[T]) -> Iterator[T]:
+    """The records of a snapshot file, in order, read with ``serde``.
 
     Raises SnapshotError when the file has no SnapshotHeader first or no SnapshotFooter last,
-    or a record cannot be decoded (an UnsupportedMetadataRecord propagates as SnapshotError too,
-    with the record type in its message)."""
+    or a record cannot be decoded (the serde's error, e.g. an unsupported metadata record type,
+    in its message)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise SnapshotError(f"cannot read {path}: {e.strerror}") from e
-    return _records(path, data)
+    return _records(path, data, serde)
 
 
-def _records(path: str, data: bytes) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def _records(path: str, data: bytes, serde: RecordSerde[T]) -> Iterator[T]:
     first = True
     footer = False
     end = 0
-    records: list[tuple[str, int, dict[str, Any]]] = []
+    records: list[T] = []
     try:
         for header in iter_batches(data):
             end = header.position + header.size
@@ -102,11 +103,11 @@ def _records(path: str, data: bytes) -> Iterator[tuple[str, int, dict[str, Any]]
                 elif first:
                     raise SnapshotError(f"{path}: does not start with a SnapshotHeader")
                 elif rec.value is not None:
-                    records.append(decode_metadata_record(rec.value))
+                    records.append(serde.read(rec.value))
                 first = False
     except SnapshotError:
         raise
-    except (SchemaError, ValueError) as e:
+    except (RecordSerdeError, ValueError) as e:
         raise SnapshotError(f"{path}: {e}") from e
     if end != len(data):
         raise SnapshotError(f"{path}: {len(data) - end} bytes of a partial batch at the end")

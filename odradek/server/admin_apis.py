@@ -22,7 +22,7 @@ from odradek.server.dynamic_broker_config import describe_broker_config
 from odradek.server.kafka_config import KafkaConfig
 
 if TYPE_CHECKING:
-    from odradek.server.kafka_apis import RequestContext
+    from odradek.server.api_dispatcher import RequestContext
 
 
 class AdminApis:

@@ -1,11 +1,12 @@
-"""BrokerServer: one Odradek process, wiring the controller role and the broker role together.
+"""BrokerServer: the broker role of a process (Kafka's ``BrokerServer``).
 
-Start-up follows KRaft's order for a combined node (``process.roles=broker,controller``):
-format the data directories if new, open ``__cluster_metadata`` and replay it into the
-controller's image and the broker's image, load (and if needed recover) the partition logs, take
-up the partitions the metadata says this node leads, open the listeners, and register the
-broker through the controller. From then on every topic change flows controller → metadata log
-→ broker image → replica manager.
+Start-up, once the shared server has opened ``__cluster_metadata``: the MetadataLoader registers
+as a Raft listener (the broker's image replays the committed log), the partition logs are loaded
+(and recovered where the last stop was unclean), the partitions the metadata says this node leads
+are taken up, the broker listeners serve, and the broker registers with the controller. From then
+on every topic change flows controller → Raft commit → MetadataLoader → MetadataCache → replica
+manager. The broker reaches the controller only through its controller channel: registration and
+heartbeats (BrokerLifecycleManager), forwarded admin requests, producer id blocks.
 """
 
 from __future__ import annotations
@@ -13,60 +14,32 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.controller_apis import ControllerApis
-from odradek.controller.quorum_controller import (
-    METADATA_VERSION,
-    SUPPORTED_FEATURES,
-    QuorumController,
-)
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
-from odradek.log.log import Log
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
-from odradek.metadata.delta import MetadataDelta, MetadataReplayError
+from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
-from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
-from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
-from odradek.protocol import messages as m
-from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
-from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.server import config_defs
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
-from odradek.server.controller_channel import InMemoryControllerChannel
-from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
-from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.controller_channel import ControllerChannel
+from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
-from odradek.server.meta_properties import ensure_formatted
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
 log = logging.getLogger(__name__)
-
-
-def _network_limits(cfg: KafkaConfig) -> tuple[RequestMemoryPool | None, ConnectionQuotas]:
-    """queued.max.request.bytes (<= 0: no pool, as in Kafka) and the connection quotas."""
-    pool_bytes = cfg.queued_max_request_bytes
-    quotas = ConnectionQuotas(
-        cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
-    )
-    return (RequestMemoryPool(pool_bytes) if pool_bytes > 0 else None), quotas
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
@@ -99,36 +72,24 @@ async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: 
             failing = 0
 
 
-class _NotServing:
-    """The handler of a listener bound before the broker can answer (never called: a bound
-    listener accepts nothing until it is given its real handler and started)."""
-
-    def handle(self, conn: ConnectionInfo, frame: bytearray) -> None:
-        raise CloseConnection("the broker is not serving yet")
-
-
-_NOT_SERVING = _NotServing()
-
-
 class BrokerServer:
-    def __init__(self, config: KafkaConfig) -> None:
+    def __init__(self, config: KafkaConfig, shared: SharedServer) -> None:
         self.config = config
+        self.shared = shared
         self.node_id = config.node_id
         self.cluster_id = ""
         self.bound_ports: dict[str, int] = {}
         self._servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._metadata_raw_log: Log | None = None
+        self.loader: MetadataLoader | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.controller: QuorumController | None = None
-        self.controller_channel: InMemoryControllerChannel | None = None
+        self.controller_channel: ControllerChannel | None = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
-        self._dir_locks: list[DirLock] = []
 
     # -- configuration helpers ------------------------------------------------------------------
 
@@ -163,69 +124,19 @@ class BrokerServer:
         # DynamicLogConfig.reconfigure updates all logs).
         delta.changed_topic_configs.update(image.topics.by_name)
 
-    def _on_metadata_commit(self, _offset: int) -> None:
-        self.loader.catch_up()
-
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def startup(self) -> None:
+    async def startup(self, cluster_id: str, controller_channel: ControllerChannel) -> None:
+        """Start the broker role; ``controller_channel`` is how it reaches the active controller
+        (the broker owns it from now on and closes it at shutdown)."""
         loop = asyncio.get_running_loop()
         cfg = self.config
-        # 0. Lock every data directory, then bind every listener, before anything in the
-        # directories is read or written. Locks first: a second process on the same directories
-        # (usually with the same ports too) is told which directory is in use, and the lock file
-        # is all it creates. Binding next: a port that is taken fails the start while
-        # meta.properties, the clean-shutdown marker and the logs are still untouched.
-        # Nothing is accepted until step 4, when the request handlers exist.
-        self._dir_locks = lock_dirs([*cfg.log_dirs, cfg.metadata_log_dir])
-        try:
-            await self._bind_listeners()
-        except BaseException:
-            await self._close_listeners()
-            self._release_locks()
-            raise
-        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
-
-        # 1. The metadata log, replayed by both roles.
-        meta_dir = os.path.join(os.path.abspath(cfg.metadata_log_dir), f"{METADATA_TOPIC}-0")
-        meta_config = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
-        self._metadata_raw_log = await loop.run_in_executor(
-            None,
-            lambda: Log.load(meta_dir, meta_config, now_ms=_now_ms(), clean_shutdown=False),
-        )
-        metadata_log = MetadataLog(self._metadata_raw_log)
-        self.loader = MetadataLoader(metadata_log, self.metadata_cache)
-        self.controller = QuorumController(
-            self.node_id,
-            metadata_log,
-            default_partitions=cfg.num_partitions,
-            default_replication_factor=cfg.default_replication_factor,
-            delete_topic_enable=cfg.delete_topic_enable,
-            validate_config=config_defs.validate_topic_config,
-            on_commit=self._on_metadata_commit,
-            broker_configs=DynamicBrokerConfigPolicy(cfg),
-        )
-        try:
-            metadata_log.load_snapshot()
-            self.controller.replay_log()
-            self.loader.catch_up()
-            # A log Apache Kafka wrote is at its quorum's epoch (one more per election): go on
-            # at that epoch, never below it (the leader epoch cache only moves forward).
-            self.controller.epoch = max(self.controller.epoch, self._metadata_raw_log.leader_epoch_cache.latest_epoch)
-            level = self.metadata_cache.metadata_version()
-            if level > METADATA_VERSION:
-                log.warning(
-                    "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
-                    "than Odradek's %d: Odradek applies the records it knows (topics, partitions, "
-                    "configs, brokers, features) and keeps reporting level %d as finalized",
-                    level, METADATA_VERSION, level,
-                )
-        except (UnreadableMetadataRecord, MetadataReplayError) as e:
-            raise StartupError(
-                f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
-                f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
-                "these directories again or remove what Odradek does not support first"
-            ) from e
+        self.cluster_id = cluster_id
+        channel = self.controller_channel = controller_channel
+        # 1. The broker's metadata cache follows what Raft commits, from the start of the log.
+        loader = MetadataLoader(self.metadata_cache)
+        self.shared.register(loader)
+        self.loader = loader
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
@@ -235,7 +146,7 @@ class BrokerServer:
             backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
         )
-        lm = LogManager(cfg.log_dirs, default_log_config, _now_ms, cleaner_config=cleaner_config)
+        lm = LogManager(cfg.log_dirs, default_log_config, now_ms, cleaner_config=cleaner_config)
         try:
             await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for))
         except BaseException:
@@ -262,20 +173,8 @@ class BrokerServer:
                 initial.changed_partitions.add((t.name, p))
         self.replica_manager.apply_delta(initial, image)
         # Dynamic broker configs first: a change reaches every log through the replica manager.
-        self.loader.publishers.append(self._on_broker_configs)
-        self.loader.publishers.append(self.replica_manager.apply_delta)
-
-        # 3a. The controller's request handlers, and the broker's channel to them. A quorum of
-        # one: this node is the Raft leader, so the active controller.
-        def raft_leader() -> int | None:
-            return self.node_id
-
-        controller_apis = ControllerApis(
-            node_id=self.node_id, cluster_id=self.cluster_id, config=cfg, controller=self.controller,
-            leader_id=raft_leader,
-        )
-        channel = InMemoryControllerChannel({self.node_id: controller_apis}, raft_leader)
-        self.controller_channel = channel
+        loader.publishers.append(self._on_broker_configs)
+        loader.publishers.append(self.replica_manager.apply_delta)
 
         # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
         # and on every later leadership change) and serves the group APIs.
@@ -289,7 +188,7 @@ class BrokerServer:
         self.group_coordinator.startup()
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
         # reach them at their members' next heartbeat.
-        self.loader.publishers.append(self.group_coordinator.on_metadata_update)
+        loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         lifecycle = BrokerLifecycleManager(
@@ -312,25 +211,8 @@ class BrokerServer:
             extensions=[GroupApis(self.group_coordinator)],
         )
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
-        controller_listener_apis = KafkaApis(
-            node_id=self.node_id,
-            cluster_id=self.cluster_id,
-            config=cfg,
-            metadata_cache=self.metadata_cache,
-            replica_manager=self.replica_manager,
-            controller_channel=channel,
-            log_manager=lm,
-            enabled_apis=[m.API_VERSIONS],
-            extensions=[controller_apis],
-        )
-        controller_names = set(cfg.controller_listener_names)
-        for lst in cfg.listeners:  # advertised by DescribeCluster to the controllers' clients
-            if lst.name in controller_names and lst.name in self.bound_ports:
-                host = socket.gethostname() if lst.host in ("", "0.0.0.0", "::") else lst.host
-                controller_apis.listener_endpoints[lst.name] = (host, self.bound_ports[lst.name])
         for server in self._servers:
-            is_controller = server.listener_name in controller_names
-            server.handler = controller_listener_apis if is_controller else broker_apis
+            server.handler = broker_apis
             await server.start()
 
         # 5. Register with the controller and heartbeat; the controller unfences the broker
@@ -360,51 +242,17 @@ class BrokerServer:
             self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs), broker_epoch,
         )
 
-    async def _bind_listeners(self) -> None:
-        """Bind (not yet serve) every listener this node's roles use; a port that cannot be
-        bound raises StartupError("cannot listen on host:port: reason")."""
+    async def bind_listeners(self) -> None:
+        """Bind (not yet serve) the broker listeners (every listener not a controller one)."""
         cfg = self.config
         controller_names = set(cfg.controller_listener_names)
-        # Request memory and connection limits, shared by the broker's listeners (the controller
-        # listener has its own, as Kafka's controller has its own socket server).
-        limits = {role: _network_limits(cfg) for role in ("broker", "controller")}
+        limits = network_limits(cfg)  # shared by the broker's listeners
         for lst in cfg.listeners:
-            is_controller = lst.name in controller_names
-            if is_controller and "controller" not in cfg.process_roles:
+            if lst.name in controller_names:
                 continue
-            if not is_controller and "broker" not in cfg.process_roles:
-                continue
-            pool, quotas = limits["controller" if is_controller else "broker"]
-            server = SocketServer(
-                lst.host,
-                lst.port,
-                _NOT_SERVING,
-                listener_name=lst.name,
-                max_request_bytes=cfg.socket_request_max_bytes,
-                memory_pool=pool,
-                quotas=quotas,
-                connections_max_idle_ms=cfg.connections_max_idle_ms,
-            )
-            try:
-                await server.bind()
-            except OSError as e:
-                reason = os.strerror(e.errno) if e.errno else str(e)
-                raise StartupError(
-                    f"cannot listen on {lst.host or '0.0.0.0'}:{lst.port} "
-                    f"(listener {lst.name}): {reason[:1].lower()}{reason[1:]}"
-                ) from e
+            server = await bind_listener(cfg, lst, limits)
             self._servers.append(server)
             self.bound_ports[lst.name] = server.port
-
-    async def _close_listeners(self) -> None:
-        for server in self._servers:
-            await server.stop()
-        self._servers.clear()
-
-    def _release_locks(self) -> None:
-        for lock in self._dir_locks:
-            lock.release()
-        self._dir_locks = []
 
     # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
     # directory Kafka used) mean state Odradek would silently drop or misread.
@@ -491,12 +339,8 @@ class BrokerServer:
         if self.log_manager is not None:
             lm = self.log_manager
             await loop.run_in_executor(None, lm.shutdown)
-        if self._metadata_raw_log is not None:
-            raw = self._metadata_raw_log
-            await loop.run_in_executor(None, raw.flush)
-            raw.close()
-            self._metadata_raw_log = None
-        self._release_locks()
+        if self.loader is not None and self.shared.raft_client is not None:
+            self.shared.raft_client.unregister(self.loader)
         if self._started:
             log.info("Odradek broker %d shut down cleanly", self.node_id)
         self._started = False

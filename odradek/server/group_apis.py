@@ -20,7 +20,7 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
-from odradek.server.kafka_apis import Handler, RequestContext
+from odradek.server.api_dispatcher import Handler, RequestContext
 from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)

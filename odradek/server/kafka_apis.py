@@ -1,41 +1,31 @@
-"""KafkaApis: decode a request, dispatch it by API key, encode the response.
+"""KafkaApis: the broker's request handlers (an :class:`~odradek.server.api_dispatcher.ApiDispatcher`).
 
-``handle`` is called by the socket server in arrival order for each frame of a connection. It
-returns the response buffers at once, None (acks=0 produce), or an awaitable when the request
-waits (delayed produce/fetch, a controller write). Handlers take and return plain dicts shaped by
-the declarative definitions in :mod:`odradek.protocol.messages`.
+Handlers take and return plain dicts shaped by the declarative definitions in
+:mod:`odradek.protocol.messages`.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
-import re
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES
 from odradek.controller.replication_control import (
     INTERNAL_TOPICS,
     RESERVED_TOPICS,
     topic_name_error,
 )
 from odradek.log.log_manager import LogManager
-from odradek.metadata.metadata_cache import KRaftMetadataCache
-from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
+from odradek.metadata.metadata_cache import FinalizedFeatures, KRaftMetadataCache
+from odradek.network.request_channel import CloseConnection
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
-from odradek.protocol.header import (
-    RequestHeader,
-    decode_request_header,
-    encode_response_header,
-    peek_request_header,
-)
-from odradek.protocol.schema import Api, SchemaError
+from odradek.protocol.schema import Api
 from odradek.records.batch import COMPRESSION_ZSTD, iter_batches
 from odradek.records.errors import RecordError
 from odradek.server.acl_operations import (
@@ -44,8 +34,11 @@ from odradek.server.acl_operations import (
     TOPIC_AUTHORIZED_OPERATIONS,
 )
 from odradek.server.admin_apis import AdminApis
+from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension, Handler, RequestContext
 from odradek.server.auto_topic_creation_manager import AutoTopicCreationManager
 from odradek.server.controller_channel import ControllerChannel, ForwardingManager, RequestClient
+from odradek.server.delayed_fetch import FetchPartitionRequest, FetchPartitionResult
+from odradek.server.delayed_produce import ProducePartitionStatus
 from odradek.server.fetch_session import (
     CachedPartition,
     FetchManager,
@@ -54,13 +47,7 @@ from odradek.server.fetch_session import (
 )
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
-from odradek.server.replica_manager import (
-    DelayedFetch,
-    FetchPartitionRequest,
-    FetchPartitionResult,
-    ProducePartitionStatus,
-    ReplicaManager,
-)
+from odradek.server.replica_manager import ReplicaManager
 from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
@@ -68,36 +55,12 @@ log = logging.getLogger(__name__)
 # ListOffsets: the first request version that defines each special timestamp (latest, earliest,
 # max timestamp KIP-734, earliest local KIP-405, latest tiered KIP-1005).
 _LIST_OFFSETS_MIN_VERSION = {-1: 0, -2: 0, -3: 7, -4: 8, -5: 9}
-_SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 _ZERO_UUID = uuid.UUID(int=0)
 # Topics only the broker itself writes (Kafka's Topic.isInternal, plus the metadata log): a
 # client's Produce or DeleteRecords on them is refused with INVALID_TOPIC_EXCEPTION.
 CLIENT_READ_ONLY_TOPICS = INTERNAL_TOPICS | RESERVED_TOPICS | {"__share_group_state"}
 
-Handler = Callable[["RequestContext", dict[str, Any]], Any]
-
-
-class ApiExtension(Protocol):
-    """A set of APIs served by another component (e.g. the group coordinator's GroupApis).
-
-    Each handler takes the request context and the decoded request dict and returns the
-    response dict, an awaitable of it, or None for no response.
-    """
-
-    def handlers(self) -> dict[Api, Handler]: ...
-
-
-@dataclass
-class RequestContext:
-    header: RequestHeader
-    conn: ConnectionInfo
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-
-class KafkaApis:
+class KafkaApis(ApiDispatcher):
     def __init__(
         self,
         *,
@@ -149,105 +112,10 @@ class KafkaApis:
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
             m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,
         }
-        for ext in extensions:
-            for api, handler in ext.handlers().items():
-                self.apis[api.api_key] = api
-                self.handlers[api.api_key] = handler
-        missing = set(self.apis) - set(self.handlers)
-        if missing:  # ApiVersions must never advertise an API without a handler
-            raise RuntimeError(f"APIs declared without a handler: {sorted(missing)}")
+        self.add_extensions(extensions)
 
-    # -- entry point ----------------------------------------------------------------------------
-
-    def handle(
-        self, conn: ConnectionInfo, frame: bytearray
-    ) -> ResponseBuffers | Awaitable[ResponseBuffers | None] | None:
-        try:
-            api_key, version, correlation_id = peek_request_header(frame)
-        except SchemaError as e:
-            raise CloseConnection(f"malformed request header from {conn.peer}: {e}") from e
-        api = self.apis.get(api_key)
-        if api is None:
-            raise CloseConnection(
-                f"unknown or unsupported API key {api_key} (version {version}, correlation id "
-                f"{correlation_id}) from {conn.peer}"
-            )
-        if not api.supports(version):
-            if api_key == m.API_VERSIONS.api_key:
-                # Kafka answers an ApiVersions request it does not understand with a v0
-                # response carrying UNSUPPORTED_VERSION and the versions it does support, so
-                # the client can retry with one of them.
-                log.info(
-                    "ApiVersions v%d from %s is not supported; answering with v0", version, conn.peer
-                )
-                body = self._api_versions_body(Errors.UNSUPPORTED_VERSION)
-                return self._encode(api, 0, correlation_id, body)
-            raise CloseConnection(
-                f"{api.name} v{version} from {conn.peer} is not supported (this broker supports "
-                f"v{api.min_version}-v{api.max_version}; UNSUPPORTED_VERSION)"
-            )
-        try:
-            header, pos = decode_request_header(frame, api.request_header_version(version))
-            request, _ = api.decode_request(version, frame, pos)
-        except SchemaError as e:
-            raise CloseConnection(
-                f"malformed {api.name} v{version} request from {conn.peer}: {e}"
-            ) from e
-        ctx = RequestContext(header, conn)
-        result = self.handlers[api_key](ctx, request)
-        if result is None:
-            return None
-        if isinstance(result, dict):
-            return self._encode(api, version, correlation_id, result)
-        return self._await_and_encode(api, version, correlation_id, result)
-
-    async def _await_and_encode(
-        self, api: Api, version: int, correlation_id: int, pending: Awaitable[dict[str, Any] | None]
-    ) -> ResponseBuffers | None:
-        body = await pending
-        if body is None:
-            return None
-        return self._encode(api, version, correlation_id, body)
-
-    def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:
-        header = encode_response_header(correlation_id, api.response_header_version(version))
-        parts = api.encode_response(version, body)
-        return [header, *parts]
-
-    # -- ApiVersions ----------------------------------------------------------------------------
-
-    def _api_versions_body(self, error: Errors) -> dict[str, Any]:
-        features = self.metadata_cache.features()
-        return {
-            "error_code": error,
-            "api_keys": [
-                {"api_key": a.api_key, "min_version": m.advertised_min_version(a), "max_version": a.max_version}
-                for a in sorted(self.apis.values(), key=lambda a: a.api_key)
-            ],
-            "throttle_time_ms": 0,
-            # KIP-584 features (v3+): what this broker can run, and what the cluster has finalized
-            # in the metadata log (the epoch is the image's offset, as Kafka's broker reports it).
-            "supported_features": [
-                {"name": name, "min_version": lo, "max_version": hi}
-                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
-            ],
-            "finalized_features_epoch": features.epoch,
-            "finalized_features": [
-                {"name": name, "max_version_level": level, "min_version_level": level}
-                for name, level in sorted(features.levels.items())
-            ],
-        }
-
-    def handle_api_versions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        if ctx.version >= 3:
-            name, ver = req["client_software_name"], req["client_software_version"]
-            if not _SOFTWARE_RE.match(name or "") or not _SOFTWARE_RE.match(ver or ""):
-                log.warning(
-                    "ApiVersions from %s has an invalid client software name/version %r/%r",
-                    ctx.conn.peer, name, ver,
-                )
-                return self._api_versions_body(Errors.INVALID_REQUEST)
-        return self._api_versions_body(Errors.NONE)
+    def finalized_features(self) -> FinalizedFeatures:
+        return self.metadata_cache.features()
 
     # -- Metadata -------------------------------------------------------------------------------
 
@@ -565,18 +433,37 @@ class KafkaApis:
                 "responses": list(by_topic.values()),
             }
 
-        if isinstance(result, DelayedFetch):
-            op = result
+        if isinstance(result, list):
+            return body(result)
+        pending = result
 
-            async def wait() -> dict[str, Any]:
-                return body(await op.future)
+        async def wait() -> dict[str, Any]:
+            return body(await pending)
 
-            return wait()
-        return body(result)
+        return wait()
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
-    def handle_list_offsets(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def _after_log_work(
+        self, tps: list[tuple[str, int]], handler: Handler, ctx: RequestContext, req: dict[str, Any]
+    ) -> Any:
+        """A request on partitions whose log the replica manager is still creating or truncating
+        is handled once that is done (Kafka's requests wait on the partition's leadership
+        change); None when no partition of ``tps`` is."""
+        if not any(self.replica_manager.is_loading(tp) for tp in tps):
+            return None
+
+        async def later() -> Any:
+            await self.replica_manager.wait_for_log_work(tps)
+            result = handler(ctx, req)
+            return await result if inspect.isawaitable(result) else result
+
+        return later()
+
+    def handle_list_offsets(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_list_offsets, ctx, req)) is not None:
+            return waiting
         isolation = req.get("isolation_level", 0)
         topics_out = []
         for t in req["topics"]:
@@ -609,7 +496,10 @@ class KafkaApis:
 
     # -- OffsetForLeaderEpoch -------------------------------------------------------------------
 
-    def handle_offset_for_leader_epoch(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def handle_offset_for_leader_epoch(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["topic"], p["partition"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_offset_for_leader_epoch, ctx, req)) is not None:
+            return waiting
         topics_out = []
         for t in req["topics"]:
             parts = []
@@ -634,7 +524,10 @@ class KafkaApis:
 
     # -- DeleteRecords --------------------------------------------------------------------------
 
-    def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    def handle_delete_records(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tps = [(t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"]]
+        if (waiting := self._after_log_work(tps, self.handle_delete_records, ctx, req)) is not None:
+            return waiting
         topics_out = []
         for t in req["topics"]:
             parts = []

@@ -357,7 +357,25 @@ class KafkaConfig:
                     f"controller.quorum.voters={self.raw('controller.quorum.voters')} "
                     "when process.roles includes controller"
                 )
+            if "broker" not in roles and any(n not in ctrl for n in names):
+                raise ConfigError(
+                    "The listeners config must only contain KRaft controller listeners from "
+                    "controller.listener.names when process.roles=controller"
+                )
         elif roles:
+            if not ctrl:
+                raise ConfigError(
+                    "controller.listener.names must contain at least one value when running KRaft "
+                    "with just the broker role"
+                )
+            if self.is_set("controller.quorum.voters") and self.node_id in {
+                v.node_id for v in self.controller_quorum_voters
+            }:
+                raise ConfigError(
+                    "If process.roles contains just the 'broker' role, the node id "
+                    f"{self.node_id} must not be included in the set of voters "
+                    f"controller.quorum.voters={self.raw('controller.quorum.voters')}"
+                )
             clash = [n for n in ctrl if n in names]
             if clash:
                 raise ConfigError(

@@ -1,25 +1,46 @@
-"""Delayed-operation purgatory: requests that wait for something (HW to move, bytes to arrive).
+"""Delayed-operation purgatory (Kafka's DelayedOperation / DelayedOperationPurgatory).
 
-An operation is tried once when it is created; if it cannot complete it is watched under keys
-(topic-partitions) and tried again whenever someone calls :meth:`check_and_complete` for one of
-them (an append, a high-watermark move), or completed by force when its timeout expires. Its
-result is delivered through an asyncio future so the request layer can await it.
+Requests that must wait for something — the high watermark to cover a produce (acks=-1), bytes
+to arrive for a fetch — become a :class:`DelayedOperation`. It is tried once when it is created;
+if it cannot complete it is watched under keys (topic-partitions) and tried again whenever
+someone calls :meth:`DelayedOperationPurgatory.check_and_complete` for one of them (an append,
+a high-watermark move, a leadership change), or completed by force when its timeout expires.
+
+This module is a sans-I/O core: no clock, no event loop. Timeouts go through an injected
+:class:`Timer` (Kafka's ``Timer``: ``add`` a task to run after a delay), and a completed
+operation hands its result to the callbacks registered with
+:meth:`DelayedOperation.add_done_callback`. :mod:`odradek.server.system_timer` adapts both to
+asyncio for the broker.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class TimerTaskHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timer(Protocol):
+    """Runs ``task`` once, ``delay_ms`` from now, unless the returned handle is cancelled."""
+
+    def add(self, delay_ms: int, task: Callable[[], None]) -> TimerTaskHandle: ...
 
 
 class DelayedOperation(ABC):
     def __init__(self, delay_ms: int) -> None:
         self.delay_ms = max(0, delay_ms)
         self.completed = False
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._timer: asyncio.TimerHandle | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.timer_task: TimerTaskHandle | None = None
+        self._callbacks: list[Callable[[DelayedOperation], None]] = []
 
     # -- to implement --------------------------------------------------------------------------
 
@@ -36,36 +57,45 @@ class DelayedOperation(ABC):
 
     # -- machinery ------------------------------------------------------------------------------
 
+    def add_done_callback(self, callback: Callable[[DelayedOperation], None]) -> None:
+        """Call ``callback(self)`` once the operation has completed (at once if it has)."""
+        if self.completed:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
     def force_complete(self) -> bool:
+        """Complete now (False if it already was): build the result and tell the callbacks."""
         if self.completed:
             return False
         self.completed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self.timer_task is not None:
+            self.timer_task.cancel()
+            self.timer_task = None
         try:
-            result = self.on_complete()
-        except Exception as e:  # deliver the failure to whoever awaits the result
-            if not self.future.done():
-                self.future.set_exception(e)
-            return True
-        if not self.future.done():
-            self.future.set_result(result)
+            self.result = self.on_complete()
+        except Exception as e:  # delivered to whoever waits for the result
+            self.error = e
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            try:
+                cb(self)
+            except Exception:
+                log.exception("Completion callback of %r failed", self)
         return True
 
-    def _expire(self) -> None:
-        self._timer = None
+    def expire(self) -> None:
+        """The timer fired: complete with whatever holds now."""
+        self.timer_task = None
         if not self.completed:
             self.on_expiration()
             self.force_complete()
 
-    def start_timer(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self.delay_ms / 1000.0, self._expire)
-
 
 class DelayedOperationPurgatory:
-    def __init__(self, name: str, purge_interval: int = 1000) -> None:
+    def __init__(self, name: str, timer: Timer, purge_interval: int = 1000) -> None:
         self.name = name
+        self.timer = timer
         self._watchers: dict[Hashable, list[DelayedOperation]] = {}
         self._purge_interval = purge_interval
         self._since_purge = 0
@@ -76,13 +106,14 @@ class DelayedOperationPurgatory:
             return True
         for k in keys:
             self._watchers.setdefault(k, []).append(op)
-        op.start_timer()
+        op.timer_task = self.timer.add(op.delay_ms, op.expire)
         self._since_purge += 1
         if self._since_purge >= self._purge_interval:
             self.purge_completed()
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
+        """Try the operations watched under ``key``; returns how many completed."""
         ops = self._watchers.get(key)
         if not ops:
             return 0
@@ -102,6 +133,7 @@ class DelayedOperationPurgatory:
         return done
 
     def purge_completed(self) -> None:
+        """Drop completed operations still listed under other keys."""
         self._since_purge = 0
         for k in list(self._watchers):
             live = [op for op in self._watchers[k] if not op.completed]
@@ -111,9 +143,11 @@ class DelayedOperationPurgatory:
                 del self._watchers[k]
 
     def watched(self) -> int:
-        return sum(1 for ops in self._watchers.values() for op in ops if not op.completed)
+        """Operations waiting (each counted once, whatever its number of keys)."""
+        return len({id(op) for ops in self._watchers.values() for op in ops if not op.completed})
 
     def shutdown(self) -> None:
+        """Complete every waiting operation now."""
         for ops in self._watchers.values():
             for op in ops:
                 op.force_complete()

@@ -1,22 +1,36 @@
 """ReplicaManager: the partitions this broker hosts, how they change role, and the data path.
 
-Leadership arrives only as metadata: :meth:`apply_delta` is called with what a batch of committed
-metadata records changed, and runs Kafka's ``becomeLeaderOrFollower`` (``make_leaders`` /
-``make_followers``) and ``stopReplicas`` for deleted topics. Produce and fetch go through here;
-requests that must wait (acks=-1 until the HW covers them, fetch until ``min_bytes`` arrive) wait
-in the delayed-produce / delayed-fetch purgatories and are woken by appends and HW moves.
+Leadership arrives as partition states (:class:`~odradek.cluster.partition.PartitionState`):
+:meth:`ReplicaManager.make_leaders` / :meth:`ReplicaManager.make_followers` /
+:meth:`ReplicaManager.stop_replicas` are Kafka's ``becomeLeaderOrFollower`` and ``stopReplicas``,
+driven today by :meth:`ReplicaManager.apply_delta` (a batch of committed KRaft metadata records)
+and later by ZooKeeper mode's LeaderAndIsr / StopReplica requests.
+
+The state change is applied at once; the file work it needs (creating a log, truncating a new
+follower's, deleting a stopped replica's) runs off the event loop on a :class:`LogWorker`, one
+job at a time in order. Until a partition's log work is done it serves nothing (its log is not
+attached), and requests for it wait for that work (:meth:`ReplicaManager.wait_for_log_work`;
+produce and fetch here, the others in KafkaApis), as Kafka's wait on a partition's lock while
+its leadership changes.
+
+Produce and fetch go through here; requests that must wait (acks=-1 until the HW covers them,
+fetch until ``min_bytes`` arrive) wait in the delayed-produce / delayed-fetch purgatories
+(:mod:`odradek.server.delayed_produce`, :mod:`odradek.server.delayed_fetch`) and are woken by
+appends, HW moves and leadership changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+from odradek.cluster.partition import LogReadResult, Partition, PartitionState
 from odradek.log.errors import KafkaStorageError, LogError
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
@@ -26,8 +40,15 @@ from odradek.metadata.image import MetadataImage
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.errors import RecordError, RecordValidationError
-from odradek.server.partition import LogReadResult, Partition
-from odradek.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from odradek.server.delayed_fetch import (
+    DelayedFetch,
+    FetchPartitionRequest,
+    FetchPartitionResult,
+    fetch_can_complete,
+)
+from odradek.server.delayed_produce import DelayedProduce, ProducePartitionStatus
+from odradek.server.purgatory import DelayedOperationPurgatory, Timer
+from odradek.server.system_timer import AsyncioTimer, completion_future
 
 log = logging.getLogger(__name__)
 
@@ -36,92 +57,31 @@ TopicPartition = tuple[str, int]
 _BATCH_LENGTH = struct.Struct(">i")
 
 
-@dataclass
-class ProducePartitionStatus:
-    error: Errors = Errors.NONE
-    message: str | None = None
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    required_offset: int = -1  # acks=-1 waits until the HW reaches this
-    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+class LogWorker(Protocol):
+    """Runs file work off the event loop, one job at a time in submission order, and calls
+    ``done(error)`` back on the event loop, in the same order."""
+
+    def submit(self, job: Callable[[], object], done: Callable[[BaseException | None], None]) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
-@dataclass
-class FetchPartitionRequest:
-    topic: str
-    partition: int
-    fetch_offset: int
-    partition_max_bytes: int
-    current_leader_epoch: int = -1
+class ExecutorLogWorker:
+    """A :class:`LogWorker` on one worker thread of the running event loop."""
 
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="odradek-replica-logs")
 
-@dataclass
-class FetchPartitionResult:
-    request: FetchPartitionRequest
-    result: LogReadResult
+    def submit(self, job: Callable[[], object], done: Callable[[BaseException | None], None]) -> None:
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, job)
 
+        def finished(f: asyncio.Future[object]) -> None:
+            done(f.exception() if not f.cancelled() else asyncio.CancelledError())
 
-class DelayedProduce(DelayedOperation):
-    def __init__(
-        self,
-        delay_ms: int,
-        statuses: dict[TopicPartition, ProducePartitionStatus],
-        replica_manager: ReplicaManager,
-    ) -> None:
-        super().__init__(delay_ms)
-        self.statuses = statuses
-        self.rm = replica_manager
-        self.pending = {tp for tp, s in statuses.items() if s.error == Errors.NONE}
+        fut.add_done_callback(finished)
 
-    def try_complete(self) -> bool:
-        for tp in list(self.pending):
-            p = self.rm.partitions.get(tp)
-            if p is None:
-                done, err = True, Errors.NOT_LEADER_OR_FOLLOWER
-            else:
-                done, err = p.check_enough_replicas_reach_offset(self.statuses[tp].required_offset)
-            if done:
-                self.pending.discard(tp)
-                if err != Errors.NONE:
-                    self.statuses[tp].error = err
-        if not self.pending:
-            return self.force_complete()
-        return False
-
-    def on_expiration(self) -> None:
-        for tp in self.pending:
-            self.statuses[tp].error = Errors.REQUEST_TIMED_OUT
-
-    def on_complete(self) -> dict[TopicPartition, ProducePartitionStatus]:
-        return self.statuses
-
-
-class DelayedFetch(DelayedOperation):
-    def __init__(
-        self,
-        delay_ms: int,
-        min_bytes: int,
-        read: Callable[[], tuple[int, list[FetchPartitionResult]]],
-        first: list[FetchPartitionResult],
-    ) -> None:
-        super().__init__(delay_ms)
-        self.min_bytes = min_bytes
-        self.read = read
-        self.results = first
-
-    def try_complete(self) -> bool:
-        total, results = self.read()
-        if total >= self.min_bytes or any(r.result.error != Errors.NONE for r in results):
-            self.results = results
-            return self.force_complete()
-        return False
-
-    def on_expiration(self) -> None:
-        _, self.results = self.read()
-
-    def on_complete(self) -> list[FetchPartitionResult]:
-        return self.results
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
 
 
 class ReplicaManager:
@@ -132,6 +92,9 @@ class ReplicaManager:
         metadata_cache: KRaftMetadataCache,
         log_config_for: Callable[[str], LogConfig],
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        *,
+        timer: Timer | None = None,
+        log_worker: LogWorker | None = None,
     ) -> None:
         self.node_id = node_id
         self.log_manager = log_manager
@@ -143,42 +106,57 @@ class ReplicaManager:
         # leading a partition: the group coordinator loads and unloads __consumer_offsets
         # partitions through this hook (Kafka's onLeadershipChange).
         self.leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
-        self._produce_purgatory: DelayedOperationPurgatory | None = None
-        self._fetch_purgatory: DelayedOperationPurgatory | None = None
+        timer = timer if timer is not None else AsyncioTimer()
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.log_worker: LogWorker = log_worker if log_worker is not None else ExecutorLogWorker()
+        self._pending_log_work: dict[TopicPartition, int] = {}  # jobs queued per partition
+        self._ready_waiters: dict[TopicPartition, list[asyncio.Future[None]]] = {}
+        # The last produce waiting to append to each partition (done once it has appended).
+        self._queued_appends: dict[TopicPartition, asyncio.Future[None]] = {}
+        self._shut_down = False
+        self._announced_leader: dict[TopicPartition, int] = {}  # leader epoch told to listeners
 
-    @property
-    def produce_purgatory(self) -> DelayedOperationPurgatory:
-        if self._produce_purgatory is None:
-            self._produce_purgatory = DelayedOperationPurgatory("Produce")
-        return self._produce_purgatory
-
-    @property
-    def fetch_purgatory(self) -> DelayedOperationPurgatory:
-        if self._fetch_purgatory is None:
-            self._fetch_purgatory = DelayedOperationPurgatory("Fetch")
-        return self._fetch_purgatory
-
-    # -- metadata → roles -----------------------------------------------------------------------
+    # -- metadata → partition states -------------------------------------------------------------
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """One batch of committed KRaft metadata records (Kafka's ReplicaManager.applyDelta):
+        deleted topics and partitions moved off this broker stop; the others' states become
+        leaders and followers. The only place that reads a metadata delta (the image is read
+        elsewhere only to tell an unknown partition from one this broker does not host)."""
         for name, deleted in delta.deleted_topics.items():
             self.stop_replicas([(name, p) for p in deleted.partitions], delete=True)
-        leaders: list[TopicPartition] = []
-        followers: list[TopicPartition] = []
+        leaders: list[PartitionState] = []
+        followers: list[PartitionState] = []
+        removed: list[TopicPartition] = []
         for tp in sorted(delta.changed_partitions):
             reg = image.partition(*tp)
             if reg is None:
                 continue
+            state = PartitionState(
+                topic=tp[0],
+                partition=tp[1],
+                topic_id=image.topics_by_name[tp[0]].topic_id,
+                leader=reg.leader,
+                leader_epoch=reg.leader_epoch,
+                isr=tuple(reg.isr),
+                replicas=tuple(reg.replicas),
+                partition_epoch=reg.partition_epoch,
+                adding_replicas=tuple(reg.adding_replicas),
+                removing_replicas=tuple(reg.removing_replicas),
+            )
             if reg.leader == self.node_id:
-                leaders.append(tp)
+                leaders.append(state)
             elif self.node_id in reg.replicas:
-                followers.append(tp)
+                followers.append(state)
             elif tp in self.partitions:
-                self.stop_replicas([tp], delete=True)
+                removed.append(tp)
+        if removed:
+            self.stop_replicas(removed, delete=True)
         if leaders:
-            self.make_leaders(leaders, image)
+            self.make_leaders(leaders)
         if followers:
-            self.make_followers(followers, image)
+            self.make_followers(followers)
         for topic in delta.changed_topic_configs:
             if topic in image.topics.by_name:
                 cfg = self.log_config_for(topic)
@@ -186,56 +164,154 @@ class ReplicaManager:
                     if t == topic and part.log is not None:
                         part.log.update_config(cfg)
 
-    def _get_or_create_partition(self, tp: TopicPartition, image: MetadataImage) -> Partition:
-        topic = image.topics.by_name[tp[0]]
+    # -- leadership changes (Kafka's becomeLeaderOrFollower / stopReplicas) ----------------------
+
+    def make_leaders(self, states: list[PartitionState]) -> dict[TopicPartition, Errors]:
+        """Lead these partitions. Per partition: NONE, or STALE_CONTROLLER_EPOCH for a state
+        older than the one applied (refused, as Kafka answers a stale LeaderAndIsr)."""
+        out: dict[TopicPartition, Errors] = {}
+        for st in states:
+            tp = (st.topic, st.partition)
+            p = self._get_or_create_partition(st)
+            if p.is_stale(st):
+                p.make_leader(st, None)  # logs the refusal
+                out[tp] = Errors.STALE_CONTROLLER_EPOCH
+                continue
+            lg = self._ready_log(st)
+            p.make_leader(st, lg)
+            if lg is None:
+                self._submit_log_work(tp, self._create_log_job(st))
+            self._after_change(tp, p)
+            out[tp] = Errors.NONE
+        return out
+
+    def make_followers(self, states: list[PartitionState]) -> dict[TopicPartition, Errors]:
+        """Follow ``state.leader`` for these partitions: produce and fetch answer
+        NOT_LEADER_OR_FOLLOWER, the log is kept (created if missing). Without a replica fetcher
+        yet, a new follower keeps its log up to the high watermark (truncating the rest, and its
+        leader epoch cache with it), as Kafka did before fetching from the new leader.
+        Per partition: NONE or STALE_CONTROLLER_EPOCH (refused)."""
+        out: dict[TopicPartition, Errors] = {}
+        for st in states:
+            tp = (st.topic, st.partition)
+            p = self._get_or_create_partition(st)
+            if p.is_stale(st):
+                p.make_follower(st, None)  # logs the refusal
+                out[tp] = Errors.STALE_CONTROLLER_EPOCH
+                continue
+            lg = self._ready_log(st)
+            # A follower serves nothing, so its log stays attached while the worker truncates
+            # it; a later leadership waits for that work (_ready_log).
+            is_new = p.make_follower(st, lg)
+            if lg is None or (is_new and lg.log_end_offset > lg.high_watermark):
+                create = self._create_log_job(st)
+
+                def job(create: Callable[[], Log] = create, truncate: bool = is_new) -> None:
+                    lg = create()
+                    if truncate:
+                        lg.truncate_to(lg.high_watermark)
+
+                self._submit_log_work(tp, job)
+            self._after_change(tp, p)
+            out[tp] = Errors.NONE
+        return out
+
+    def stop_replicas(self, tps: list[TopicPartition], delete: bool) -> None:
+        """Stop hosting these replicas (Kafka's StopReplica); with ``delete`` their logs go."""
+        for tp in tps:
+            p = self.partitions.pop(tp, None)
+            if p is not None:
+                p.stop()
+            self._after_change(tp, p)
+            if delete and (tp in self._pending_log_work or self.log_manager.get_log(*tp) is not None):
+                self._submit_log_work(tp, functools.partial(self.log_manager.delete_log, tp[0], tp[1]))
+
+    def _get_or_create_partition(self, st: PartitionState) -> Partition:
+        tp = (st.topic, st.partition)
         p = self.partitions.get(tp)
-        if p is None or p.topic_id != topic.topic_id:
-            p = Partition(tp[0], tp[1], topic.topic_id, self.node_id)
+        if p is not None and p.topic_id != st.topic_id:  # a topic of the same name, recreated
+            p.stop()
+            self._after_change(tp, None)
+            p = None
+        if p is None:
+            p = Partition(st.topic, st.partition, st.topic_id, self.node_id)
             self.partitions[tp] = p
         return p
 
-    def _log_for(self, tp: TopicPartition, image: MetadataImage) -> Any:
-        topic = image.topics.by_name[tp[0]]
-        return self.log_manager.get_or_create_log(
-            tp[0], tp[1], self.log_config_for(tp[0]), topic.topic_id.bytes
-        )
+    def _ready_log(self, st: PartitionState) -> Log | None:
+        """The partition's log when it needs no file work first (exists, topic id recorded,
+        nothing queued for it)."""
+        tp = (st.topic, st.partition)
+        if tp in self._pending_log_work:
+            return None
+        lg = self.log_manager.get_log(*tp)
+        if lg is None or lg.topic_id != st.topic_id.bytes:
+            return None
+        return lg
 
-    def make_leaders(self, tps: list[TopicPartition], image: MetadataImage) -> None:
-        for tp in tps:
-            reg = image.partition(*tp)
-            assert reg is not None
-            p = self._get_or_create_partition(tp, image)
-            if p.make_leader(reg, self._log_for(tp, image)):
-                self._notify_leadership(tp, True, reg.leader_epoch)
-            self._complete_delayed(tp)
+    def _create_log_job(self, st: PartitionState) -> Callable[[], Log]:
+        config = self.log_config_for(st.topic)  # read on the event loop, used by the worker
+        lm = self.log_manager
+        return lambda: lm.get_or_create_log(st.topic, st.partition, config, st.topic_id.bytes)
 
-    def make_followers(self, tps: list[TopicPartition], image: MetadataImage) -> None:
-        for tp in tps:
-            reg = image.partition(*tp)
-            assert reg is not None
-            p = self._get_or_create_partition(tp, image)
-            log_ = self._log_for(tp, image)
-            was_leader = p.is_leader
-            if p.make_follower(reg, log_):
-                if was_leader:
-                    self._notify_leadership(tp, False, reg.leader_epoch)
-                # Without a replica fetcher yet, a follower keeps its log up to the HW (Kafka
-                # truncates to the HW before fetching from the new leader).
-                log_.truncate_to(log_.high_watermark)
-                log.debug("%s: became follower of broker %d at epoch %d", p, reg.leader, reg.leader_epoch)
-            self._complete_delayed(tp)
+    def _submit_log_work(self, tp: TopicPartition, job: Callable[[], object]) -> None:
+        if self._shut_down:  # the broker is stopping: its logs are closed, not changed
+            log.info("Log work for %s-%d not started: shutting down", tp[0], tp[1])
+            return
+        self._pending_log_work[tp] = self._pending_log_work.get(tp, 0) + 1
 
-    def stop_replicas(self, tps: list[TopicPartition], delete: bool) -> None:
+        def done(error: BaseException | None) -> None:
+            if error is not None:
+                log.error("Log work for %s-%d failed: %s", tp[0], tp[1], error, exc_info=error)
+            left = self._pending_log_work[tp] - 1
+            if left:
+                self._pending_log_work[tp] = left
+            else:
+                del self._pending_log_work[tp]
+                self._on_log_ready(tp)
+
+        self.log_worker.submit(job, done)
+
+    def _on_log_ready(self, tp: TopicPartition) -> None:
+        p = self.partitions.get(tp)
+        lg = self.log_manager.get_log(*tp)
+        if p is not None and p.log is None and lg is not None:
+            lg.update_config(self.log_config_for(tp[0]))
+            p.attach_log(lg)
+        self._after_change(tp, p)
+        for fut in self._ready_waiters.pop(tp, []):
+            if not fut.done():
+                fut.set_result(None)
+
+    def is_loading(self, tp: TopicPartition) -> bool:
+        """Is file work (log creation, truncation, deletion) queued for ``tp``?"""
+        return tp in self._pending_log_work
+
+    async def wait_for_log_work(self, tps: list[TopicPartition]) -> None:
+        """Until no file work is queued for any of ``tps`` (or the replica manager shut down)."""
+        if self._shut_down:
+            return
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[None]] = []
         for tp in tps:
-            p = self.partitions.pop(tp, None)
-            if delete:
-                self.log_manager.delete_log(tp[0], tp[1])
-            if p is not None:
-                was_leader = p.is_leader
-                p.leader_id = -1
-                if was_leader:
-                    self._notify_leadership(tp, False, p.leader_epoch)
-                self._complete_delayed(tp)
+            if tp in self._pending_log_work:
+                fut: asyncio.Future[None] = loop.create_future()
+                self._ready_waiters.setdefault(tp, []).append(fut)
+                futs.append(fut)
+        if futs:
+            await asyncio.gather(*futs)
+
+    def _after_change(self, tp: TopicPartition, p: Partition | None) -> None:
+        """Tell the leadership listeners what changed, and retry what waits on ``tp``."""
+        announced = self._announced_leader.get(tp)
+        if p is not None and p.is_leader:  # leads, with its log ready
+            if announced != p.leader_epoch:
+                self._announced_leader[tp] = p.leader_epoch
+                self._notify_leadership(tp, True, p.leader_epoch)
+        elif announced is not None and (p is None or p.leader_id != self.node_id):
+            del self._announced_leader[tp]
+            self._notify_leadership(tp, False, p.leader_epoch if p is not None else announced)
+        self._complete_delayed(tp)
 
     def _notify_leadership(self, tp: TopicPartition, is_leader: bool, epoch: int) -> None:
         for listener in self.leadership_listeners:
@@ -245,10 +321,14 @@ class ReplicaManager:
                 log.exception("Leadership listener failed for %s-%d", *tp)
 
     def _complete_delayed(self, tp: TopicPartition) -> None:
-        if self._produce_purgatory is not None:
-            self._produce_purgatory.check_and_complete(tp)
-        if self._fetch_purgatory is not None:
-            self._fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _unknown_or_not_leader(self, tp: TopicPartition) -> Errors:
+        """The error for a partition this broker does not host."""
+        if not self.metadata_cache.contains_partition(*tp):
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return Errors.NOT_LEADER_OR_FOLLOWER
 
     # -- produce --------------------------------------------------------------------------------
 
@@ -259,7 +339,18 @@ class ReplicaManager:
         entries: dict[TopicPartition, bytearray | None],
     ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         """Append to the leaders. Returns the statuses, or an awaitable of them when the answer
-        must wait: for fsync (``flush.messages`` reached) and/or for the HW (acks=-1)."""
+        must wait: for log work on a partition (see the module doc), for fsync
+        (``flush.messages`` reached) and/or for the HW (acks=-1)."""
+        if any(tp in self._pending_log_work or tp in self._queued_appends for tp in entries):
+            return self._queue_append(timeout_ms, required_acks, entries)
+        return self._append_to_leaders(timeout_ms, required_acks, entries)
+
+    def _append_to_leaders(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: dict[TopicPartition, bytearray | None],
+    ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         now = self.clock_ms()
         to_flush: list[Log] = []
         statuses: dict[TopicPartition, ProducePartitionStatus] = {}
@@ -268,11 +359,7 @@ class ReplicaManager:
             statuses[tp] = st
             p = self.partitions.get(tp)
             if p is None:
-                st.error = (
-                    Errors.UNKNOWN_TOPIC_OR_PARTITION
-                    if not self.metadata_cache.contains_partition(*tp)
-                    else Errors.NOT_LEADER_OR_FOLLOWER
-                )
+                st.error = self._unknown_or_not_leader(tp)
                 continue
             if buf is None or len(buf) == 0:
                 st.error, st.message = Errors.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
@@ -310,6 +397,38 @@ class ReplicaManager:
             return statuses
         return self._complete_produce(timeout_ms, required_acks, statuses, to_flush)
 
+    def _queue_append(
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: dict[TopicPartition, bytearray | None],
+    ) -> Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
+        """Append once the partitions' log work is done, after the appends queued before on
+        them: records reach a partition in the order their requests arrived."""
+        before = {id(f): f for tp in entries if (f := self._queued_appends.get(tp)) is not None}
+        loop = asyncio.get_running_loop()
+        mine: asyncio.Future[None] = loop.create_future()
+        for tp in entries:
+            self._queued_appends[tp] = mine
+
+        async def append_in_turn() -> dict[TopicPartition, ProducePartitionStatus]:
+            try:
+                for f in before.values():
+                    await f
+                tps = list(entries)
+                while not self._shut_down and any(tp in self._pending_log_work for tp in tps):
+                    await self.wait_for_log_work(tps)
+                result = self._append_to_leaders(timeout_ms, required_acks, entries)
+            finally:
+                mine.set_result(None)
+                for tp in entries:
+                    if self._queued_appends.get(tp) is mine:
+                        del self._queued_appends[tp]
+            return result if isinstance(result, dict) else await result
+
+        # A task, so the queue moves on even if nobody awaits this produce's answer.
+        return loop.create_task(append_in_turn())
+
     async def _complete_produce(
         self,
         timeout_ms: int,
@@ -332,9 +451,9 @@ class ReplicaManager:
                     raise res
         if required_acks != -1:
             return statuses
-        op = DelayedProduce(timeout_ms, statuses, self)
+        op = DelayedProduce(timeout_ms, statuses, self.partitions.get)
         self.produce_purgatory.try_complete_else_watch(op, list(statuses))
-        result: dict[TopicPartition, ProducePartitionStatus] = await op.future
+        result: dict[TopicPartition, ProducePartitionStatus] = await completion_future(op)
         return result
 
     # -- fetch ----------------------------------------------------------------------------------
@@ -354,11 +473,7 @@ class ReplicaManager:
             tp = (req.topic, req.partition)
             p = self.partitions.get(tp)
             if p is None:
-                err = (
-                    Errors.UNKNOWN_TOPIC_OR_PARTITION
-                    if not self.metadata_cache.contains_partition(*tp)
-                    else Errors.NOT_LEADER_OR_FOLLOWER
-                )
+                err = self._unknown_or_not_leader(tp)
                 out.append(FetchPartitionResult(req, LogReadResult(err, None, -1, -1, -1, -1)))
                 continue
             try:
@@ -387,30 +502,54 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         requests: list[FetchPartitionRequest],
-    ) -> list[FetchPartitionResult] | DelayedFetch:
+    ) -> list[FetchPartitionResult] | Awaitable[list[FetchPartitionResult]]:
+        """The results, or an awaitable of them when the fetch waits in the purgatory."""
+
+        loading = [(r.topic, r.partition) for r in requests if (r.topic, r.partition) in self._pending_log_work]
+        if loading:
+            return self._fetch_when_ready(loading, max_wait_ms, min_bytes, max_bytes, isolation_level, requests)
+
         def read() -> tuple[int, list[FetchPartitionResult]]:
             return self.read_from_local_log(requests, max_bytes, isolation_level)
 
         total, results = read()
-        errors = any(r.result.error != Errors.NONE for r in results)
-        if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
+        if max_wait_ms <= 0 or not requests or fetch_can_complete(total, min_bytes, results):
             return results
         op = DelayedFetch(max_wait_ms, min_bytes, read, results)
-        self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition) for r in requests])
-        return op
+        if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition) for r in requests]):
+            done: list[FetchPartitionResult] = op.result
+            return done
+        return completion_future(op)
+
+    async def _fetch_when_ready(
+        self,
+        loading: list[TopicPartition],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        requests: list[FetchPartitionRequest],
+    ) -> list[FetchPartitionResult]:
+        await self.wait_for_log_work(loading)
+        result = self.fetch_messages(max_wait_ms, min_bytes, max_bytes, isolation_level, requests)
+        return result if isinstance(result, list) else await result
 
     # -- misc -----------------------------------------------------------------------------------
 
     def get_partition_or_error(self, tp: TopicPartition) -> Partition:
         p = self.partitions.get(tp)
         if p is None:
-            if not self.metadata_cache.contains_partition(*tp):
-                raise KafkaError(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-            raise KafkaError(Errors.NOT_LEADER_OR_FOLLOWER)
+            raise KafkaError(self._unknown_or_not_leader(tp))
         return p
 
     def shutdown(self) -> None:
-        if self._produce_purgatory is not None:
-            self._produce_purgatory.shutdown()
-        if self._fetch_purgatory is not None:
-            self._fetch_purgatory.shutdown()
+        """Answer what waits, and finish the queued log work (its callbacks no longer run)."""
+        self._shut_down = True
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
+        self.log_worker.shutdown()
+        for waiters in self._ready_waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self._ready_waiters.clear()

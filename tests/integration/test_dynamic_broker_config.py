@@ -169,8 +169,12 @@ def test_confluent_incremental_alter_configs_on_broker(own_broker: EmbeddedBroke
     assert (e.value, e.source, e.is_read_only) == ("gzip", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
     t = describe("TOPIC", topic)["compression.type"]
     assert (t.value, t.source) == ("gzip", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
-    wait_until(lambda: own_broker.server.replica_manager.partitions[(topic, 0)].log.config.compression_type == "gzip",
-               timeout=10, what="log reconfigured")
+    def log_compression() -> str | None:
+        # The log is created off the event loop: it may not be attached yet.
+        lg = own_broker.server.broker.replica_manager.partitions[(topic, 0)].log
+        return lg.config.compression_type if lg is not None else None
+
+    wait_until(lambda: log_compression() == "gzip", timeout=10, what="log reconfigured")
 
     with pytest.raises(KafkaException) as err:
         alter("1", "num.partitions", "3")
@@ -188,7 +192,7 @@ def test_confluent_incremental_alter_configs_on_broker(own_broker: EmbeddedBroke
     # the cleaner's settings reach the running cleaner
     alter("1", "log.cleaner.backoff.ms", "250")
     alter("1", "log.cleaner.dedupe.buffer.size", "1048576")
-    cleaner = own_broker.server.log_manager.cleaner
+    cleaner = own_broker.server.broker.log_manager.cleaner
     assert (cleaner.config.backoff_ms, cleaner.config.dedupe_buffer_size) == (250, 1048576)
     assert describe("BROKER", "1")["log.cleaner.backoff.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
 

@@ -72,7 +72,7 @@ def consumer(b: EmbeddedBroker, group: str, **extra: Any) -> Consumer:
 
 
 def group_state(b: EmbeddedBroker, group: str) -> Any:
-    return b.server.group_coordinator.metadata_manager.get_group(group)
+    return b.server.broker.group_coordinator.metadata_manager.get_group(group)
 
 
 async def _request(b: EmbeddedBroker, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:

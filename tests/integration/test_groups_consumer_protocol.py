@@ -56,7 +56,7 @@ def new_consumer(b: EmbeddedBroker, group: str) -> Consumer:
 
 
 def group_of(b: EmbeddedBroker, group: str) -> ConsumerGroup | None:
-    g = b.server.group_coordinator.metadata_manager.get_group(group)
+    g = b.server.broker.group_coordinator.metadata_manager.get_group(group)
     assert g is None or isinstance(g, ConsumerGroup), g
     return g
 

@@ -66,7 +66,7 @@ def java() -> Java:
 
 
 def session_cache(broker: EmbeddedBroker) -> FetchSessionCache:
-    cache: FetchSessionCache = broker.server.broker_apis.fetch_manager.cache
+    cache: FetchSessionCache = broker.server.broker.broker_apis.fetch_manager.cache
     return cache
 
 

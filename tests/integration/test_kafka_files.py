@@ -514,6 +514,7 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
     same topics, partitions, configs and features as replaying Kafka's log up to its end offset."""
     from odradek.metadata.delta import MetadataDelta
     from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
+    from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
     from odradek.metadata.records import decode_metadata_record
     from odradek.raft.snapshot import list_snapshots, read_snapshot
     from odradek.records.batch import iter_batches
@@ -524,7 +525,7 @@ def test_kafka_metadata_snapshot_matches_its_log(kafka_state: KafkaState, migrat
     assert snaps, sorted(p.name for p in meta_dir.iterdir())
     snap = snaps[-1]
     snapshot_delta = MetadataDelta(EMPTY_IMAGE)
-    for name, _v, rec in read_snapshot(str(meta_dir / snap.filename)):
+    for name, rec in read_snapshot(str(meta_dir / snap.filename), METADATA_RECORD_SERDE):
         snapshot_delta.replay(name, rec)
     from_snapshot = snapshot_delta.apply()
     log_delta = MetadataDelta(EMPTY_IMAGE)

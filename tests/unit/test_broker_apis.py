@@ -19,8 +19,8 @@ from odradek.protocol.errors import Errors
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
-from odradek.server.broker_server import BrokerServer
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_raft_server import KafkaRaftServer
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
@@ -28,13 +28,13 @@ def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
 
 
 @asynccontextmanager
-async def broker(data: Path, **overrides: str) -> AsyncIterator[tuple[BrokerServer, NetworkClient]]:
+async def broker(data: Path, **overrides: str) -> AsyncIterator[tuple[KafkaRaftServer, NetworkClient]]:
     props = {
         "log.dirs": str(data),
         "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
         **overrides,
     }
-    server = BrokerServer(KafkaConfig(props))
+    server = KafkaRaftServer(KafkaConfig(props))
     await server.startup()
     client = NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"])
     await client.connect()
@@ -162,7 +162,7 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                 assert resp["error_code"] == Errors.NONE
                 with pytest.raises(ConnectionClosed):
                     await c.send(m.METADATA, 12, {"topics": None})
-            assert "made-on-the-controller-listener" in server.metadata_cache.get_all_topics()
+            assert "made-on-the-controller-listener" in server.broker.metadata_cache.get_all_topics()
 
     run(go)
 
@@ -388,7 +388,7 @@ def test_restart_keeps_topics_data_and_producer_ids(tmp_path: Path) -> None:
             assert (await produce(c, "keep", 1, batch([b"3"])))["base_offset"] == 2
             pid2 = (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None}))["producer_id"]
             assert pid2 > pid1  # ids are never handed out twice
-            assert server.metadata_cache.topic_config("keep") == {"retention.ms": "86400000"}
+            assert server.broker.metadata_cache.topic_config("keep") == {"retention.ms": "86400000"}
 
     run(go)
 
@@ -400,9 +400,9 @@ def test_flush_messages_fsyncs_before_the_ack(tmp_path: Path) -> None:
             await create(c, "lazy", 1)
             assert (await produce(c, "durable", 0, batch([b"a", b"b"]), acks=1))["error_code"] == 0
             assert (await produce(c, "lazy", 0, batch([b"a", b"b"]), acks=1))["error_code"] == 0
-            assert server.log_manager is not None
-            durable = server.log_manager.get_log("durable", 0)
-            lazy = server.log_manager.get_log("lazy", 0)
+            assert server.broker.log_manager is not None
+            durable = server.broker.log_manager.get_log("durable", 0)
+            lazy = server.broker.log_manager.get_log("lazy", 0)
             assert durable is not None and lazy is not None
             assert durable.recovery_point == 2  # flushed before the response was sent
             assert lazy.recovery_point == 0  # default: rely on the page cache, as Kafka does
@@ -503,7 +503,7 @@ def test_shutdown_answers_requests_already_taken(tmp_path: Path) -> None:
 
     async def go() -> None:
         props = {"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"}
-        server = BrokerServer(KafkaConfig(props))
+        server = KafkaRaftServer(KafkaConfig(props))
         await server.startup()
         c = await NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]).connect()
         try:

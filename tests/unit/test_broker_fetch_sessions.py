@@ -60,7 +60,7 @@ def test_fetch_session_round_trip_by_topic_id(tmp_path: Path) -> None:
     async def go() -> None:
         async with broker(tmp_path) as (server, c):
             assert (await create(c, "s", partitions=2))["error_code"] == 0
-            tid = server.metadata_cache.get_topic_id("s")
+            tid = server.broker.metadata_cache.get_topic_id("s")
             assert tid is not None
             await produce(c, "s", 0, batch([b"a", b"b"]))
             v = 17
@@ -107,7 +107,7 @@ def test_fetch_session_round_trip_by_topic_id(tmp_path: Path) -> None:
             inc = await fetch(c, v, sid, 7, [])
             assert sent(inc, v)[(ghost, 0)]["error_code"] == Errors.UNKNOWN_TOPIC_ID
 
-            cache = server.broker_apis.fetch_manager.cache
+            cache = server.broker.broker_apis.fetch_manager.cache
             assert cache.incremental_fetches >= 7 and len(cache) == 1
 
             # Close: epoch -1 answers sessionless and the id is gone.
@@ -137,10 +137,10 @@ def test_fetch_session_by_name_and_long_poll(tmp_path: Path) -> None:
             got = sent(inc, v)
             assert [r.value for r in records_of(got[("n", 0)]["records"])] == [b"x"]
             # A sessionless fetch (epoch -1, id 0) still answers everything and creates nothing.
-            before = len(server.broker_apis.fetch_manager.cache)
+            before = len(server.broker.broker_apis.fetch_manager.cache)
             plain = await fetch(c, v, 0, -1, [("n", [(0, 1)])])
             assert plain["session_id"] == 0 and set(sent(plain, v)) == {("n", 0)}
-            assert len(server.broker_apis.fetch_manager.cache) == before
+            assert len(server.broker.broker_apis.fetch_manager.cache) == before
 
     run(go)
 
@@ -151,6 +151,6 @@ def test_session_cache_slots_config(tmp_path: Path) -> None:
             assert (await create(c, "z"))["error_code"] == 0
             full = await fetch(c, 12, 0, 0, [("z", [(0, 0)])])
             assert full["error_code"] == 0 and full["session_id"] == 0
-            assert server.broker_apis.fetch_manager.cache.max_entries == 0
+            assert server.broker.broker_apis.fetch_manager.cache.max_entries == 0
 
     run(go)

@@ -16,8 +16,8 @@ from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.header import RequestHeader, encode_request_header
+from odradek.server.api_dispatcher import RequestContext
 from odradek.server.group_apis import GroupApis
-from odradek.server.kafka_apis import RequestContext
 
 EXCESSIVE = "Unable to perform excessively large batch operation."
 
@@ -139,7 +139,7 @@ def test_describe_groups_answers_a_repeated_group_id_once(tmp_path: Path) -> Non
 
     async def go() -> None:
         async with broker(tmp_path) as (server, _c):
-            handler = GroupApis(server.group_coordinator).handlers()[m.DESCRIBE_GROUPS]
+            handler = GroupApis(server.broker.group_coordinator).handlers()[m.DESCRIBE_GROUPS]
             ctx = RequestContext(RequestHeader(15, 5, 1, "t"), None)  # type: ignore[arg-type]
             tracemalloc.start()
             try:

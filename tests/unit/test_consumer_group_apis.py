@@ -17,8 +17,8 @@ from odradek.coordinator.group.consumer_group import ConsumerGroup
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.server.broker_server import BrokerServer
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_raft_server import KafkaRaftServer
 
 GROUP_CONFIG = {
     "offsets.topic.num.partitions": "3",
@@ -34,14 +34,14 @@ def run(fn: Callable[[], Awaitable[None]]) -> None:
 
 
 @asynccontextmanager
-async def broker(data: Path, **overrides: str) -> AsyncIterator[tuple[BrokerServer, NetworkClient]]:
+async def broker(data: Path, **overrides: str) -> AsyncIterator[tuple[KafkaRaftServer, NetworkClient]]:
     props = {
         "log.dirs": str(data),
         "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
         **GROUP_CONFIG,
         **overrides,
     }
-    server = BrokerServer(KafkaConfig(props))
+    server = KafkaRaftServer(KafkaConfig(props))
     await server.startup()
     client = NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"], client_id="unit-client")
     await client.connect()
@@ -268,8 +268,8 @@ def test_join_rebalance_commit_describe_leave_delete(tmp_path: Path) -> None:
             assert d["group_state"] == "Empty" and d["members"] == []
             dl = await c.send(m.DELETE_GROUPS, 2, {"groups_names": [group]})
             assert dl["results"][0]["error_code"] == 0
-            assert server.group_coordinator is not None
-            assert server.group_coordinator.metadata_manager.get_group(group) is None
+            assert server.broker.group_coordinator is not None
+            assert server.broker.group_coordinator.metadata_manager.get_group(group) is None
             (d,) = await describe(c, group)
             assert d["error_code"] == Errors.GROUP_ID_NOT_FOUND
             assert (await fetch_offsets(c, group, None, -1))["topics"] == []
@@ -352,8 +352,8 @@ def test_group_survives_a_restart(tmp_path: Path) -> None:
             f = await fetch_offsets(c, group, a.member_id, a.epoch)
             got = {p["partition_index"]: p["committed_offset"] for t in f["topics"] for p in t["partitions"]}
             assert got == {p: 7 for p in a.partitions()}
-            assert server.group_coordinator is not None
-            g = server.group_coordinator.metadata_manager.get_group(group)
+            assert server.broker.group_coordinator is not None
+            g = server.broker.group_coordinator.metadata_manager.get_group(group)
             assert isinstance(g, ConsumerGroup) and g.target_assignment_epoch == before["assignment_epoch"]
             assert set(g.target_assignment) == {a.member_id, b.member_id}
             assert tid in a.owned
@@ -374,8 +374,8 @@ def test_classic_and_consumer_groups_share_ids_only_when_empty(tmp_path: Path) -
             a = Member(c, group, ["t"])
             r = await a.heartbeat()
             assert r["error_code"] == 0, r  # the empty classic group became a consumer group
-            assert server.group_coordinator is not None
-            g = server.group_coordinator.metadata_manager.get_group(group)
+            assert server.broker.group_coordinator is not None
+            g = server.broker.group_coordinator.metadata_manager.get_group(group)
             assert isinstance(g, ConsumerGroup) and g.offsets[("t", 0)].offset == 5
             await a.leave()
             # Now empty: a classic member may take the id back (offsets kept).
@@ -384,7 +384,7 @@ def test_classic_and_consumer_groups_share_ids_only_when_empty(tmp_path: Path) -
                                                  "group_instance_id": None, "protocol_type": "consumer",
                                                  "protocols": [{"name": "range", "metadata": b""}]})
             assert jg["error_code"] == Errors.MEMBER_ID_REQUIRED
-            g2 = server.group_coordinator.metadata_manager.get_group(group)
+            g2 = server.broker.group_coordinator.metadata_manager.get_group(group)
             assert g2 is not None and g2.group_type == "classic" and g2.offsets[("t", 0)].offset == 5
             jg = await c.send(m.JOIN_GROUP, 5, {"group_id": group, "session_timeout_ms": 10000,
                                                  "rebalance_timeout_ms": 10000, "member_id": jg["member_id"],
@@ -406,7 +406,7 @@ def test_a_failed_write_undoes_the_change(tmp_path: Path) -> None:
             await create_topic(c, "t", 2)
             group = "g-fail"
             await coordinator_ready(c, group)
-            coord = server.group_coordinator
+            coord = server.broker.group_coordinator
             assert coord is not None
             mgr = coord.metadata_manager
             real_append = mgr._append

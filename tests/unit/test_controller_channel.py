@@ -19,15 +19,20 @@ from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
+from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.network.request_channel import ConnectionInfo
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader
+from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import MetadataLog
+from odradek.raft.quorum_state import FileQuorumStateStore
 from odradek.server import config_defs
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
 from odradek.server.admin_apis import AdminApis
+from odradek.server.api_dispatcher import RequestContext
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import (
     ALLOCATE_PRODUCER_IDS,
@@ -39,7 +44,7 @@ from odradek.server.controller_channel import (
     InMemoryControllerChannel,
     RequestClient,
 )
-from odradek.server.kafka_apis import KafkaApis, RequestContext
+from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 
@@ -52,12 +57,22 @@ def run(fn: Callable[[], Awaitable[None]]) -> None:
 
 
 def new_controller(path: Path, node_id: int = 1) -> QuorumController:
+    """An active controller on a quorum of one (a Raft client on a metadata log in ``path``, run
+    by its driver on the running loop)."""
     cfg = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
-    log = MetadataLog(Log.load(str(path / f"meta-{node_id}"), cfg, now_ms=0, clean_shutdown=False))
-    return QuorumController(
-        node_id, log, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
-        validate_config=config_defs.validate_topic_config, on_commit=lambda _offset: None,
+    d = path / f"meta-{node_id}"
+    log = MetadataLog(Log.load(str(d), cfg, now_ms=0, clean_shutdown=False), METADATA_RECORD_SERDE)
+    raft = KafkaRaftClient(node_id, log, FileQuorumStateStore(str(d / "quorum-state")), lambda: 0)
+    raft.initialize()
+    controller = QuorumController(
+        node_id, raft, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
+        validate_config=config_defs.validate_topic_config,
     )
+    raft.register(controller)
+    raft.elect()
+    raft.poll()
+    KafkaRaftClientDriver(raft).start()
+    return controller
 
 
 def ctx(api: int, version: int, client_id: str = "admin-1") -> RequestContext:
@@ -462,8 +477,8 @@ def test_metadata_auto_creates_topics_through_the_channel(tmp_path: Path) -> Non
                 "include_topic_authorized_operations": False,
             })
 
-        cache = KRaftMetadataCache(controller.image)
-        controller._on_commit = lambda _offset: cache.set_image(controller.image)
+        cache = KRaftMetadataCache()
+        controller.raft_client.register(MetadataLoader(cache))  # the broker's image follows Raft
         apis = KafkaApis(
             node_id=1, cluster_id=CLUSTER_ID, config=CONFIG, metadata_cache=cache, replica_manager=_Clock(),  # type: ignore[arg-type]
             controller_channel=channel, log_manager=None,  # type: ignore[arg-type]

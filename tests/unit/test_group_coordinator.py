@@ -18,7 +18,7 @@ from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
-from odradek.server.replica_manager import ProducePartitionStatus
+from odradek.server.delayed_produce import ProducePartitionStatus
 
 
 class FakePartition:

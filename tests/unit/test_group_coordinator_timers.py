@@ -25,8 +25,8 @@ from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
+from odradek.server.delayed_produce import ProducePartitionStatus
 from odradek.server.kafka_config import KafkaConfig
-from odradek.server.replica_manager import ProducePartitionStatus
 
 SESSION = 45_000  # group.consumer.session.timeout.ms (Kafka's default)
 REBALANCE = 30_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import struct
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,18 @@ from odradek.embedded import EmbeddedBroker
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.metadata.records import (
     UnsupportedMetadataRecord,
     decode_metadata_record,
     encode_metadata_record,
 )
+from odradek.metadata.transactions import MetadataTransactions
 from odradek.protocol.schema import write_uvarint
+from odradek.raft.kafka_raft_client import KafkaRaftClient
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.quorum_state import FileQuorumStateStore
+from odradek.raft.raft_client import Batch, Listener, SnapshotReader
 from odradek.raft.snapshot import SnapshotError, SnapshotId, list_snapshots, read_snapshot
 from odradek.records.builder import build_batch
 
@@ -64,9 +69,34 @@ def _segment(directory: Path, base: int, *batches: bytes) -> None:
     (directory / f"{base:020d}.log").write_bytes(b"".join(batches))
 
 
-def _open(directory: Path) -> MetadataLog:
+def _open(directory: Path) -> MetadataLog[MetadataRecord]:
     cfg = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
-    return MetadataLog(Log.load(str(directory), cfg, now_ms=0, clean_shutdown=False))
+    return MetadataLog(Log.load(str(directory), cfg, now_ms=0, clean_shutdown=False), METADATA_RECORD_SERDE)
+
+
+class _Replayed(Listener[MetadataRecord]):
+    """What a metadata listener applies: the snapshot's records (at its last offset), then the
+    committed records, KIP-868 transactions honoured."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, str, dict[str, Any]]] = []
+        self.transactions = MetadataTransactions()
+
+    def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
+        self.records += [(reader.last_contained_log_offset, n, f) for n, f in reader.records]
+
+    def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
+        for b in batches:
+            for i, rec in enumerate(b.records):
+                self.records += [(o, n, f) for o, (n, f) in self.transactions.feed(b.base_offset + i, rec)]
+
+
+def _replay(ml: MetadataLog[MetadataRecord]) -> _Replayed:
+    client = KafkaRaftClient(1, ml, FileQuorumStateStore(os.path.join(ml.dir, "quorum-state")), lambda: 0)
+    client.initialize()
+    replayed = _Replayed()
+    client.register(replayed)
+    return replayed
 
 
 def test_kafka_metadata_log_control_batches_and_kafka_only_records(tmp_path: Path) -> None:
@@ -88,7 +118,7 @@ def test_kafka_metadata_log_control_batches_and_kafka_only_records(tmp_path: Pat
         _data(TOPIC + PARTITION, 9),
     )
     ml = _open(d)
-    got = [(off, name) for off, name, _v, _r in ml.read(0)]
+    got = [(off, name) for off, name, _r in _replay(ml).records]
     assert got == [
         (1, "BeginTransactionRecord"), (2, "FeatureLevelRecord"), (3, "EndTransactionRecord"),
         (4, "RegisterControllerRecord"), (5, "NoOpRecord"), (6, "ZkMigrationStateRecord"),
@@ -116,7 +146,7 @@ def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int,
     _segment(d, 0, _data(TOPIC + PARTITION, 0), record)
     ml = _open(d)
     with pytest.raises(UnreadableMetadataRecord, match=rf"offset 2: metadata record type {name} is not supported"):
-        list(ml.read(0))
+        _replay(ml)
     ml.log.close()
 
 
@@ -175,13 +205,15 @@ def test_snapshot_stands_in_for_deleted_log_segments(tmp_path: Path) -> None:
     (d / "00000000000000000007-0000000001.checkpoint.part").write_bytes(b"junk")
     assert list_snapshots(str(d)) == [SnapshotId(3, 1), SnapshotId(5, 1)]
     with pytest.raises(SnapshotError, match="no SnapshotFooter"):
-        list(read_snapshot(str(d / SnapshotId(3, 1).filename)))
+        list(read_snapshot(str(d / SnapshotId(3, 1).filename), METADATA_RECORD_SERDE))
     ml = _open(d)
     assert ml.log.log_start_offset == 5
-    assert ml.load_snapshot() == SnapshotId(5, 1)
-    assert [(o, n) for o, n, _v, _r in ml.read(0)] == [(4, "TopicRecord"), (4, "PartitionRecord"),
-                                                       (5, "PartitionChangeRecord")]
-    assert [(o, n) for o, n, _v, _r in ml.read(5)] == [(5, "PartitionChangeRecord")]
+    snap = ml.latest_snapshot()
+    assert snap is not None and (snap.end_offset, snap.epoch) == (5, 1)
+    assert [(o, n) for o, n, _r in _replay(ml).records] == [(4, "TopicRecord"), (4, "PartitionRecord"),
+                                                          (5, "PartitionChangeRecord")]
+    assert [(b.base_offset, [n for n, _r in b.records]) for b in ml.read_batches(5)] == [
+        (5, ["PartitionChangeRecord"])]
     ml.log.close()
 
 
@@ -190,7 +222,7 @@ def test_missing_snapshot_for_a_truncated_log_is_refused(tmp_path: Path) -> None
     _segment(d, 5, _data(TOPIC, 5))
     ml = _open(d)
     with pytest.raises(UnreadableMetadataRecord, match="starts at offset 5 and no snapshot covers"):
-        ml.load_snapshot()
+        ml.latest_snapshot()
     ml.log.close()
 
 
@@ -198,10 +230,10 @@ def test_snapshot_must_start_with_its_header(tmp_path: Path) -> None:
     p = tmp_path / SnapshotId(2, 1).filename
     _snapshot(p, _data(TOPIC, 0), _control(4, 1))
     with pytest.raises(SnapshotError, match="SnapshotHeader"):
-        read_snapshot(str(p))
+        read_snapshot(str(p), METADATA_RECORD_SERDE)
     _snapshot(p, _control(3), _data(TOPIC, 1), _control(4, 2), b"\x00\x00")
     with pytest.raises(SnapshotError, match="partial batch"):
-        read_snapshot(str(p))
+        read_snapshot(str(p), METADATA_RECORD_SERDE)
     assert not os.path.exists(str(p) + ".deleted")
 
 
@@ -319,10 +351,11 @@ def test_kafka_metadata_transactions(tmp_path: Path) -> None:
         _data([("BeginTransactionRecord", {"name": "t3"}), ("TopicRecord", {"name": "open", "topic_id": other})], 6),
     )
     ml = _open(d)
-    got = [(o, n, r.get("name")) for o, n, _v, r in ml.read(0)]
+    replayed = _replay(ml)
+    got = [(o, n, r.get("name")) for o, n, r in replayed.records]
     assert got == [(2, "AbortTransactionRecord", None), (3, "BeginTransactionRecord", "t2"),
                    (4, "TopicRecord", "orders"), (5, "EndTransactionRecord", None)]
-    assert ml.open_transaction == 6
+    assert replayed.transactions.open_transaction == 6
     ml.log.close()
 
 
@@ -335,13 +368,14 @@ def test_broker_aborts_a_metadata_transaction_kafka_left_open(tmp_path: Path) ->
     meta = d / "__cluster_metadata-0"
     for _ in range(2):  # and again after the abort was written
         with EmbeddedBroker(log_dir=str(d)) as b:
-            assert not b.server.metadata_cache.contains_topic("half-made")
+            assert not b.server.broker.metadata_cache.contains_topic("half-made")
     ml = _open(meta)
-    names = [n for _o, n, _v, _r in ml.read(end)]
+    replayed = _replay(ml)
+    names = [n for o, n, _r in replayed.records if o >= end]
     # The aborted records (and their Begin marker) never come out; one abort, written once.
     assert names[0] == "AbortTransactionRecord" and names.count("AbortTransactionRecord") == 1
     assert "TopicRecord" not in names
-    assert ml.open_transaction is None
+    assert replayed.transactions.open_transaction is None
     ml.log.close()
 
 

@@ -16,6 +16,7 @@ from odradek.metadata.delta import APPLIED_RECORD_TYPES, MetadataDelta, Metadata
 from odradek.metadata.image import BROKER_RESOURCE, EMPTY_IMAGE, TOPIC_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache, Node
+from odradek.metadata.metadata_record_serde import MetadataRecord
 from odradek.metadata.records import (
     RECORD_TYPES,
     UnsupportedMetadataRecord,
@@ -23,6 +24,7 @@ from odradek.metadata.records import (
     encode_metadata_record,
 )
 from odradek.protocol.schema import write_uvarint
+from odradek.raft.raft_client import Batch
 
 RECORDS_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "kafka-protocol" / "metadata-records"
 
@@ -381,33 +383,28 @@ def test_metadata_cache_answers() -> None:
     assert [b.broker_id for b in cache.get_alive_brokers()] == [2]
 
 
-class _Log:
-    """The part of MetadataLog the loader reads: committed records from an offset."""
-
-    def __init__(self, records: list[tuple[str, dict[str, Any]]]) -> None:
-        self.records = records
-
-    def read(self, from_offset: int) -> Any:
-        for offset in range(from_offset, len(self.records)):
-            name, rec = self.records[offset]
-            yield offset, name, 0, _codec(name, rec)
+def _batch(base_offset: int, records: list[tuple[str, dict[str, Any]]]) -> Batch[MetadataRecord]:
+    """Committed records as Raft hands them to a listener (through the record codec)."""
+    return Batch(base_offset, 1, 0, [(name, _codec(name, rec)) for name, rec in records])
 
 
 def test_loader_swaps_the_cache_image_and_publishes() -> None:
-    log = _Log(list(BUILD))
     cache = KRaftMetadataCache()
-    loader = MetadataLoader(log, cache)  # type: ignore[arg-type]
+    loader = MetadataLoader(cache)
     seen: list[tuple[MetadataDelta, MetadataImage]] = []
     loader.publishers.append(lambda d, i: seen.append((d, i)))
-    loader.catch_up()
+    # Two committed batches in one call: one delta, one image swapped in, one publication.
+    half = len(BUILD) // 2
+    loader.handle_commit([_batch(0, BUILD[:half]), _batch(half, BUILD[half:])])
     first = cache.image
-    assert first.offset == len(BUILD) - 1 and seen[-1][1] is first and seen[-1][0].image is EMPTY_IMAGE
-    log.records.append(("NoOpRecord", {}))  # moves the offset only: the image, not the publishers
-    loader.catch_up()
+    assert first.offset == len(BUILD) - 1 and len(seen) == 1
+    assert seen[-1][1] is first and seen[-1][0].image is EMPTY_IMAGE
+    # moves the offset only: the image, not the publishers
+    loader.handle_commit([_batch(len(BUILD), [("NoOpRecord", {})])])
     assert cache.image.offset == len(BUILD) and len(seen) == 1 and cache.image.topics is first.topics
-    log.records.append(("PartitionRecord", _partition(T2, 0, [1], 1)))  # unknown topic
+    unknown_topic = [("PartitionRecord", _partition(T2, 0, [1], 1))]
     with pytest.raises(MetadataReplayError, match=f"PartitionRecord at offset {len(BUILD) + 1}"):
-        loader.catch_up()
+        loader.handle_commit([_batch(len(BUILD) + 1, unknown_topic)])
     assert cache.image.offset == len(BUILD)  # nothing of the bad batch was published
 
 
@@ -415,7 +412,7 @@ def test_controller_replay_gives_its_managers_the_new_image() -> None:
     controller = QuorumController(
         1, None,  # type: ignore[arg-type]  # replay reads no log
         default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
-        validate_config=lambda k, v: None, on_commit=lambda offset: None,
+        validate_config=lambda k, v: None,
     )
     old = controller.image
     delta = controller.replay((i, name, _codec(name, rec)) for i, (name, rec) in enumerate(BUILD))

@@ -33,8 +33,8 @@ from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.messages.generated import DEFINITIONS
 from odradek.protocol.schema import INF, Api
-from odradek.server.broker_server import BrokerServer
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_raft_server import KafkaRaftServer
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT.parent / "shared" / "reference" / "kafka-protocol"
@@ -175,7 +175,7 @@ def test_an_api_defined_but_not_implemented_is_neither_advertised_nor_served(tmp
     assert vote.name == "Vote" and 52 not in m.APIS
 
     async def go() -> None:
-        server = BrokerServer(KafkaConfig({
+        server = KafkaRaftServer(KafkaConfig({
             "log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
         }))  # fmt: skip
         await server.startup()

@@ -241,8 +241,12 @@ class GroupCoordinator:
         if not self.offsets_topic_exists():
             self.ensure_offsets_topic()
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        reg = self.metadata_cache.get_partition_info(OFFSETS_TOPIC, self.partition_for(group_id))
+        partition = self.partition_for(group_id)
+        reg = self.metadata_cache.get_partition_info(OFFSETS_TOPIC, partition)
         if reg is None or reg.leader < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        if reg.leader == self.node_id and self.replica_manager.is_loading((OFFSETS_TOPIC, partition)):
+            # Its log is still being created: not this node's to serve yet (clients retry).
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
         if node is None:

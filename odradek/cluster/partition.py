@@ -1,9 +1,15 @@
-"""Partition: one topic-partition's replica on this broker, as leader or follower.
+"""Partition: one topic-partition's replica on this broker, as leader or follower (Kafka's
+``cluster/Partition.scala``).
 
-It owns the leadership state the controller decided (leader, epochs, ISR), the local log, and
-the high watermark: as leader, the HW is the smallest log end offset among the ISR (this
-replica's own LEO plus the LEOs followers report when they fetch). A single node is its own
-whole ISR, so the HW follows every append, yet produce with acks=-1 waits for exactly this rule.
+It owns the leadership state the controller decided — a :class:`PartitionState`, which a KRaft
+metadata delta and a ZooKeeper-mode LeaderAndIsr request both give — the local log, and the
+high watermark: as leader, the HW is the smallest log end offset among the ISR (this replica's
+own LEO plus the LEOs followers report when they fetch). A single node is its own whole ISR, so
+the HW follows every append, yet produce with acks=-1 waits for exactly this rule.
+
+A sans-I/O core: the replica manager creates, truncates and deletes logs (off the event loop)
+and hands the log in; until it has (``log`` is None) the partition answers
+NOT_LEADER_OR_FOLLOWER, as Kafka's does while its leadership change is under way.
 """
 
 from __future__ import annotations
@@ -14,21 +20,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.log.errors import OffsetOutOfRangeError
-from odradek.log.log import Log
-from odradek.metadata.image import PartitionRegistration
+from odradek.log.log import LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, Log
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.batch import AppendInfo
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
+NO_CONTROLLER_EPOCH = -1  # KRaft: leadership comes from the metadata log, not a controller epoch
 
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the controller decided for one partition (Kafka's LeaderAndIsrPartitionState; in
+    KRaft mode built from a PartitionRegistration). ``controller_epoch`` is ZooKeeper mode's
+    fencing of old controllers and stays -1 under KRaft."""
+
+    topic: str
+    partition: int
+    topic_id: uuid.UUID
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    controller_epoch: int = NO_CONTROLLER_EPOCH
 
 
 @dataclass
@@ -52,7 +69,10 @@ class Partition:
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
+        self.controller_epoch = NO_CONTROLLER_EPOCH
         self.replicas: list[int] = []
+        self.adding_replicas: list[int] = []
+        self.removing_replicas: list[int] = []
         self.isr: list[int] = []
         # Last LEO each follower reported (by fetching); the leader's own comes from its log.
         self.remote_leos: dict[int, int] = {}
@@ -62,39 +82,93 @@ class Partition:
 
     @property
     def is_leader(self) -> bool:
-        return self.leader_id == self.local_broker_id
+        """Leads, with its log ready (Kafka's leader has its log from makeLeader on)."""
+        return self.leader_id == self.local_broker_id and self.log is not None
 
     # -- leadership -----------------------------------------------------------------------------
 
-    def make_leader(self, reg: PartitionRegistration, log_: Log) -> bool:
-        """Become leader (Kafka's Partition.makeLeader). True if this is a new leadership."""
-        is_new = not self.is_leader or reg.leader_epoch != self.leader_epoch
-        self.log = log_
-        self.replicas = list(reg.replicas)
-        self.isr = list(reg.isr)
-        self.leader_id = reg.leader
-        self.leader_epoch = reg.leader_epoch
-        self.partition_epoch = reg.partition_epoch
+    def is_stale(self, state: PartitionState) -> bool:
+        """A state older than the one applied: a lower partition epoch (Kafka's check in
+        makeLeader/makeFollower), a lower leader epoch, or an older controller's."""
+        return (
+            state.partition_epoch < self.partition_epoch
+            or state.leader_epoch < self.leader_epoch
+            or state.controller_epoch < self.controller_epoch
+        )
+
+    def _take_state(self, state: PartitionState) -> None:
+        self.replicas = list(state.replicas)
+        self.adding_replicas = list(state.adding_replicas)
+        self.removing_replicas = list(state.removing_replicas)
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.partition_epoch = state.partition_epoch
+        self.controller_epoch = state.controller_epoch
+
+    def make_leader(self, state: PartitionState, log_: Log | None) -> bool:
+        """Become leader (Kafka's Partition.makeLeader). ``log_`` is None while the replica
+        manager is still working on its files (then :meth:`attach_log` follows); until then the
+        partition serves nothing.
+
+        True for a new leadership (not leader before, or a new leader epoch); False for one
+        already applied or a stale state, which is refused and changes nothing."""
+        if self.is_stale(state):
+            log.info(
+                "%s: skipped the become-leader state change to leader epoch %d, partition epoch %d: "
+                "already at leader epoch %d, partition epoch %d",
+                self, state.leader_epoch, state.partition_epoch, self.leader_epoch, self.partition_epoch,
+            )
+            return False
+        if state.leader != self.local_broker_id:
+            raise ValueError(f"{self}: state names leader {state.leader}, not this broker {self.local_broker_id}")
+        is_new = self.leader_id != self.local_broker_id or state.leader_epoch != self.leader_epoch
+        self._take_state(state)
+        self.isr = list(state.isr)
         if is_new:
             # Followers must report again before they count towards the HW.
             self.remote_leos = {r: -1 for r in self.replicas if r != self.local_broker_id}
-            log.debug(
-                "%s: became leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
-                self, reg.leader_epoch, self.isr, log_.log_end_offset, log_.high_watermark,
-            )
-        self.maybe_increment_leader_hw()
+        self.log = None
+        if log_ is not None:
+            self.attach_log(log_)
         return is_new
 
-    def make_follower(self, reg: PartitionRegistration, log_: Log) -> bool:
-        is_new = self.leader_id != reg.leader or reg.leader_epoch != self.leader_epoch
-        self.log = log_
-        self.replicas = list(reg.replicas)
-        self.isr = list(reg.isr)
-        self.leader_id = reg.leader
-        self.leader_epoch = reg.leader_epoch
-        self.partition_epoch = reg.partition_epoch
+    def make_follower(self, state: PartitionState, log_: Log | None) -> bool:
+        """Become a follower of ``state.leader`` (Kafka's Partition.makeFollower): produce and
+        fetch are refused with NOT_LEADER_OR_FOLLOWER, the log is kept. A follower does not
+        track the ISR (the leader does). True when the leader or leader epoch changed; False
+        for a state already applied or a stale one, which is refused and changes nothing."""
+        if self.is_stale(state):
+            log.info(
+                "%s: skipped the become-follower state change to leader epoch %d, partition epoch %d: "
+                "already at leader epoch %d, partition epoch %d",
+                self, state.leader_epoch, state.partition_epoch, self.leader_epoch, self.partition_epoch,
+            )
+            return False
+        if state.leader == self.local_broker_id:
+            raise ValueError(f"{self}: state names this broker {state.leader} leader, not follower")
+        is_new = self.leader_id != state.leader or state.leader_epoch != self.leader_epoch
+        self._take_state(state)
+        self.isr = []
         self.remote_leos = {}
+        self.log = log_
+        if is_new:
+            log.debug("%s: follower of broker %d at leader epoch %d", self, state.leader, state.leader_epoch)
         return is_new
+
+    def attach_log(self, log_: Log) -> None:
+        """The log is ready (created, or truncated for this role)."""
+        self.log = log_
+        if self.is_leader:
+            log.debug(
+                "%s: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
+                self, self.leader_epoch, self.isr, log_.log_end_offset, log_.high_watermark,
+            )
+            self.maybe_increment_leader_hw()
+
+    def stop(self) -> None:
+        """This broker no longer hosts the replica (Kafka's StopReplica)."""
+        self.leader_id = -1
+        self.log = None
 
     # -- high watermark -------------------------------------------------------------------------
 

@@ -1,0 +1,172 @@
+"""ApiDispatcher: decode a request, dispatch it by API key, encode the response, and answer
+ApiVersions with exactly the APIs served (Kafka's ``ApiVersionManager``).
+
+Both listeners' request handlers build on it: the broker's :class:`~odradek.server.kafka_apis.KafkaApis`
+and the controller listener's handlers of a :class:`~odradek.server.controller_server.ControllerServer`.
+``handle`` is called by the socket server in arrival order for each frame of a connection. It
+returns the response buffers at once, None (acks=0 produce), or an awaitable when the request
+waits (delayed produce/fetch, a controller write). Handlers take and return plain dicts shaped by
+the declarative definitions in :mod:`odradek.protocol.messages`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from odradek.controller.quorum_controller import SUPPORTED_FEATURES
+from odradek.metadata.metadata_cache import FinalizedFeatures
+from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.protocol.header import (
+    RequestHeader,
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from odradek.protocol.schema import Api, SchemaError
+
+log = logging.getLogger(__name__)
+
+_SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+Handler = Callable[["RequestContext", dict[str, Any]], Any]
+
+
+class ApiExtension(Protocol):
+    """A set of APIs served by another component (e.g. the group coordinator's GroupApis).
+
+    Each handler takes the request context and the decoded request dict and returns the
+    response dict, an awaitable of it, or None for no response.
+    """
+
+    def handlers(self) -> dict[Api, Handler]: ...
+
+
+@dataclass
+class RequestContext:
+    header: RequestHeader
+    conn: ConnectionInfo
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class ApiDispatcher(ABC):
+    """Subclasses set ``apis`` (what ApiVersions advertises) and ``handlers`` (one per API key),
+    and say which finalized features ApiVersions reports (:meth:`finalized_features`)."""
+
+    apis: dict[int, Api]
+    handlers: dict[int, Handler]
+
+    @abstractmethod
+    def finalized_features(self) -> FinalizedFeatures:
+        """The KIP-584 finalized features of the metadata this listener's role follows."""
+
+    def add_extensions(self, extensions: Iterable[ApiExtension]) -> None:
+        """Serve the extensions' APIs too; every advertised API must have a handler."""
+        for ext in extensions:
+            for api, handler in ext.handlers().items():
+                self.apis[api.api_key] = api
+                self.handlers[api.api_key] = handler
+        missing = set(self.apis) - set(self.handlers)
+        if missing:  # ApiVersions must never advertise an API without a handler
+            raise RuntimeError(f"APIs declared without a handler: {sorted(missing)}")
+
+    # -- entry point ----------------------------------------------------------------------------
+
+    def handle(
+        self, conn: ConnectionInfo, frame: bytearray
+    ) -> ResponseBuffers | Awaitable[ResponseBuffers | None] | None:
+        try:
+            api_key, version, correlation_id = peek_request_header(frame)
+        except SchemaError as e:
+            raise CloseConnection(f"malformed request header from {conn.peer}: {e}") from e
+        api = self.apis.get(api_key)
+        if api is None:
+            raise CloseConnection(
+                f"unknown or unsupported API key {api_key} (version {version}, correlation id "
+                f"{correlation_id}) from {conn.peer}"
+            )
+        if not api.supports(version):
+            if api_key == m.API_VERSIONS.api_key:
+                # Kafka answers an ApiVersions request it does not understand with a v0
+                # response carrying UNSUPPORTED_VERSION and the versions it does support, so
+                # the client can retry with one of them.
+                log.info(
+                    "ApiVersions v%d from %s is not supported; answering with v0", version, conn.peer
+                )
+                body = self._api_versions_body(Errors.UNSUPPORTED_VERSION)
+                return self._encode(api, 0, correlation_id, body)
+            raise CloseConnection(
+                f"{api.name} v{version} from {conn.peer} is not supported (this broker supports "
+                f"v{api.min_version}-v{api.max_version}; UNSUPPORTED_VERSION)"
+            )
+        try:
+            header, pos = decode_request_header(frame, api.request_header_version(version))
+            request, _ = api.decode_request(version, frame, pos)
+        except SchemaError as e:
+            raise CloseConnection(
+                f"malformed {api.name} v{version} request from {conn.peer}: {e}"
+            ) from e
+        ctx = RequestContext(header, conn)
+        result = self.handlers[api_key](ctx, request)
+        if result is None:
+            return None
+        if isinstance(result, dict):
+            return self._encode(api, version, correlation_id, result)
+        return self._await_and_encode(api, version, correlation_id, result)
+
+    async def _await_and_encode(
+        self, api: Api, version: int, correlation_id: int, pending: Awaitable[dict[str, Any] | None]
+    ) -> ResponseBuffers | None:
+        body = await pending
+        if body is None:
+            return None
+        return self._encode(api, version, correlation_id, body)
+
+    def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:
+        header = encode_response_header(correlation_id, api.response_header_version(version))
+        parts = api.encode_response(version, body)
+        return [header, *parts]
+
+    # -- ApiVersions ----------------------------------------------------------------------------
+
+    def _api_versions_body(self, error: Errors) -> dict[str, Any]:
+        features = self.finalized_features()
+        return {
+            "error_code": error,
+            "api_keys": [
+                {"api_key": a.api_key, "min_version": m.advertised_min_version(a), "max_version": a.max_version}
+                for a in sorted(self.apis.values(), key=lambda a: a.api_key)
+            ],
+            "throttle_time_ms": 0,
+            # KIP-584 features (v3+): what this broker can run, and what the cluster has finalized
+            # in the metadata log (the epoch is the image's offset, as Kafka's broker reports it).
+            "supported_features": [
+                {"name": name, "min_version": lo, "max_version": hi}
+                for name, (lo, hi) in sorted(SUPPORTED_FEATURES.items())
+            ],
+            "finalized_features_epoch": features.epoch,
+            "finalized_features": [
+                {"name": name, "max_version_level": level, "min_version_level": level}
+                for name, level in sorted(features.levels.items())
+            ],
+        }
+
+    def handle_api_versions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        if ctx.version >= 3:
+            name, ver = req["client_software_name"], req["client_software_version"]
+            if not _SOFTWARE_RE.match(name or "") or not _SOFTWARE_RE.match(ver or ""):
+                log.warning(
+                    "ApiVersions from %s has an invalid client software name/version %r/%r",
+                    ctx.conn.peer, name, ver,
+                )
+                return self._api_versions_body(Errors.INVALID_REQUEST)
+        return self._api_versions_body(Errors.NONE)

@@ -1,0 +1,113 @@
+"""ControllerServer: the controller role of a process (Kafka's ``ControllerServer``).
+
+It runs the QuorumController as a Raft listener on the shared metadata log, and its
+:class:`~odradek.controller.controller_apis.ControllerApis`: brokers reach them through their
+controller channel, clients through the controller listener(s) named by
+``controller.listener.names``, which serve ApiVersions (with the controller's finalized features)
+and the ControllerApis the protocol definitions declare (the quorum APIs will land there too).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable
+
+from odradek.controller.controller_apis import ControllerApis
+from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.metadata.metadata_cache import FinalizedFeatures
+from odradek.network.socket_server import SocketServer
+from odradek.protocol import messages as m
+from odradek.server import config_defs
+from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
+from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.kafka_config import KafkaConfig
+from odradek.server.shared_server import SharedServer, bind_listener, network_limits
+
+log = logging.getLogger(__name__)
+
+
+class ControllerListenerApis(ApiDispatcher):
+    """The controller listener's request handlers: ApiVersions, plus ``extensions``."""
+
+    def __init__(self, controller: QuorumController, extensions: Iterable[ApiExtension] = ()) -> None:
+        self.controller = controller
+        self.apis = {m.API_VERSIONS.api_key: m.API_VERSIONS}
+        self.handlers = {m.API_VERSIONS.api_key: self.handle_api_versions}
+        self.add_extensions(extensions)
+
+    def finalized_features(self) -> FinalizedFeatures:
+        return FinalizedFeatures.of(self.controller.image)
+
+
+class ControllerServer:
+    def __init__(self, config: KafkaConfig, shared: SharedServer) -> None:
+        self.config = config
+        self.shared = shared
+        self.node_id = config.node_id
+        self.controller: QuorumController | None = None
+        self.controller_apis: ControllerApis | None = None
+        self.bound_ports: dict[str, int] = {}
+        self._servers: list[SocketServer] = []
+
+    async def bind_listeners(self) -> None:
+        """Bind (not yet serve) the controller listeners."""
+        cfg = self.config
+        limits = network_limits(cfg)
+        for lst in cfg.controller_listeners:
+            server = await bind_listener(cfg, lst, limits)
+            self._servers.append(server)
+            self.bound_ports[lst.name] = server.port
+
+    async def startup(self, cluster_id: str) -> None:
+        """Replay the metadata log into the QuorumController (a Raft listener from now on) and
+        serve the controller listeners. It becomes active when Raft makes this node leader."""
+        cfg = self.config
+        raft_client = self.shared.raft_client
+        assert raft_client is not None, "the shared server opens the metadata log first"
+        controller = QuorumController(
+            self.node_id,
+            raft_client,
+            default_partitions=cfg.num_partitions,
+            default_replication_factor=cfg.default_replication_factor,
+            delete_topic_enable=cfg.delete_topic_enable,
+            validate_config=config_defs.validate_topic_config,
+            broker_configs=DynamicBrokerConfigPolicy(cfg),
+        )
+        self.shared.register(controller)
+        self.controller = controller
+        level = controller.image.features.levels.get("metadata.version", 0)
+        if level > METADATA_VERSION:
+            log.warning(
+                "The metadata log was written by Apache Kafka at metadata.version level %d, newer "
+                "than Odradek's %d: Odradek applies the records it knows (topics, partitions, "
+                "configs, brokers, features) and keeps reporting level %d as finalized",
+                level, METADATA_VERSION, level,
+            )
+        controller_apis = ControllerApis(
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            config=cfg,
+            controller=controller,
+            leader_id=lambda: raft_client.leader_and_epoch.leader_id,
+        )
+        for server in self._servers:  # advertised by DescribeCluster to the controllers' clients
+            lst = server.listener_name
+            host = next(x.host for x in cfg.controller_listeners if x.name == lst)
+            controller_apis.listener_endpoints[lst] = (
+                socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
+            )
+        self.controller_apis = controller_apis
+        handler = ControllerListenerApis(controller, [controller_apis])
+        for server in self._servers:
+            server.handler = handler
+            await server.start()
+
+    async def shutdown(self) -> None:
+        for server in self._servers:
+            server.begin_shutdown()
+        for server in self._servers:
+            await server.stop()
+        self._servers.clear()
+        if self.controller is not None and self.shared.raft_client is not None:
+            self.shared.raft_client.unregister(self.controller)

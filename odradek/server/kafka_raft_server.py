@@ -1,0 +1,116 @@
+"""KafkaRaftServer: one Odradek process in KRaft mode, starting the parts ``process.roles`` names
+(Kafka's ``KafkaRaftServer``)::
+
+    KafkaRaftServer
+     ├─ SharedServer      dir locks, __cluster_metadata, the Raft client (quorum of one)
+     ├─ ControllerServer  QuorumController (a Raft listener), ControllerApis,
+     │                    the controller listener                                      [controller]
+     └─ BrokerServer      MetadataLoader (a Raft listener), MetadataCache, logs,
+                          ReplicaManager, coordinators, KafkaApis on the broker
+                          listeners, the controller channel                            [broker]
+
+Start-up order: lock the directories, bind every listener of every role (a taken port fails the
+start before anything is written), format/verify ``meta.properties``, open the metadata log,
+replay it into the controller, elect this node, start the broker (which replays the log into its
+own image and registers with the controller through its controller channel). Shutdown runs the
+other way round.
+
+A broker-only process needs a controller quorum in another process, which it cannot reach before
+the network controller channel exists; it is refused, as is a quorum with other voters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from odradek.server.broker_server import BrokerServer
+from odradek.server.controller_channel import InMemoryControllerChannel
+from odradek.server.controller_server import ControllerServer
+from odradek.server.kafka_config import ConfigError, KafkaConfig
+from odradek.server.meta_properties import ensure_formatted
+from odradek.server.shared_server import SharedServer
+
+log = logging.getLogger(__name__)
+
+
+def _refuse_unsupported_roles(config: KafkaConfig) -> None:
+    roles = config.process_roles
+    if "controller" not in roles:
+        raise ConfigError(
+            "not supported: process.roles=broker: a broker-only node needs the controller quorum "
+            f"({config.raw('controller.quorum.voters') or config.raw('controller.quorum.bootstrap.servers')}) "
+            "in another process, and Odradek cannot reach a controller over the network yet; "
+            "run process.roles=broker,controller"
+        )
+    others = sorted(v.node_id for v in config.controller_quorum_voters if v.node_id != config.node_id)
+    if others:
+        raise ConfigError(
+            f"not supported: controller.quorum.voters={config.raw('controller.quorum.voters')}: "
+            f"a controller quorum with other voters ({', '.join(map(str, others))}) is not "
+            f"supported yet; name only this node ({config.node_id}@host:port)"
+        )
+
+
+class KafkaRaftServer:
+    def __init__(self, config: KafkaConfig) -> None:
+        _refuse_unsupported_roles(config)
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = ""
+        self.shared = SharedServer(config)
+        roles = config.process_roles
+        self.controller = ControllerServer(config, self.shared) if "controller" in roles else None
+        self.broker = BrokerServer(config, self.shared) if "broker" in roles else None
+
+    @property
+    def bound_ports(self) -> dict[str, int]:
+        ports: dict[str, int] = {}
+        for role in (self.controller, self.broker):
+            if role is not None:
+                ports.update(role.bound_ports)
+        return ports
+
+    async def startup(self) -> None:
+        cfg = self.config
+        self.shared.lock_dirs()
+        try:
+            if self.controller is not None:
+                await self.controller.bind_listeners()
+            if self.broker is not None:
+                await self.broker.bind_listeners()
+        except BaseException:
+            await self._close_roles()
+            self.shared.release_locks()
+            raise
+        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
+        await self.shared.open_metadata_log()
+        assert self.controller is not None  # broker-only is refused in __init__
+        await self.controller.startup(self.cluster_id)
+        raft_client = await self.shared.start_raft()
+        if self.broker is not None:
+            # The single place the broker is wired to the controller: a controller channel to
+            # the ControllerApis of this process, sent to whichever node Raft says leads.
+            assert self.controller.controller_apis is not None
+            channel = InMemoryControllerChannel(
+                {self.node_id: self.controller.controller_apis},
+                lambda: raft_client.leader_and_epoch.leader_id,
+            )
+            await self.broker.startup(self.cluster_id, channel)
+        else:
+            addresses = ", ".join(f"{n}:{p}" for n, p in self.bound_ports.items())
+            log.info(
+                "Odradek controller ready: node id %d, cluster id %s, listening on %s, metadata in %s",
+                self.node_id, self.cluster_id, addresses, cfg.metadata_log_dir,
+            )
+
+    async def _close_roles(self) -> None:
+        if self.broker is not None:
+            await self.broker.shutdown()
+        if self.controller is not None:
+            await self.controller.shutdown()
+
+    async def shutdown(self) -> None:
+        """Broker first (it answers what it has taken), then the controller, then Raft and the
+        metadata log."""
+        await self._close_roles()
+        await self.shared.shutdown()

@@ -1,0 +1,176 @@
+"""SharedServer: what the controller and broker roles of one process share (Kafka's
+``SharedServer``): the locks on the data directories, the ``__cluster_metadata`` log and the
+Raft client that commits it, and how a role's listener is bound.
+
+Start-up is in three steps so that nothing is written before the log proved readable:
+:meth:`SharedServer.open_metadata_log` opens the log and reads the snapshot and quorum-state
+(writes nothing), the roles register their Raft listeners (which replays the log into them), and
+:meth:`SharedServer.start_raft` elects this node (a new epoch in quorum-state) and starts
+committing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from odradek.log.log import Log
+from odradek.log.log_config import LogConfig
+from odradek.metadata.delta import MetadataReplayError
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
+from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
+from odradek.network.request_channel import CloseConnection, ConnectionInfo
+from odradek.network.socket_server import SocketServer
+from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
+from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
+from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.quorum_state import FILE_NAME as QUORUM_STATE_FILE
+from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
+from odradek.raft.raft_client import Listener
+from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
+from odradek.server.kafka_config import KafkaConfig
+from odradek.server.kafka_config import Listener as ListenerConfig
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def network_limits(cfg: KafkaConfig) -> tuple[RequestMemoryPool | None, ConnectionQuotas]:
+    """queued.max.request.bytes (<= 0: no pool, as in Kafka) and the connection quotas: one set
+    per role (Kafka's controller has its own socket server)."""
+    pool_bytes = cfg.queued_max_request_bytes
+    quotas = ConnectionQuotas(
+        cfg.max_connections, cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides
+    )
+    return (RequestMemoryPool(pool_bytes) if pool_bytes > 0 else None), quotas
+
+
+class _NotServing:
+    """The handler of a listener bound before its role can answer (never called: a bound
+    listener accepts nothing until it is given its real handler and started)."""
+
+    def handle(self, conn: ConnectionInfo, frame: bytearray) -> None:
+        raise CloseConnection("the node is not serving yet")
+
+
+_NOT_SERVING = _NotServing()
+
+
+async def bind_listener(
+    cfg: KafkaConfig, lst: ListenerConfig, limits: tuple[RequestMemoryPool | None, ConnectionQuotas]
+) -> SocketServer:
+    """Bind (not yet serve) one listener; a port that cannot be bound raises
+    StartupError("cannot listen on host:port (listener NAME): reason")."""
+    pool, quotas = limits
+    server = SocketServer(
+        lst.host,
+        lst.port,
+        _NOT_SERVING,
+        listener_name=lst.name,
+        max_request_bytes=cfg.socket_request_max_bytes,
+        memory_pool=pool,
+        quotas=quotas,
+        connections_max_idle_ms=cfg.connections_max_idle_ms,
+    )
+    try:
+        await server.bind()
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise StartupError(
+            f"cannot listen on {lst.host or '0.0.0.0'}:{lst.port} "
+            f"(listener {lst.name}): {reason[:1].lower()}{reason[1:]}"
+        ) from e
+    return server
+
+
+def _unreadable(e: UnreadableMetadataRecord | MetadataReplayError) -> StartupError:
+    return StartupError(
+        f"cannot take over the metadata log {e.source}: the record at offset {e.offset} "
+        f"cannot be applied ({e.reason}); nothing was changed, start Apache Kafka on "
+        "these directories again or remove what Odradek does not support first"
+    )
+
+
+class SharedServer:
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._dir_locks: list[DirLock] = []
+        self._metadata_raw_log: Log | None = None
+        self.raft_client: KafkaRaftClient[MetadataRecord] | None = None
+        self._raft_driver: KafkaRaftClientDriver | None = None
+
+    def lock_dirs(self) -> None:
+        """Lock every data directory (log.dirs and metadata.log.dir) before anything in them
+        is read or written."""
+        cfg = self.config
+        self._dir_locks = lock_dirs([*cfg.log_dirs, cfg.metadata_log_dir])
+
+    def release_locks(self) -> None:
+        for lock in self._dir_locks:
+            lock.release()
+        self._dir_locks = []
+
+    async def open_metadata_log(self) -> KafkaRaftClient[MetadataRecord]:
+        """Open ``__cluster_metadata`` and the Raft client on it; reads, writes nothing."""
+        loop = asyncio.get_running_loop()
+        meta_dir = os.path.join(os.path.abspath(self.config.metadata_log_dir), f"{METADATA_TOPIC}-0")
+        meta_config = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
+        self._metadata_raw_log = await loop.run_in_executor(
+            None, lambda: Log.load(meta_dir, meta_config, now_ms=now_ms(), clean_shutdown=False)
+        )
+        client: KafkaRaftClient[MetadataRecord] = KafkaRaftClient(
+            self.node_id,
+            MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE),
+            FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)),
+            now_ms,
+        )
+        try:
+            await loop.run_in_executor(None, client.initialize)
+        except UnreadableMetadataRecord as e:
+            raise _unreadable(e) from e
+        except QuorumStateError as e:
+            raise StartupError(str(e)) from e
+        self.raft_client = client
+        return client
+
+    def register(self, listener: Listener[MetadataRecord]) -> None:
+        """Register a role's Raft listener, which replays the committed log into it now."""
+        assert self.raft_client is not None
+        try:
+            self.raft_client.register(listener)
+        except (UnreadableMetadataRecord, MetadataReplayError) as e:
+            raise _unreadable(e) from e
+
+    async def start_raft(self) -> KafkaRaftClient[MetadataRecord]:
+        """Elect this node (the only voter) at a new epoch, persisted to quorum-state, tell the
+        listeners, and start committing appends."""
+        assert self.raft_client is not None
+        client = self.raft_client
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, client.elect)
+        except QuorumStateError as e:
+            raise StartupError(str(e)) from e
+        client.poll()
+        self._raft_driver = KafkaRaftClientDriver(client)
+        self._raft_driver.start()
+        return client
+
+    async def shutdown(self) -> None:
+        if self._raft_driver is not None:
+            await self._raft_driver.shutdown()
+            self._raft_driver = None
+        elif self.raft_client is not None:
+            self.raft_client.begin_shutdown()
+        if self._metadata_raw_log is not None:
+            raw = self._metadata_raw_log
+            await asyncio.get_running_loop().run_in_executor(None, raw.flush)
+            raw.close()
+            self._metadata_raw_log = None
+        self.raft_client = None
+        self.release_locks()

@@ -1,0 +1,199 @@
+"""QuorumController as a Raft listener: it proposes at the epoch Raft gave it, its image moves
+only when Raft delivers the commit, and it refuses writes with NOT_CONTROLLER when it does not
+lead. Raft here is an in-memory fake the test commits by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.metadata.metadata_record_serde import MetadataRecord
+from odradek.protocol.errors import Errors, KafkaError
+from odradek.raft.raft_client import (
+    Batch,
+    LeaderAndEpoch,
+    Listener,
+    NotLeaderError,
+    RaftClient,
+    SnapshotReader,
+)
+
+
+class FakeRaft(RaftClient[MetadataRecord]):
+    def __init__(self) -> None:
+        self.leader = LeaderAndEpoch(None, 0)
+        self.proposed: list[Batch[MetadataRecord]] = []
+        self.scheduled = 0
+        self._end = 0
+
+    def register(self, listener: Listener[MetadataRecord]) -> None:
+        pass
+
+    def unregister(self, listener: Listener[MetadataRecord]) -> None:
+        pass
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.leader
+
+    @property
+    def high_watermark(self) -> int:
+        return self._end
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    def prepare_append(self, epoch: int, records: Sequence[MetadataRecord]) -> int:
+        if self.leader != LeaderAndEpoch(1, epoch):
+            raise NotLeaderError(f"not leader of {epoch}")
+        self.proposed.append(Batch(self._end, epoch, 0, list(records)))
+        self._end += len(records)
+        return self._end - 1
+
+    def schedule_prepared_append(self) -> None:
+        self.scheduled += 1
+
+    def begin_shutdown(self) -> None:
+        pass
+
+
+def _controller(raft: FakeRaft) -> QuorumController:
+    return QuorumController(
+        1, raft, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
+        validate_config=lambda _k, _v: None,
+    )
+
+
+def _registration(broker_id: int) -> dict[str, Any]:
+    """A BrokerRegistration request as the controller channel hands it over."""
+    return {
+        "broker_id": broker_id,
+        "incarnation_id": uuid.uuid4(),
+        "listeners": [{"name": "PLAINTEXT", "host": "h", "port": 9092, "security_protocol": 0}],
+        "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": METADATA_VERSION}],
+        "rack": None,
+    }
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_controller_refuses_writes_when_not_leader() -> None:
+    raft = FakeRaft()
+    c = _controller(raft)
+
+    async def run() -> None:
+        with pytest.raises(KafkaError) as e:
+            await c.allocate_producer_ids(1, 0)
+        assert e.value.code == Errors.NOT_CONTROLLER and "No controller appears to be active" in str(e.value)
+        raft.leader = LeaderAndEpoch(2, 4)
+        c.handle_leader_change(raft.leader)
+        with pytest.raises(KafkaError) as e:
+            await c.create_topics([{"name": "t"}], validate_only=False)
+        assert e.value.code == Errors.NOT_CONTROLLER and "node 2" in str(e.value)
+        assert raft.proposed == []
+
+    asyncio.run(run())
+
+
+def test_controller_proposes_at_raft_epoch_and_applies_only_committed_records() -> None:
+    raft = FakeRaft()
+    c = _controller(raft)
+    raft.leader = LeaderAndEpoch(1, 7)
+    c.handle_leader_change(raft.leader)
+
+    async def run() -> None:
+        reg = asyncio.ensure_future(c.register_broker(_registration(1)))
+        await _settle()
+        # First the activation records of a new leader on an empty log (the bootstrap
+        # metadata.version), committed before anything else is proposed.
+        (activation,) = raft.proposed
+        assert activation.epoch == 7 and [n for n, _ in activation.records] == ["FeatureLevelRecord"]
+        assert not reg.done() and raft.scheduled == 1 and c.image.features.levels == {}
+        c.handle_commit([activation])
+        await _settle()
+        assert c.image.features.levels == {"metadata.version": METADATA_VERSION}
+        batch = raft.proposed[-1]
+        assert batch.epoch == 7
+        assert [n for n, _ in batch.records] == ["RegisterBrokerRecord"]
+        assert c.image.brokers == {}  # proposed, not committed: the image has not moved
+        c.handle_commit([batch])
+        assert await reg == 1  # the broker epoch: the offset of its registration record
+        assert c.image.brokers[1].fenced
+        # Its first heartbeat from a caught-up broker unfences it, through Raft too.
+        beat = asyncio.ensure_future(c.broker_heartbeat(1, 1, current_metadata_offset=1, want_fence=False))
+        await _settle()
+        batch = raft.proposed[-1]
+        assert batch.epoch == 7 and [n for n, _ in batch.records] == ["UnfenceBrokerRecord"]
+        assert not beat.done() and c.image.brokers[1].fenced
+        c.handle_commit([batch])
+        assert await beat == (True, False)
+        assert not c.image.brokers[1].fenced and c.image.offset == 2
+
+        create = asyncio.ensure_future(c.create_topics([{"name": "t"}], validate_only=False))
+        await _settle()
+        assert "t" not in c.image.topics_by_name
+        # Leadership moves before the commit: the write fails, nothing is applied.
+        raft.leader = LeaderAndEpoch(1, 8)
+        c.handle_leader_change(raft.leader)
+        with pytest.raises(KafkaError) as e:
+            await create
+        assert e.value.code == Errors.NOT_CONTROLLER
+        assert "t" not in c.image.topics_by_name
+        # In the new epoch it writes again, at that epoch.
+        again = asyncio.ensure_future(c.create_topics([{"name": "t"}], validate_only=False))
+        await _settle()
+        assert raft.proposed[-1].epoch == 8
+        c.handle_commit([raft.proposed[-1]])
+        (result,) = await again
+        assert result.error == Errors.NONE and "t" in c.image.topics_by_name
+
+    asyncio.run(run())
+
+
+def test_controller_replays_snapshot_and_commits_it_did_not_write() -> None:
+    c = _controller(FakeRaft())
+    tid = uuid.UUID(int=5)
+    c.handle_load_snapshot(SnapshotReader(10, 3, [("TopicRecord", {"name": "a", "topic_id": tid})]))
+    assert c.image.topics_by_name["a"].topic_id == tid and c.image.offset == 9
+    c.handle_commit([Batch(10, 3, 0, [("BeginTransactionRecord", {"name": None}),
+                                      ("RemoveTopicRecord", {"topic_id": tid})])])
+    assert "a" in c.image.topics_by_name and c.transactions.open_transaction == 10
+    c.handle_commit([Batch(12, 3, 0, [("EndTransactionRecord", {})])])
+    assert "a" not in c.image.topics_by_name and c.image.offset == 12
+
+
+def test_new_leader_writes_activation_records_at_once() -> None:
+    """On becoming leader (on the event loop) the controller aborts a metadata transaction left
+    open and bootstraps metadata.version, without waiting for a write."""
+    raft = FakeRaft()
+    c = _controller(raft)
+    c.handle_commit([Batch(0, 1, 0, [("BeginTransactionRecord", {"name": None})])])
+    assert c.transactions.open_transaction == 0
+    raft._end = 1
+
+    async def run() -> None:
+        raft.leader = LeaderAndEpoch(1, 2)
+        c.handle_leader_change(raft.leader)
+        await _settle()
+        (activation,) = raft.proposed
+        assert [n for n, _ in activation.records] == ["AbortTransactionRecord", "FeatureLevelRecord"]
+        c.handle_commit([activation])
+        await _settle()
+        assert c.transactions.open_transaction is None
+        assert c.image.features.levels["metadata.version"] == METADATA_VERSION
+        # Leading again in a later epoch: nothing left to activate.
+        raft.leader = LeaderAndEpoch(1, 3)
+        c.handle_leader_change(raft.leader)
+        await _settle()
+        assert len(raft.proposed) == 1
+
+    asyncio.run(run())
