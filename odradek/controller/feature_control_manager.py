@@ -29,6 +29,20 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
 }
 
 
+def registration_features(finalized: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The feature ranges a broker of this node registers with, given the levels finalized in
+    the metadata log it follows: its own (:data:`SUPPORTED_FEATURES`), widened to the levels of a
+    log Apache Kafka finalized beyond them (a newer metadata.version, eligible.leader.replicas,
+    group.version...), which Odradek takes over and keeps reporting as finalized — or its
+    controller would refuse the registration with UNSUPPORTED_VERSION."""
+    features = dict(SUPPORTED_FEATURES)
+    for name, level in finalized.items():
+        lowest, highest = features.get(name, (0, 0))
+        if level > highest:
+            features[name] = (lowest, level)
+    return features
+
+
 class FeatureControlManager:
     def __init__(
         self,

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.feature_control_manager import SUPPORTED_FEATURES
+from odradek.controller.feature_control_manager import registration_features
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log_cleaner import CleanerConfig
@@ -221,14 +221,7 @@ class BrokerServer:
         for adv in cfg.advertised_listeners:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
-        features = dict(SUPPORTED_FEATURES)
-        level = self.metadata_cache.image.features.levels.get("metadata.version", 0)
-        lowest, highest = features["metadata.version"]
-        if level > highest:
-            # A log Apache Kafka finalized at a newer metadata.version (the controller warned at
-            # start-up): this node reads it, so it registers as able to, or the controller would
-            # refuse it with UNSUPPORTED_VERSION.
-            features["metadata.version"] = (lowest, level)
+        features = registration_features(self.metadata_cache.image.features.levels)
         lifecycle.start(endpoints, features, cfg.broker_rack)
         await lifecycle.wait_for_unfence()
         broker_epoch = lifecycle.broker_epoch

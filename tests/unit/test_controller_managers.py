@@ -14,7 +14,7 @@ from fake_clock import FakeClock
 
 from odradek.controller.broker_heartbeat_manager import BrokerControlState, BrokerHeartbeatManager
 from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
-from odradek.controller.feature_control_manager import FeatureControlManager
+from odradek.controller.feature_control_manager import FeatureControlManager, registration_features
 from odradek.controller.producer_id_control_manager import (
     PRODUCER_ID_BLOCK_SIZE,
     ProducerIdControlManager,
@@ -383,3 +383,21 @@ def test_finalized_features_include_metadata_and_kraft_version() -> None:
     assert f.metadata_version() == 19  # the bootstrap level until the log has one
     assert f.finalized_features() == {"metadata.version": 19, "kraft.version": 1}
     assert f.bootstrap_records() == [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 19})]
+
+
+def test_a_broker_on_a_log_kafka_finalized_further_registers_as_able_to_run_it() -> None:
+    """Odradek takes over logs Apache Kafka 4.x finalized at a newer metadata.version and with
+    features of its own: its broker registers with those levels, and the controller accepts it."""
+    c = Controller()
+    c.commit([
+        ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 30}),
+        ("FeatureLevelRecord", {"name": "eligible.leader.replicas.version", "feature_level": 1}),
+    ])
+    plain = [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 21}]
+    assert error_of(c.cluster.register_broker, registration(1, features=plain), c.next_offset, c.clock()).code == (
+        Errors.UNSUPPORTED_VERSION
+    )
+    features = registration_features(c.image.features.levels)
+    assert features == {"metadata.version": (7, 30), "eligible.leader.replicas.version": (0, 1)}
+    ranges = [{"name": n, "min_supported_version": lo, "max_supported_version": hi} for n, (lo, hi) in features.items()]
+    assert c.register(1, features=ranges) >= 0
