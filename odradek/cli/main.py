@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 from odradek import __version__
 
 # Each subcommand module exposes ``add_parser(subparsers)`` which sets ``func`` on its parser.
-SUBCOMMANDS: tuple[str, ...] = ("odradek.cli.server", "odradek.cli.groups", "odradek.cli.pipeline")
+SUBCOMMANDS: tuple[str, ...] = (
+    "odradek.cli.server",
+    "odradek.cli.groups",
+    "odradek.cli.pipeline",
+    "odradek.cli.storage",
+    "odradek.cli.dump_log",
+)
 
 
 def _version(args: argparse.Namespace) -> int:

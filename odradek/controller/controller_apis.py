@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING, Any
 from odradek.controller.quorum_controller import QuorumController
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
 from odradek.server import config_defs
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
 from odradek.server.controller_channel import (
-    ALLOCATE_PRODUCER_IDS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     ControllerRequest,
     RequestClient,
     error_response,
@@ -68,9 +66,9 @@ class ControllerApis:
             m.ALTER_CONFIGS.api_key: self.handle_alter_configs,
             m.INCREMENTAL_ALTER_CONFIGS.api_key: self.handle_incremental_alter_configs,
             m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
-            ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
-            BROKER_REGISTRATION: self.handle_broker_registration,
-            BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+            g.ALLOCATE_PRODUCER_IDS.api_key: self.handle_allocate_producer_ids,
+            g.BROKER_REGISTRATION.api_key: self.handle_broker_registration,
+            g.BROKER_HEARTBEAT.api_key: self.handle_broker_heartbeat,
         }
 
     def is_active(self) -> bool:
@@ -104,8 +102,11 @@ class ControllerApis:
     # -- the controller listener ----------------------------------------------------------------
 
     def handlers(self) -> dict[Api, Handler]:
-        """The handlers the controller listener serves (an ApiExtension of its KafkaApis):
-        the APIs of this controller the protocol definitions declare."""
+        """The handlers the controller listener serves (an ApiExtension of its KafkaApis), and
+        so advertises in its ApiVersions: the client admin APIs a controller answers, and the
+        broker → controller APIs (BrokerRegistration, BrokerHeartbeat, AllocateProducerIds)
+        that brokers in other processes send through their network controller channel. None of
+        them is served on a broker listener."""
 
         def served(api: Api) -> Handler:
             def handler(ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
@@ -117,6 +118,7 @@ class ControllerApis:
         apis = [
             m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS,
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
+            g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS,
         ]
         return {api: served(api) for api in apis}
 

@@ -34,7 +34,7 @@ from odradek.controller.event_queue import (
     KafkaEventQueue,
     earliest_deadline,
 )
-from odradek.controller.feature_control_manager import FeatureControlManager
+from odradek.controller.feature_control_manager import METADATA_VERSION, FeatureControlManager
 from odradek.controller.producer_id_control_manager import ProducerIdControlManager
 from odradek.controller.replication_control import (
     EXCESSIVE_BATCH_MESSAGE,
@@ -90,6 +90,7 @@ class QuorumController(Listener[MetadataRecord]):
         broker_configs: BrokerConfigPolicy | None = None,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         clock_ms: Callable[[], int] = _monotonic_ms,
+        bootstrap_metadata_version: int = METADATA_VERSION,
     ) -> None:
         """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines)."""
         self.node_id = node_id
@@ -111,7 +112,9 @@ class QuorumController(Listener[MetadataRecord]):
             validate_config=validate_config,
         )
         self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
-        self.features = FeatureControlManager(self.image)
+        # metadata.version written when a new log is activated: the formatted release version
+        # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
+        self.features = FeatureControlManager(self.image, bootstrap_metadata_version=bootstrap_metadata_version)
         self.cluster = ClusterControlManager(
             cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
         )

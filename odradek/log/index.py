@@ -66,6 +66,21 @@ def _read_file(path: str) -> bytes:
         os.close(fd)
 
 
+
+def read_offset_index_file(path: str, base_offset: int) -> list[tuple[int, int]]:
+    """Every (offset, position) entry of an ``.index`` file as written, unchecked (for tools
+    that show a possibly corrupt index; a partial entry at the end is left out)."""
+    data = _read_file(path)
+    usable = len(data) - len(data) % _OFFSET_ENTRY.size
+    return [(base_offset + rel, pos) for rel, pos in _OFFSET_ENTRY.iter_unpack(data[:usable])]
+
+
+def read_time_index_file(path: str, base_offset: int) -> list[tuple[int, int]]:
+    """Every (timestamp, offset) entry of a ``.timeindex`` file as written, unchecked."""
+    data = _read_file(path)
+    usable = len(data) - len(data) % _TIME_ENTRY.size
+    return [(ts, base_offset + rel) for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable])]
+
 class _IndexFile(ABC):
     entry_size = 8
 

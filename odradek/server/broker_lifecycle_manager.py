@@ -20,9 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.server.controller_channel import (
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     ControllerChannel,
     ControllerRequest,
     ControllerRequestTimeout,
@@ -111,7 +110,7 @@ class BrokerLifecycleManager:
         while True:
             self._registration["previous_broker_epoch"] = self.broker_epoch
             try:
-                resp = await self.channel.send(ControllerRequest(BROKER_REGISTRATION, 4, dict(self._registration)))
+                resp = await self.channel.send(ControllerRequest(g.BROKER_REGISTRATION.api_key, 4, dict(self._registration)))
                 code = Errors(resp["error_code"])
             except ControllerRequestTimeout as e:
                 code, resp = Errors.REQUEST_TIMED_OUT, {"error_message": str(e)}
@@ -137,7 +136,7 @@ class BrokerLifecycleManager:
             "want_shut_down": False,
         }
         try:
-            resp = await self.channel.send(ControllerRequest(BROKER_HEARTBEAT, 1, data))
+            resp = await self.channel.send(ControllerRequest(g.BROKER_HEARTBEAT.api_key, 1, data))
         except ControllerRequestTimeout as e:
             log.warning("Broker %d heartbeat timed out: %s", self.node_id, e)
             return True
@@ -173,7 +172,7 @@ class BrokerLifecycleManager:
                 "want_shut_down": True,
             }
             try:
-                resp = await self.channel.send(ControllerRequest(BROKER_HEARTBEAT, 1, data))
+                resp = await self.channel.send(ControllerRequest(g.BROKER_HEARTBEAT.api_key, 1, data))
                 code = Errors(resp["error_code"])
             except ControllerRequestTimeout as e:
                 resp, code = {}, Errors.REQUEST_TIMED_OUT

@@ -85,6 +85,7 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller_channel: ControllerChannel | None = None
+        self.heartbeat_channel: ControllerChannel | None = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
@@ -126,9 +127,14 @@ class BrokerServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def startup(self, cluster_id: str, controller_channel: ControllerChannel) -> None:
+    async def startup(
+        self, cluster_id: str, controller_channel: ControllerChannel,
+        heartbeat_channel: ControllerChannel | None = None,
+    ) -> None:
         """Start the broker role; ``controller_channel`` is how it reaches the active controller
-        (the broker owns it from now on and closes it at shutdown)."""
+        (the broker owns it from now on and closes it at shutdown). ``heartbeat_channel``, when
+        given, carries registration and heartbeats on their own (Kafka's "heartbeat" channel), so
+        that they never wait behind a forwarded request."""
         loop = asyncio.get_running_loop()
         cfg = self.config
         self.cluster_id = cluster_id
@@ -191,10 +197,11 @@ class BrokerServer:
         loader.publishers.append(self.group_coordinator.on_metadata_update)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
+        self.heartbeat_channel = heartbeat_channel
         lifecycle = BrokerLifecycleManager(
             node_id=self.node_id,
             cluster_id=self.cluster_id,
-            channel=channel,
+            channel=heartbeat_channel or channel,
             heartbeat_interval_ms=lambda: cfg.broker_heartbeat_interval_ms,
             metadata_offset=lambda: self.metadata_cache.image.offset,
         )
@@ -334,6 +341,8 @@ class BrokerServer:
                 # of this one to run out.
                 await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
             await self.lifecycle_manager.close()
+        if self.heartbeat_channel is not None:
+            await self.heartbeat_channel.close()
         if self.controller_channel is not None:
             await self.controller_channel.close()
         for task in self._tasks:

@@ -33,15 +33,9 @@ from typing import Any, Protocol
 
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 
 log = logging.getLogger(__name__)
-
-# The controller APIs a broker sends that the protocol definitions do not declare yet (the
-# request and response data follow Kafka's BrokerRegistration, BrokerHeartbeat and
-# AllocateProducerIds schemas).
-BROKER_REGISTRATION = 62
-BROKER_HEARTBEAT = 63
-ALLOCATE_PRODUCER_IDS = 67
 
 # Kafka's BrokerServer gives its controller channels a 60 s retry timeout.
 DEFAULT_RETRY_TIMEOUT_MS = 60_000
@@ -283,11 +277,11 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
             "throttle_time_ms": 0, "error_code": error, "error_message": message,
             "endpoint_type": data.get("endpoint_type", 1), "cluster_id": "", "controller_id": -1, "brokers": [],
         }
-    if key == ALLOCATE_PRODUCER_IDS:
+    if key == g.ALLOCATE_PRODUCER_IDS.api_key:
         return {"throttle_time_ms": 0, "error_code": error, "producer_id_start": -1, "producer_id_len": 0}
-    if key == BROKER_REGISTRATION:
+    if key == g.BROKER_REGISTRATION.api_key:
         return {"throttle_time_ms": 0, "error_code": error, "broker_epoch": -1}
-    if key == BROKER_HEARTBEAT:
+    if key == g.BROKER_HEARTBEAT.api_key:
         return {
             "throttle_time_ms": 0, "error_code": error,
             "is_caught_up": False, "is_fenced": True, "should_shut_down": False,

@@ -22,6 +22,7 @@ from odradek.protocol import messages as m
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.formatter import read_bootstrap_metadata_version
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
 
@@ -76,6 +77,7 @@ class ControllerServer:
             cluster_id=cluster_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
             session_timeout_ms=cfg.broker_session_timeout_ms,
+            bootstrap_metadata_version=read_bootstrap_metadata_version(cfg.metadata_log_dir) or METADATA_VERSION,
         )
         self.shared.register(controller)
         self.controller = controller

@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 
 from odradek.server.broker_server import BrokerServer
-from odradek.server.controller_channel import InMemoryControllerChannel
 from odradek.server.controller_server import ControllerServer
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
+from odradek.server.node_to_controller_channel import broker_controller_channels
 from odradek.server.shared_server import SharedServer
 
 log = logging.getLogger(__name__)
@@ -82,20 +82,21 @@ class KafkaRaftServer:
             await self._close_roles()
             self.shared.release_locks()
             raise
-        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id)
+        self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id, metadata_log_dir=cfg.metadata_log_dir)
         await self.shared.open_metadata_log()
         assert self.controller is not None  # broker-only is refused in __init__
         await self.controller.startup(self.cluster_id)
         raft_client = await self.shared.start_raft()
         if self.broker is not None:
             # The single place the broker is wired to the controller: a controller channel to
-            # the ControllerApis of this process, sent to whichever node Raft says leads.
+            # whichever node Raft says leads (in memory to this process's ControllerApis when
+            # the quorum is this node alone, over the network otherwise).
             assert self.controller.controller_apis is not None
-            channel = InMemoryControllerChannel(
+            channel, heartbeat = broker_controller_channels(
+                cfg, lambda: raft_client.leader_and_epoch.leader_id,
                 {self.node_id: self.controller.controller_apis},
-                lambda: raft_client.leader_and_epoch.leader_id,
             )
-            await self.broker.startup(self.cluster_id, channel)
+            await self.broker.startup(self.cluster_id, channel, heartbeat)
         else:
             addresses = ", ".join(f"{n}:{p}" for n, p in self.bound_ports.items())
             log.info(

@@ -70,15 +70,31 @@ def write_meta_properties(log_dir: str, props: dict[str, str]) -> None:
         os.close(dir_fd)
 
 
-def ensure_formatted(log_dirs: list[str], node_id: int, cluster_id: str | None = None) -> str:
+def ensure_formatted(
+    log_dirs: list[str],
+    node_id: int,
+    cluster_id: str | None = None,
+    metadata_log_dir: str | None = None,
+) -> str:
     """Create missing log dirs, format unformatted ones, check the others; return the cluster id.
 
-    ``cluster_id`` forces the id used when nothing is formatted yet (like
-    ``kafka-storage format --cluster-id``); it must match existing directories otherwise.
-    Raises ConfigError on a node.id or cluster.id mismatch or an unreadable meta.properties.
+    A directory formatted by ``odradek storage format`` or ``kafka-storage.sh format`` keeps
+    its cluster id, and every other directory must have the same: the metadata log directory's
+    (``metadata_log_dir``, checked first) is the node's cluster id, and a directory of another
+    cluster is refused with Kafka's "Invalid cluster.id in: ..." (a ConfigError: the server
+    exits 2). ``cluster_id`` forces the id used when nothing is formatted yet; it must match
+    existing directories otherwise. Raises ConfigError on a node.id or cluster.id mismatch or
+    an unreadable meta.properties.
     """
+    dirs: list[str] = []
+    seen: set[str] = set()
+    for d in ([metadata_log_dir] if metadata_log_dir is not None else []) + list(log_dirs):
+        key = os.path.abspath(d)
+        if key not in seen:
+            seen.add(key)
+            dirs.append(d)
     existing: dict[str, dict[str, str]] = {}
-    for d in log_dirs:
+    for d in dirs:
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
@@ -101,12 +117,16 @@ def ensure_formatted(log_dirs: list[str], node_id: int, cluster_id: str | None =
                     f"node.id={node_id}; use the right node.id or a different log.dirs"
                 )
             existing[d] = props
-    cluster_ids = {p["cluster.id"] for p in existing.values()}
-    if len(cluster_ids) > 1:
-        detail = ", ".join(f"{d}: {p['cluster.id']}" for d, p in existing.items())
-        raise ConfigError(f"log directories belong to different clusters ({detail})")
-    if cluster_ids:
-        found = next(iter(cluster_ids))
+    if existing:
+        first_dir, first = next(iter(existing.items()))
+        found = first["cluster.id"]
+        for d, props in existing.items():
+            if props["cluster.id"] != found:
+                raise ConfigError(
+                    f"Invalid cluster.id in: {os.path.join(d, META_PROPERTIES)}. Expected {found}, "
+                    f"but read {props['cluster.id']}: the log directories belong to different "
+                    f"clusters ({found} is the cluster of {first_dir})"
+                )
         if cluster_id is not None and cluster_id != found:
             raise ConfigError(
                 f"cluster id {cluster_id} doesn't match the stored cluster.id {found}"
@@ -114,7 +134,7 @@ def ensure_formatted(log_dirs: list[str], node_id: int, cluster_id: str | None =
         cluster_id = found
     elif cluster_id is None:
         cluster_id = random_uuid_base64()
-    for d in log_dirs:
+    for d in dirs:
         if d not in existing:
             directory_id = random_uuid_base64()
             write_meta_properties(

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 
 from odradek.protocol.errors import Errors, KafkaError
+from odradek.protocol.messages import generated as g
 from odradek.server.controller_channel import (
-    ALLOCATE_PRODUCER_IDS,
     ControllerChannel,
     ControllerRequest,
     ControllerRequestTimeout,
@@ -37,7 +37,7 @@ class ProducerIdManager:
     async def _allocate_block(self) -> tuple[int, int]:
         data = {"broker_id": self._broker_id, "broker_epoch": self._broker_epoch()}
         try:
-            resp = await self._channel.send(ControllerRequest(ALLOCATE_PRODUCER_IDS, 0, data))
+            resp = await self._channel.send(ControllerRequest(g.ALLOCATE_PRODUCER_IDS.api_key, 0, data))
         except ControllerRequestTimeout as e:
             log.warning("No producer id block from the controller: %s", e)
             raise KafkaError(Errors.COORDINATOR_LOAD_IN_PROGRESS) from e

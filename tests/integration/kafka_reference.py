@@ -39,6 +39,7 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
     "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
+    "kafka-storage": "kafka.tools.StorageTool",
 }
 
 
@@ -109,8 +110,15 @@ class KafkaServer:
     own directory, started with ``kafka.Kafka``, stopped with SIGTERM (SIGKILL after a timeout).
     """
 
-    def __init__(self, tools: KafkaTools, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tools: KafkaTools,
+        data_dir: Path,
+        overrides: dict[str, str] | None = None,
+        cluster_id: str = "Odradek-Reference-Q1",
+    ) -> None:
         self.tools = tools
+        self.cluster_id = cluster_id
         self.data_dir = data_dir
         self.port = _free_port()
         self.controller_port = _free_port()
@@ -121,6 +129,10 @@ class KafkaServer:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def properties(self) -> str:
+        """The server.properties this broker runs with (formatted with ``cluster_id``)."""
+        return self._properties()
 
     def _properties(self) -> str:
         props = {
@@ -148,7 +160,7 @@ class KafkaServer:
         launcher = str(self.tools.home / "bin" / "kafka-run")
         fmt = subprocess.run(
             [launcher, "--line", self.tools.line, "kafka.tools.StorageTool", "format",
-             "--cluster-id", "Odradek-Reference-Q1", "--config", str(config), "--ignore-formatted"],
+             "--cluster-id", self.cluster_id, "--config", str(config), "--ignore-formatted"],
             capture_output=True, text=True, timeout=120,
         )
         if fmt.returncode != 0:

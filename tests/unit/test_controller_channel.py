@@ -27,6 +27,7 @@ from odradek.network.request_channel import ConnectionInfo
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader
+from odradek.protocol.messages import generated as g
 from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import MetadataLog
 from odradek.raft.quorum_state import FileQuorumStateStore
@@ -36,9 +37,6 @@ from odradek.server.admin_apis import AdminApis
 from odradek.server.api_dispatcher import RequestContext
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import (
-    ALLOCATE_PRODUCER_IDS,
-    BROKER_HEARTBEAT,
-    BROKER_REGISTRATION,
     ControllerRequest,
     ControllerRequestTimeout,
     ForwardingManager,
@@ -48,6 +46,10 @@ from odradek.server.controller_channel import (
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
+
+ALLOCATE_PRODUCER_IDS = g.ALLOCATE_PRODUCER_IDS.api_key
+BROKER_HEARTBEAT = g.BROKER_HEARTBEAT.api_key
+BROKER_REGISTRATION = g.BROKER_REGISTRATION.api_key
 
 CLUSTER_ID = "q1Sh-9_ISia_zwGINzRvyQ"
 CONFIG = KafkaConfig({"log.dirs": "/nonexistent"})
@@ -442,6 +444,7 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
         assert {a.api_key for a in capis.handlers()} == {
             m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key, m.CREATE_PARTITIONS.api_key,
             m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
+            BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS,
         }
         capis.listener_endpoints["CONTROLLER"] = ("ctl.example", 9093)
         describe = capis.handlers()[m.DESCRIBE_CLUSTER]

@@ -14,6 +14,7 @@ from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.kafka_raft_server import KafkaRaftServer
 
@@ -36,11 +37,13 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                 resp = await client.send(m.API_VERSIONS, 3, {"client_software_name": "t",
                                                              "client_software_version": "1"})
                 assert resp["error_code"] == Errors.NONE
-                # ApiVersions and the ControllerApis a client may send to a controller.
+                # ApiVersions, the ControllerApis a client may send to a controller, and the
+                # broker → controller APIs of brokers in other processes.
                 assert [a["api_key"] for a in resp["api_keys"]] == sorted([
                     m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key,
-                    m.DESCRIBE_CLUSTER.api_key,
+                    m.DESCRIBE_CLUSTER.api_key, g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key,
+                    g.ALLOCATE_PRODUCER_IDS.api_key,
                 ])
                 # The active controller bootstrapped metadata.version on its own (no broker).
                 for _ in range(100):
@@ -82,6 +85,10 @@ def test_combined_process_starts_both_roles(tmp_path: Path) -> None:
             # ... reached only through its controller channel, sent to the Raft leader.
             assert server.broker.controller_channel is not None
             assert server.broker.controller_channel.active_controller_id() == 1
+            # Registration and heartbeats have a channel of their own (Kafka's "heartbeat").
+            assert server.broker.lifecycle_manager is not None and server.broker.heartbeat_channel is not None
+            assert server.broker.lifecycle_manager.channel is server.broker.heartbeat_channel
+            assert server.broker.heartbeat_channel is not server.broker.controller_channel
             assert server.broker.loader is not None and server.broker.loader.leader_and_epoch.leader_id == 1
         finally:
             await server.shutdown()

@@ -1,0 +1,47 @@
+"""What the Raft core hands its driver (:class:`Ready`), and the error a proposal on a node that
+does not lead gets (:class:`NotLeader`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from odradek.raft.epoch_state import Election
+from odradek.raft.raft_log import LogBatch
+from odradek.raft.raft_messages import RaftMessage
+
+
+class NotLeader(Exception):
+    """A proposal at an epoch this node does not lead (the driver raises the RaftClient's
+    ``NotLeaderError``)."""
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    leader_id: int | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Append:
+    batch: LogBatch
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Remove every record at and after ``offset``."""
+
+    offset: int
+
+
+@dataclass
+class Ready:
+    election: Election | None = None
+    log_ops: list[Append | Truncate] = field(default_factory=list)
+    messages: list[RaftMessage] = field(default_factory=list)
+    committed: list[LogBatch] = field(default_factory=list)
+    leader_changes: list[LeaderChange] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (
+            self.election or self.log_ops or self.messages or self.committed or self.leader_changes
+        )

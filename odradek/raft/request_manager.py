@@ -1,0 +1,68 @@
+"""Kafka's ``RequestManager`` (which destinations have a request in flight, which are backing off
+after a failure) and ``FetchPurgatory`` (Fetch requests the leader parks until there is something
+new or their ``max_wait_ms`` passes) for the Raft core. Time is passed in."""
+
+from __future__ import annotations
+
+from odradek.raft.quorum import QuorumConfig
+from odradek.raft.raft_messages import RaftMessage
+
+
+class RequestManager:
+    """One request in flight per destination (Kafka's ``RequestManager``): a response is
+    expected only for the latest correlation id sent there; a failed one backs off."""
+
+    def __init__(self, config: QuorumConfig) -> None:
+        self.config = config
+        self.inflight: dict[int, tuple[int, int]] = {}  # destination -> (correlation, deadline)
+        self.backoff_until: dict[int, int] = {}
+
+    def is_ready(self, destination: int, now_ms: int) -> bool:
+        entry = self.inflight.get(destination)
+        if entry is not None:
+            if now_ms < entry[1]:
+                return False
+            del self.inflight[destination]  # timed out
+            self.backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+        return now_ms >= self.backoff_until.get(destination, 0)
+
+    def has_inflight(self, destinations: frozenset[int], now_ms: int) -> bool:
+        return any(not self.is_ready(d, now_ms) and d in self.inflight for d in destinations)
+
+    def on_send(self, destination: int, correlation_id: int, now_ms: int) -> None:
+        self.inflight[destination] = (correlation_id, now_ms + self.config.request_timeout_ms)
+
+    def is_expected(self, source: int, correlation_id: int) -> bool:
+        entry = self.inflight.get(source)
+        return entry is not None and entry[0] == correlation_id
+
+    def on_response(self, source: int, ok: bool, now_ms: int) -> None:
+        self.inflight.pop(source, None)
+        if not ok:
+            self.backoff_until[source] = now_ms + self.config.retry_backoff_ms
+
+    def reset_all(self) -> None:
+        self.inflight.clear()
+        self.backoff_until.clear()
+
+
+class FetchPurgatory:
+    """At most one parked Fetch per replica: a newer one replaces (and answers) the older."""
+
+    def __init__(self) -> None:
+        self._parked: dict[int, tuple[RaftMessage, int]] = {}  # replica -> (request, deadline)
+
+    def park(self, replica_id: int, request: RaftMessage, deadline_ms: int) -> RaftMessage | None:
+        """Park ``request``; returns the replica's previously parked request, if any."""
+        previous = self._parked.pop(replica_id, None)
+        self._parked[replica_id] = (request, deadline_ms)
+        return previous[0] if previous is not None else None
+
+    def take(self, now_ms: int, expired_only: bool) -> list[RaftMessage]:
+        """Unpark every request (or only those whose deadline passed)."""
+        taken = [
+            replica
+            for replica, (_, deadline) in self._parked.items()
+            if not expired_only or now_ms >= deadline
+        ]
+        return [self._parked.pop(replica)[0] for replica in taken]

@@ -1,0 +1,142 @@
+"""The KRaft core under the deterministic simulator (tests/sim/raft_sim.py).
+
+``test_raft_schedules`` runs the seeds from conftest.py (300 by default); a failure names the
+seed and the command that replays it. ``test_simulator_catches_broken_cores`` breaks the core on
+purpose (a monkeypatched mutation) and requires the simulator to find a failing seed, so that
+the invariants are known to bite.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from odradek.raft import epoch_state, quorum, raft_core
+
+from .raft_sim import Violation, run_schedule
+
+REPLAY = (
+    "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k test_raft_schedules -q"
+)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_raft_logs() -> Iterator[None]:
+    logger = logging.getLogger("odradek.raft")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def test_raft_schedules(sim_seeds: list[int]) -> None:
+    for seed in sim_seeds:
+        try:
+            run_schedule(seed)
+        except Violation as e:
+            pytest.fail(f"seed {seed}: {e}\nreplay with: {REPLAY.format(seed=seed)}", pytrace=False)
+        except Exception as e:  # a crash of the core is a failure of the schedule too
+            raise AssertionError(
+                f"seed {seed} crashed; replay with: {REPLAY.format(seed=seed)}"
+            ) from e
+
+
+def test_replay_is_deterministic() -> None:
+    first, second = run_schedule(11), run_schedule(11)
+    assert first.steps == second.steps
+    assert first.trace == second.trace
+    assert first.committed == second.committed
+    assert len(first.committed) > 0
+
+
+def test_schedules_exercise_failover() -> None:
+    """The default schedules elect several leaders and truncate diverging followers."""
+    epochs = [max(run_schedule(seed).leaders, default=0) for seed in range(20)]
+    assert max(epochs) >= 3
+
+
+def _hw_counts_minority(self: epoch_state.LeaderState) -> bool:
+    offsets = sorted(
+        (s.end_offset if s.end_offset is not None else -1 for s in self.voter_states.values()),
+        reverse=True,
+    )
+    candidate = offsets[0]  # the best replica instead of the majority's
+    if candidate <= self.epoch_start_offset:
+        return False
+    if self.high_watermark is not None and candidate <= self.high_watermark:
+        return False
+    self.high_watermark = candidate
+    return True
+
+
+def _fetch_before_durable(self: raft_core.RaftCore, leader_id: int | None, now_ms: int) -> None:
+    saved = self.log.durable_end_offset
+    self.log.durable_end_offset = self.log.end_offset
+    try:
+        ORIGINAL_SEND_FETCH(self, leader_id, now_ms)
+    finally:
+        self.log.durable_end_offset = saved
+
+
+ORIGINAL_SEND_FETCH = raft_core.RaftCore._maybe_send_fetch
+ORIGINAL_VOTED = quorum.QuorumState.transition_to_unattached_voted
+ORIGINAL_CAN_GRANT = epoch_state.UnattachedState.can_grant_vote
+
+
+def _vote_not_persisted(self: quorum.QuorumState, epoch: int, candidate: int, now_ms: int) -> None:
+    ORIGINAL_VOTED(self, epoch, candidate, now_ms)
+    self.pending_election = None
+
+
+def _ignore_log_up_to_date(
+    self: epoch_state.UnattachedState, candidate: int, up_to_date: bool, pre_vote: bool
+) -> bool:
+    return ORIGINAL_CAN_GRANT(self, candidate, True, pre_vote)
+
+
+MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
+    # name: (how to break the core, seeds to try first)
+    "high watermark from the best replica, not a majority": (
+        lambda mp: mp.setattr(
+            epoch_state.LeaderState, "_maybe_update_high_watermark", _hw_counts_minority
+        ),
+        [0],
+    ),
+    "majority of votes counted as n // 2": (
+        lambda mp: mp.setattr(
+            epoch_state._Nominee, "majority", property(lambda s: len(s.voters) // 2)
+        ),
+        [0],
+    ),
+    "follower fetches before its log is durable": (
+        lambda mp: mp.setattr(raft_core.RaftCore, "_maybe_send_fetch", _fetch_before_durable),
+        [1],
+    ),
+    "vote granted without persisting it": (
+        lambda mp: mp.setattr(
+            quorum.QuorumState, "transition_to_unattached_voted", _vote_not_persisted
+        ),
+        [185],
+    ),
+    "vote granted to a candidate whose log is behind": (
+        lambda mp: mp.setattr(
+            epoch_state.UnattachedState, "can_grant_vote", _ignore_log_up_to_date
+        ),
+        [40],
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_simulator_catches_broken_cores(mutation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    breaks, first_seeds = MUTATIONS[mutation]
+    breaks(monkeypatch)
+    seeds = first_seeds + [s for s in range(60) if s not in first_seeds]
+    for seed in seeds:
+        try:
+            run_schedule(seed)
+        except Violation:
+            return
+    pytest.fail(f"no schedule among {len(seeds)} caught the mutation {mutation!r}")
