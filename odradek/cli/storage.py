@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any
 
-from odradek.controller.quorum_controller import METADATA_VERSION
+from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.server.formatter import (
     Formatter,
     FormatterError,

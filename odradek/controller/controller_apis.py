@@ -134,7 +134,7 @@ class ControllerApis:
             seen[t["name"]] = seen.get(t["name"], 0) + 1
         dup = {n for n, c in seen.items() if c > 1}
         valid = [t for t in req["topics"] if t["name"] not in dup]
-        results = await self.controller.create_topics(valid, req["validate_only"]) if valid else []
+        results = await self.controller.create_topics(valid, req["validate_only"], req.get("timeout_ms")) if valid else []
         out = []
         for r in results:
             entry: dict[str, Any] = {
@@ -191,7 +191,7 @@ class ControllerApis:
             for n in request.data["topic_names"]:
                 names.append(n)
                 ids.append(None)
-        results = await self.controller.delete_topics(names, ids)
+        results = await self.controller.delete_topics(names, ids, request.data.get("timeout_ms"))
         return {
             "throttle_time_ms": 0,
             "responses": [
@@ -207,7 +207,7 @@ class ControllerApis:
         if refused is not None:
             return refused
         req = request.data
-        results = await self.controller.create_partitions(req["topics"], req["validate_only"])
+        results = await self.controller.create_partitions(req["topics"], req["validate_only"], req.get("timeout_ms"))
         return {
             "throttle_time_ms": 0,
             "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
@@ -308,11 +308,11 @@ class ControllerApis:
         if refused is not None:
             return refused
         req = request.data
-        if req["cluster_id"] != self.cluster_id:
-            msg = f"Expected cluster ID {self.cluster_id}, but got cluster ID {req['cluster_id']}"
-            log.warning("Registration of broker %d refused: %s", req["broker_id"], msg)
-            return error_response(request, Errors.INCONSISTENT_CLUSTER_ID, msg)
-        epoch = await self.controller.register_broker(req)
+        try:
+            epoch = await self.controller.register_broker(req)
+        except KafkaError as e:
+            log.warning("Registration of broker %d refused: %s", req["broker_id"], e.message)
+            return error_response(request, e.code, e.message)
         log.info("Registered broker %d with broker epoch %d", req["broker_id"], epoch)
         return {"throttle_time_ms": 0, "error_code": Errors.NONE, "broker_epoch": epoch}
 
@@ -322,16 +322,15 @@ class ControllerApis:
             return refused
         req = request.data
         try:
-            caught_up, fenced = await self.controller.broker_heartbeat(
-                req["broker_id"], req["broker_epoch"], req["current_metadata_offset"], req["want_fence"]
-            )
+            # As Kafka: a heartbeat waits in the controller's queue at most half an interval.
+            reply = await self.controller.broker_heartbeat(req, self.config.broker_heartbeat_interval_ms // 2)
         except KafkaError as e:
             log.info("Heartbeat of broker %d refused: %s", req["broker_id"], e.message)
             return error_response(request, e.code, e.message)
         return {
             "throttle_time_ms": 0,
             "error_code": Errors.NONE,
-            "is_caught_up": caught_up,
-            "is_fenced": fenced,
-            "should_shut_down": False,
+            "is_caught_up": reply.is_caught_up,
+            "is_fenced": reply.is_fenced,
+            "should_shut_down": reply.should_shut_down,
         }

@@ -1,24 +1,41 @@
 """QuorumController: the active controller of a KRaft quorum, a Raft listener.
 
-Every write runs through one queue, in order: a manager (sans-I/O) validates the operation against
-the controller's image and produces records; the controller proposes them to Raft with
-``prepare_append`` at the epoch Raft gave it in ``handle_leader_change`` and waits until Raft
-delivers them committed in ``handle_commit``, where (and only where) its image moves. Nobody acts
-on a change before it is committed. When this node does not lead the quorum, writes are refused
-with NOT_CONTROLLER. A newly active controller first writes its activation records (the abort of
-a metadata transaction left open, the bootstrap metadata.version of a new log).
+Every write runs through one event queue (Kafka's KafkaEventQueue, :mod:`event_queue`), in order:
+a manager (sans-I/O) validates the operation against the controller's image and produces records;
+the controller proposes them to Raft with ``prepare_append`` at the epoch Raft gave it in
+``handle_leader_change`` and waits until Raft delivers them committed in ``handle_commit``, where
+(and only where) its image moves. Nobody acts on a change before it is committed. A write still
+queued at its deadline fails with REQUEST_TIMED_OUT. When this node does not lead the quorum,
+writes are refused with NOT_CONTROLLER. A newly active controller first writes its activation
+records (the abort of a metadata transaction left open, the bootstrap metadata.version of a new
+log), and checks for brokers whose session ran out with a tagged deferred event that each
+heartbeat and registration reschedules.
+
+The managers: ReplicationControlManager (topics, partitions), ConfigurationControlManager,
+ClusterControlManager (broker registrations, heartbeats, fencing, controlled shutdown, with its
+BrokerHeartbeatManager), FeatureControlManager, ProducerIdControlManager.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
+from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
-from odradek.controller.election import OfflinePartitionLeaderSelector, PartitionLeadership
+from odradek.controller.event_queue import (
+    EventTimeoutError,
+    FunctionEvent,
+    KafkaEventQueue,
+    earliest_deadline,
+)
+from odradek.controller.feature_control_manager import METADATA_VERSION, FeatureControlManager
+from odradek.controller.producer_id_control_manager import ProducerIdControlManager
 from odradek.controller.replication_control import (
     EXCESSIVE_BATCH_MESSAGE,
     MAX_RECORDS_PER_USER_OP,
@@ -45,13 +62,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PRODUCER_ID_BLOCK_SIZE = 1000
-METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
-MIN_METADATA_VERSION = 7  # 3.3-IV3, the oldest metadata.version Kafka 4.x runs
-# KIP-584 features a node of this version can run: name -> (min, max) level.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    "metadata.version": (MIN_METADATA_VERSION, METADATA_VERSION),
-}
+# The tag of the deferred event that fences brokers whose session ran out (Kafka's name).
+MAYBE_FENCE_REPLICAS = "maybeFenceReplicas"
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 def _not_controller(leader: LeaderAndEpoch) -> KafkaError:
@@ -70,13 +86,14 @@ class QuorumController(Listener[MetadataRecord]):
         default_replication_factor: int,
         delete_topic_enable: bool,
         validate_config: Callable[[str, str], str | None],
+        cluster_id: str,
         broker_configs: BrokerConfigPolicy | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        clock_ms: Callable[[], int] = _monotonic_ms,
         bootstrap_metadata_version: int = METADATA_VERSION,
     ) -> None:
+        """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines)."""
         self.node_id = node_id
-        # metadata.version written when a new log is activated: the formatted release version
-        # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
-        self.bootstrap_metadata_version = bootstrap_metadata_version
         self.raft_client = raft_client
         self.image: MetadataImage = EMPTY_IMAGE
         self.transactions = MetadataTransactions()
@@ -95,7 +112,15 @@ class QuorumController(Listener[MetadataRecord]):
             validate_config=validate_config,
         )
         self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
-        self._queue: asyncio.Lock | None = None
+        # metadata.version written when a new log is activated: the formatted release version
+        # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
+        self.features = FeatureControlManager(self.image, bootstrap_metadata_version=bootstrap_metadata_version)
+        self.cluster = ClusterControlManager(
+            cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
+        )
+        self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
+        self.clock_ms = clock_ms
+        self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
 
     @property
     def is_active(self) -> bool:
@@ -132,14 +157,31 @@ class QuorumController(Listener[MetadataRecord]):
                 self.node_id, leader.epoch, self.image.offset,
             )
             if was != leader:
+                self.cluster.activate(self.clock_ms())
                 self._activation_pending = True
                 self._schedule_activation()
         elif was.is_leader(self.node_id):
             log.warning("Node %d is no longer the active controller (%s)", self.node_id, leader)
+            self._deactivate()
 
     def begin_shutdown(self) -> None:
+        was = self.leader_and_epoch
         self.leader_and_epoch = LeaderAndEpoch(None, self.leader_and_epoch.epoch)
         self._fail_deferred(_not_controller(self.leader_and_epoch))
+        if was.is_leader(self.node_id):
+            self._deactivate()
+        self.queue.begin_shutdown("QuorumController.begin_shutdown")
+
+    async def close(self) -> None:
+        """Stop: the queued writes without a deadline still run (refused unless active), the
+        others fail; returns once the queue is empty."""
+        self.begin_shutdown()
+        await self.queue.close()
+
+    def _deactivate(self) -> None:
+        """No longer active: the soft broker state goes, and the fencing check with it."""
+        self.cluster.deactivate()
+        self.queue.cancel_deferred(MAYBE_FENCE_REPLICAS)
 
     # -- the one place records reach the controller's image ------------------------------------
 
@@ -152,7 +194,10 @@ class QuorumController(Listener[MetadataRecord]):
         delta = MetadataDelta(self.image if base is None else base)
         for offset, name, fields in records:
             delta.replay(name, fields, offset)
-        self.image = self.replication.image = self.configuration.image = delta.apply()
+            self.cluster.replay(name, fields, offset)
+        self.image = delta.apply()
+        for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
+            manager.image = self.image
         return delta
 
     # -- activation -----------------------------------------------------------------------------
@@ -169,8 +214,7 @@ class QuorumController(Listener[MetadataRecord]):
                 "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-        if "metadata.version" not in self.image.features.levels:
-            records.append(("FeatureLevelRecord", {"name": "metadata.version", "feature_level": self.bootstrap_metadata_version}))
+        records.extend(self.features.bootstrap_records())
         return records
 
     def _schedule_activation(self) -> None:
@@ -183,11 +227,38 @@ class QuorumController(Listener[MetadataRecord]):
 
     async def _activate(self) -> None:
         try:
-            await self._write(lambda: (None, []))
+            await self._write("activate", lambda: (None, []), prepend=True)
+            self._reschedule_maybe_fence_stale_brokers()
         except KafkaError as e:
             log.info("Controller activation did not complete: %s", e)
         except Exception:
             log.exception("Controller activation failed")
+
+    # -- fencing of brokers whose session ran out -----------------------------------------------
+
+    def _reschedule_maybe_fence_stale_brokers(self) -> None:
+        """(Re)schedule the fencing check for when the next broker session runs out (Kafka's
+        rescheduleMaybeFenceStaleBrokers): one tagged deferred event, the earliest deadline wins."""
+        if not self.is_active:
+            return
+        when = self.cluster.next_fencing_check_ms()
+        if when is None:
+            self.queue.cancel_deferred(MAYBE_FENCE_REPLICAS)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_log_deferred_failure)
+        event = FunctionEvent(MAYBE_FENCE_REPLICAS, self._maybe_fence_stale_brokers, future)
+        self.queue.schedule_deferred(MAYBE_FENCE_REPLICAS, earliest_deadline(when), event)
+
+    async def _maybe_fence_stale_brokers(self) -> None:
+        def op() -> tuple[None, list[MetadataRecord]]:
+            return None, self.cluster.maybe_fence_one_stale_broker(self.clock_ms())
+
+        try:
+            await self._run_write(op)
+        finally:
+            # At once again if another broker is stale too (one fencing per write).
+            self._reschedule_maybe_fence_stale_brokers()
 
     # -- the write path -------------------------------------------------------------------------
 
@@ -203,29 +274,52 @@ class QuorumController(Listener[MetadataRecord]):
             if not fut.done():
                 fut.set_exception(error)
 
-    async def _write(self, op: Callable[[], tuple[T, list[MetadataRecord]]]) -> T:
-        if self._queue is None:
-            self._queue = asyncio.Lock()
-        async with self._queue:
-            leader = self.leader_and_epoch
-            if not leader.is_leader(self.node_id):
-                raise _not_controller(leader)
-            if self._activation_pending:
-                self._activation_pending = False
-                activation = self._activation_records()
-                if activation:
-                    await self._append(leader.epoch, activation)
-            result, records = op()
-            if records:
-                await self._append(leader.epoch, records)
-            return result
+    def _write(
+        self,
+        name: str,
+        op: Callable[[], tuple[T, list[MetadataRecord]]],
+        timeout_ms: int | None = None,
+        *,
+        prepend: bool = False,
+        on_appended: Callable[[T, int], None] | None = None,
+    ) -> asyncio.Future[T]:
+        """Queue the write ``op``; it fails with REQUEST_TIMED_OUT if still queued after
+        ``timeout_ms`` (None or <= 0: no deadline)."""
+        deadline = self.clock_ms() + timeout_ms if timeout_ms is not None and timeout_ms > 0 else None
+        return self.queue.submit_async(name, lambda: self._run_write(op, on_appended), deadline, prepend=prepend)
 
-    async def _append(self, epoch: int, records: list[MetadataRecord]) -> None:
+    async def _run_write(
+        self,
+        op: Callable[[], tuple[T, list[MetadataRecord]]],
+        on_appended: Callable[[T, int], None] | None = None,
+    ) -> T:
+        """One write event: refused unless active; activation records first; the operation's
+        records proposed as one batch; done once they are committed. The queue waits for it."""
+        leader = self.leader_and_epoch
+        if not leader.is_leader(self.node_id):
+            raise _not_controller(leader)
+        if self._activation_pending:
+            self._activation_pending = False
+            activation = self._activation_records()
+            if activation:
+                await self._append(leader.epoch, activation)
+        result, records = op()
+        if records:
+            await self._append(leader.epoch, records, lambda last: on_appended(result, last) if on_appended else None)
+        elif on_appended is not None:
+            on_appended(result, self.raft_client.log_end_offset - 1)
+        return result
+
+    async def _append(
+        self, epoch: int, records: list[MetadataRecord], on_appended: Callable[[int], None] | None = None
+    ) -> None:
         """Propose ``records`` as one batch and wait until Raft delivers them committed."""
         try:
             last = self.raft_client.prepare_append(epoch, records)
         except NotLeaderError as e:
             raise _not_controller(self.raft_client.leader_and_epoch) from e
+        if on_appended is not None:
+            on_appended(last)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._deferred.append((last, done))
         self.raft_client.schedule_prepared_append()
@@ -233,129 +327,50 @@ class QuorumController(Listener[MetadataRecord]):
 
     # -- operations -----------------------------------------------------------------------------
 
-    def _check_broker_epoch(self, broker_id: int, broker_epoch: int) -> None:
-        """Kafka's ClusterControlManager.checkBrokerEpoch."""
-        b = self.image.brokers.get(broker_id)
-        if b is None:
-            raise KafkaError(Errors.BROKER_ID_NOT_REGISTERED, f"No broker registration found for broker {broker_id}")
-        if b.epoch != broker_epoch:
-            raise KafkaError(
-                Errors.STALE_BROKER_EPOCH, f"Expected broker epoch {b.epoch}, but got broker epoch {broker_epoch}"
-            )
-
     async def register_broker(self, request: dict[str, Any]) -> int:
-        """BrokerRegistration: register the broker, fenced until its first heartbeat from a
-        caught-up broker.
-
-        Returns the broker epoch (the offset of the registration record, as Kafka does).
-        """
+        """BrokerRegistration (the ClusterControlManager's rules): the broker epoch, the offset
+        its registration batch starts at, as Kafka's; fenced until a caught-up heartbeat."""
 
         def op() -> tuple[int, list[MetadataRecord]]:
-            records: list[MetadataRecord] = []
-            # The activation records (bootstrap metadata.version, abort of an open metadata
-            # transaction) were written when this controller became active: the broker epoch
-            # is the offset the registration record gets.
-            epoch = self.raft_client.log_end_offset
-            records.append(
-                (
-                    "RegisterBrokerRecord",
-                    {
-                        "broker_id": request["broker_id"],
-                        "incarnation_id": request["incarnation_id"],
-                        "broker_epoch": epoch,
-                        "end_points": [
-                            {"name": e["name"], "host": e["host"], "port": e["port"], "security_protocol": e["security_protocol"]}
-                            for e in request["listeners"]
-                        ],
-                        "features": [dict(f) for f in request["features"]],
-                        "rack": request["rack"],
-                        "fenced": True,
-                    },
-                )
-            )
-            return epoch, records
+            result = self.cluster.register_broker(request, self.raft_client.log_end_offset, self.clock_ms())
+            self._reschedule_maybe_fence_stale_brokers()
+            return result
 
-        return await self._write(op)
+        return await self._write("registerBroker", op)
 
-    async def broker_heartbeat(
-        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool
-    ) -> tuple[bool, bool]:
-        """BrokerHeartbeat: (caught up, fenced). A fenced broker that has caught up with the
-        metadata up to its registration and does not want to stay fenced is unfenced, and
-        takes over the partitions without a leader it may lead."""
+    async def broker_heartbeat(self, request: dict[str, Any], timeout_ms: int | None = None) -> BrokerHeartbeatReply:
+        """BrokerHeartbeat (the ClusterControlManager's rules). A heartbeat still queued after
+        ``timeout_ms`` fails with REQUEST_TIMED_OUT but counts as contact from the broker."""
 
-        def op() -> tuple[tuple[bool, bool], list[MetadataRecord]]:
-            self._check_broker_epoch(broker_id, broker_epoch)
-            b = self.image.brokers[broker_id]
-            caught_up = current_metadata_offset >= broker_epoch
-            if not b.fenced or not caught_up or want_fence:
-                return (caught_up, b.fenced), []
-            log.info("Unfencing broker %d at broker epoch %d", broker_id, broker_epoch)
-            records: list[MetadataRecord] = [("UnfenceBrokerRecord", {"id": broker_id, "epoch": broker_epoch})]
-            records.extend(self._elect_offline_partitions(broker_id))
-            return (caught_up, False), records
+        def op() -> tuple[BrokerHeartbeatReply, list[MetadataRecord]]:
+            result = self.cluster.process_broker_heartbeat(request, self.clock_ms())
+            self._reschedule_maybe_fence_stale_brokers()
+            return result
 
-        return await self._write(op)
+        def appended(reply: BrokerHeartbeatReply, last_offset: int) -> None:
+            self.cluster.process_batch_end_offset(request["broker_id"], reply, last_offset)
 
-    def _elect_offline_partitions(self, node: int) -> list[MetadataRecord]:
-        """Leaders for the partitions without one that broker ``node``, just unfenced, may lead.
-
-        Odradek never leaves a partition leaderless, but Apache Kafka's controlled shutdown of
-        its last broker does (``leader=-1``, and with KIP-966 ``isr=[]`` with the broker kept in
-        the eligible leader replicas): after a migration from Kafka this node, the only replica
-        (or one in the ISR / ELR), takes them over as Kafka's controller does when the broker
-        is unfenced again. Never an unclean election: a replica outside ISR and ELR of a
-        partition with other replicas is left alone."""
-        records: list[MetadataRecord] = []
-        for t in self.image.topics_by_name.values():
-            for pid, p in sorted(t.partitions.items()):
-                if p.leader >= 0 or node not in p.replicas:
-                    continue
-                # Kafka's offline election over the ISR, or with KIP-966 the eligible leader
-                # replicas (the last known ones once both are empty); only this node is live.
-                # "Unclean" only for a partition whose sole replica is this node.
-                eligible = list(dict.fromkeys([*p.isr, *p.elr] if p.isr or p.elr else p.last_known_elr))
-                chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == (node,)).select(
-                    PartitionLeadership(p.replicas, eligible, p.leader), {node}
-                )
-                if chosen.leader != node:
-                    log.warning(
-                        "Partition %s-%d has no leader and node %d is neither in its ISR %s nor "
-                        "its eligible leader replicas %s: left offline", t.name, pid, node, p.isr, p.elr,
-                    )
-                    continue
-                records.append((
-                    "PartitionChangeRecord",
-                    {
-                        "partition_id": pid,
-                        "topic_id": t.topic_id,
-                        "leader": node,
-                        "isr": chosen.isr,
-                        "eligible_leader_replicas": [] if p.elr else None,
-                        "last_known_elr": [] if p.last_known_elr else None,
-                    },
-                ))
-        if records:
-            log.info("Electing node %d leader of %d partitions that had none", node, len(records))
-        return records
+        try:
+            return await self._write("processBrokerHeartbeat", op, timeout_ms, on_appended=appended)
+        except EventTimeoutError:
+            if self.is_active:
+                try:
+                    self.cluster.process_expired_broker_heartbeat(request, self.clock_ms())
+                except KafkaError:
+                    pass
+            raise
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> tuple[int, int]:
         """Hand a broker a block of producer ids (Kafka's AllocateProducerIds): (first, count)."""
 
         def op() -> tuple[tuple[int, int], list[MetadataRecord]]:
-            self._check_broker_epoch(broker_id, broker_epoch)
-            first = self.image.next_producer_id
-            record = {
-                "broker_id": broker_id,
-                "broker_epoch": broker_epoch,
-                "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE,
-            }
-            return (first, PRODUCER_ID_BLOCK_SIZE), [("ProducerIdsRecord", record)]
+            block, records = self.producer_ids.generate_next_producer_id(broker_id, broker_epoch)
+            return (block.first_producer_id, block.size), records
 
-        return await self._write(op)
+        return await self._write("allocateProducerIds", op)
 
     async def create_topics(
-        self, topics: list[dict[str, Any]], validate_only: bool
+        self, topics: list[dict[str, Any]], validate_only: bool, timeout_ms: int | None = None
     ) -> list[TopicResult]:
         def op() -> tuple[list[TopicResult], list[MetadataRecord]]:
             results: list[TopicResult] = []
@@ -398,10 +413,10 @@ class QuorumController(Listener[MetadataRecord]):
                     )
             return results, records
 
-        return await self._write(op)
+        return await self._write("createTopics", op, timeout_ms)
 
     async def delete_topics(
-        self, names: list[str | None], ids: list[uuid.UUID | None]
+        self, names: list[str | None], ids: list[uuid.UUID | None], timeout_ms: int | None = None
     ) -> list[tuple[str | None, uuid.UUID, Errors, str | None]]:
         """Delete by name or id (one of each pair is set)."""
 
@@ -436,10 +451,10 @@ class QuorumController(Listener[MetadataRecord]):
                     )
             return out, records
 
-        return await self._write(op)
+        return await self._write("deleteTopics", op, timeout_ms)
 
     async def create_partitions(
-        self, requests: list[dict[str, Any]], validate_only: bool
+        self, requests: list[dict[str, Any]], validate_only: bool, timeout_ms: int | None = None
     ) -> list[tuple[str, Errors, str | None]]:
         def op() -> tuple[list[tuple[str, Errors, str | None]], list[MetadataRecord]]:
             out: list[tuple[str, Errors, str | None]] = []
@@ -460,7 +475,7 @@ class QuorumController(Listener[MetadataRecord]):
                     )
             return out, records
 
-        return await self._write(op)
+        return await self._write("createPartitions", op, timeout_ms)
 
     async def alter_configs(
         self, resources: list[dict[str, Any]], validate_only: bool, incremental: bool
@@ -485,7 +500,7 @@ class QuorumController(Listener[MetadataRecord]):
                         )
             return out, records
 
-        return await self._write(op)
+        return await self._write("incrementalAlterConfigs" if incremental else "legacyAlterConfigs", op)
 
 
 def _config_changes(records: list[MetadataRecord]) -> str:
@@ -495,3 +510,13 @@ def _config_changes(records: list[MetadataRecord]) -> str:
         value = rec.get("value")
         parts.append(f"{rec['name']} reset to default" if value is None else f"{rec['name']}={value}")
     return ", ".join(parts)
+
+
+def _log_deferred_failure(future: asyncio.Future[None]) -> None:
+    """A deferred controller event ended: only an unexpected failure is worth a log line."""
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is None or isinstance(error, KafkaError):
+        return  # NOT_CONTROLLER after a failover, or the queue shutting down
+    log.error("Unexpected exception in a deferred controller event", exc_info=error)

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES
+from odradek.controller.feature_control_manager import SUPPORTED_FEATURES
 from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
 from odradek.protocol import messages as m

@@ -6,7 +6,9 @@ controller accepts it) and gets its broker epoch; it is registered fenced. It th
 BrokerHeartbeat at once and every ``broker.heartbeat.interval.ms``, carrying the metadata offset
 it has applied; the controller unfences it once it has caught up with its own registration.
 ``wait_for_unfence`` returns then. A heartbeat the controller refuses as stale (it no longer
-knows this registration) makes the broker register again.
+knows this registration) makes the broker register again. On shutdown, ``controlled_shutdown``
+heartbeats with ``want_shut_down`` until the controller, having moved this broker's leaderships
+away and fenced it, answers ``should_shut_down``.
 """
 
 from __future__ import annotations
@@ -151,6 +153,44 @@ class BrokerLifecycleManager:
         if not self.is_fenced and self._unfenced is not None:
             self._unfenced.set()
         return True
+
+    async def controlled_shutdown(self, timeout_ms: int) -> bool:
+        """Kafka's beginControlledShutdown: True once the controller answered should_shut_down,
+        False when it did not within ``timeout_ms`` (or no longer knows this registration)."""
+        if self._task is None or self.broker_epoch < 0:
+            return False
+        await self.close()  # the periodic heartbeats stop: these carry want_shut_down
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        first = True
+        while True:
+            data = {
+                "broker_id": self.node_id,
+                "broker_epoch": self.broker_epoch,
+                "current_metadata_offset": self._metadata_offset(),
+                "want_fence": False,
+                "want_shut_down": True,
+            }
+            try:
+                resp = await self.channel.send(ControllerRequest(g.BROKER_HEARTBEAT.api_key, 1, data))
+                code = Errors(resp["error_code"])
+            except ControllerRequestTimeout as e:
+                resp, code = {}, Errors.REQUEST_TIMED_OUT
+                log.warning("Broker %d controlled shutdown heartbeat timed out: %s", self.node_id, e)
+            if code == Errors.NONE and resp["should_shut_down"]:
+                log.info("Broker %d: the controller has asked us to exit controlled shutdown.", self.node_id)
+                self.is_fenced = True
+                return True
+            if code in (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED):
+                log.warning("Broker %d controlled shutdown refused (%s)", self.node_id, code.name)
+                return False
+            # As Kafka: the first retry a little sooner, then at the heartbeat interval.
+            wait = 0.05 if first else max(1, self._heartbeat_interval_ms()) / 1000.0
+            first = False
+            if loop.time() + wait > deadline:
+                log.error("Broker %d timed out waiting for the controller to approve controlled shutdown", self.node_id)
+                return False
+            await asyncio.sleep(wait)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES
+from odradek.controller.feature_control_manager import registration_features
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log_cleaner import CleanerConfig
@@ -228,7 +228,8 @@ class BrokerServer:
         for adv in cfg.advertised_listeners:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
-        lifecycle.start(endpoints, SUPPORTED_FEATURES, cfg.broker_rack)
+        features = registration_features(self.metadata_cache.image.features.levels)
+        lifecycle.start(endpoints, features, cfg.broker_rack)
         await lifecycle.wait_for_unfence()
         broker_epoch = lifecycle.broker_epoch
 
@@ -323,10 +324,6 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
-        if self.lifecycle_manager is not None:
-            await self.lifecycle_manager.close()
-        if self.heartbeat_channel is not None:
-            await self.heartbeat_channel.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -334,6 +331,18 @@ class BrokerServer:
         for server in self._servers:
             await server.stop()
         self._servers.clear()
+        if self.loader is not None and self.shared.raft_client is not None:
+            self.shared.raft_client.unregister(self.loader)
+        if self.lifecycle_manager is not None:
+            if self.config.controlled_shutdown_enable:
+                # Kafka's controlled shutdown (here once the requests taken are answered): the
+                # controller moves this broker's leaderships away and fences it, so that its
+                # next incarnation may register at once instead of waiting for the session
+                # of this one to run out.
+                await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
+            await self.lifecycle_manager.close()
+        if self.heartbeat_channel is not None:
+            await self.heartbeat_channel.close()
         if self.controller_channel is not None:
             await self.controller_channel.close()
         for task in self._tasks:
@@ -348,8 +357,6 @@ class BrokerServer:
         if self.log_manager is not None:
             lm = self.log_manager
             await loop.run_in_executor(None, lm.shutdown)
-        if self.loader is not None and self.shared.raft_client is not None:
-            self.shared.raft_client.unregister(self.loader)
         if self._started:
             log.info("Odradek broker %d shut down cleanly", self.node_id)
         self._started = False

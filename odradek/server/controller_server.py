@@ -14,7 +14,8 @@ import socket
 from collections.abc import Iterable
 
 from odradek.controller.controller_apis import ControllerApis
-from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.controller.feature_control_manager import METADATA_VERSION
+from odradek.controller.quorum_controller import QuorumController
 from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
@@ -73,7 +74,9 @@ class ControllerServer:
             default_replication_factor=cfg.default_replication_factor,
             delete_topic_enable=cfg.delete_topic_enable,
             validate_config=config_defs.validate_topic_config,
+            cluster_id=cluster_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
+            session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=read_bootstrap_metadata_version(cfg.metadata_log_dir) or METADATA_VERSION,
         )
         self.shared.register(controller)
@@ -111,5 +114,7 @@ class ControllerServer:
         for server in self._servers:
             await server.stop()
         self._servers.clear()
-        if self.controller is not None and self.shared.raft_client is not None:
-            self.shared.raft_client.unregister(self.controller)
+        if self.controller is not None:
+            await self.controller.close()
+            if self.shared.raft_client is not None:
+                self.shared.raft_client.unregister(self.controller)

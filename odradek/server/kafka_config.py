@@ -682,3 +682,4 @@ class KafkaConfig:
     request_timeout_ms = property(lambda self: self._int("request.timeout.ms"))
     broker_heartbeat_interval_ms = property(lambda self: self._int("broker.heartbeat.interval.ms"))
     broker_session_timeout_ms = property(lambda self: self._int("broker.session.timeout.ms"))
+    controlled_shutdown_enable = property(lambda self: self._bool("controlled.shutdown.enable"))

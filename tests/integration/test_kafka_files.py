@@ -281,8 +281,9 @@ def test_dump_log_decodes_cluster_metadata(kafka: KafkaTools, odradek_dir: Path)
     out = _dump(kafka, logs, "--cluster-metadata-decoder")
     names = set(re.findall(r'"type":"TOPIC_RECORD","version":\d+,"data":\{"name":"([^"]+)"', out))
     assert {"plain", "zipped", "rolled", "compact"} <= names, names
+    # Unfencing is a BrokerRegistrationChangeRecord, as Kafka writes it from metadata.version 3.3-IV2.
     for kind in ("FEATURE_LEVEL_RECORD", "REGISTER_BROKER_RECORD", "PARTITION_RECORD", "CONFIG_RECORD",
-                 "UNFENCE_BROKER_RECORD"):
+                 "BROKER_REGISTRATION_CHANGE_RECORD"):
         assert f'"type":"{kind}"' in out, kind
     assert '"name":"cleanup.policy","value":"compact"' in out
     assert "Error" not in out and "Failed" not in out

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from odradek.controller.controller_apis import ControllerApis
-from odradek.controller.quorum_controller import SUPPORTED_FEATURES, QuorumController
+from odradek.controller.feature_control_manager import SUPPORTED_FEATURES
+from odradek.controller.quorum_controller import QuorumController
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataDelta
@@ -58,7 +59,7 @@ def run(fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(fn(), 30))  # type: ignore[arg-type]
 
 
-def new_controller(path: Path, node_id: int = 1) -> QuorumController:
+def new_controller(path: Path, node_id: int = 1, session_timeout_ms: int = 9000) -> QuorumController:
     """An active controller on a quorum of one (a Raft client on a metadata log in ``path``, run
     by its driver on the running loop)."""
     cfg = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
@@ -68,7 +69,8 @@ def new_controller(path: Path, node_id: int = 1) -> QuorumController:
     raft.initialize()
     controller = QuorumController(
         node_id, raft, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
-        validate_config=config_defs.validate_topic_config,
+        validate_config=config_defs.validate_topic_config, cluster_id=CLUSTER_ID,
+        session_timeout_ms=session_timeout_ms,
     )
     raft.register(controller)
     raft.elect()
@@ -324,7 +326,8 @@ def test_registration_is_fenced_until_a_caught_up_heartbeat(tmp_path: Path) -> N
         stale = await channel.send(beat(epoch, broker_epoch=epoch - 1))
         assert stale["error_code"] == Errors.STALE_BROKER_EPOCH
         unknown = await channel.send(ControllerRequest(BROKER_HEARTBEAT, 1, dict(beat(epoch).data, broker_id=9)))
-        assert unknown["error_code"] == Errors.BROKER_ID_NOT_REGISTERED
+        # As Kafka's controller: "Receive a heartbeat from broker 9 before registration".
+        assert unknown["error_code"] == Errors.STALE_BROKER_EPOCH
         ok = await channel.send(beat(epoch))
         assert (ok["error_code"], ok["is_caught_up"], ok["is_fenced"]) == (Errors.NONE, True, False)
         assert not controller.image.brokers[1].fenced
@@ -335,13 +338,19 @@ def test_registration_is_fenced_until_a_caught_up_heartbeat(tmp_path: Path) -> N
 
 def test_lifecycle_manager_heartbeats_periodically_and_registers_again_when_stale(tmp_path: Path) -> None:
     async def go() -> None:
-        controller = new_controller(tmp_path)
+        controller = new_controller(tmp_path, session_timeout_ms=300)
         capis = ControllerApis(node_id=1, cluster_id=CLUSTER_ID, config=CONFIG, controller=controller, leader_id=lambda: 1)
         beats: list[int] = []
+        paused = [False]  # heartbeats lost on the way while set
+
+        async def lost() -> dict[str, Any]:
+            return {"error_code": Errors.REQUEST_TIMED_OUT, "error_message": "lost"}
 
         class Counting:
             def handle(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
                 beats.append(request.api_key)
+                if paused[0] and request.api_key == BROKER_HEARTBEAT:
+                    return lost()
                 return capis.handle(request)
 
         channel = InMemoryControllerChannel({1: Counting()}, lambda: 1)
@@ -358,13 +367,27 @@ def test_lifecycle_manager_heartbeats_periodically_and_registers_again_when_stal
                 break
             await asyncio.sleep(0.01)
         assert beats.count(BROKER_HEARTBEAT) >= 3 and not lifecycle.is_fenced
-        # Another registration of broker 1 (a new incarnation) makes this one's epoch stale:
-        # the manager registers again and is unfenced at a newer epoch.
+        # Another incarnation of broker 1 while this one's session is alive: refused.
         other = {
             "broker_id": 1, "cluster_id": CLUSTER_ID, "incarnation_id": uuid.uuid4(), "listeners": [],
-            "features": [], "rack": None,
+            "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 21}],
+            "rack": None,
         }
+        with pytest.raises(KafkaError) as e:
+            await controller.register_broker(other)
+        assert e.value.code == Errors.DUPLICATE_BROKER_REGISTRATION
+        # Its heartbeats stop arriving: after broker.session.timeout.ms the controller's
+        # fencing check fences it, and the other incarnation may register.
+        paused[0] = True
+        for _ in range(300):  # bounded: the session is 300 ms
+            if controller.image.brokers[1].fenced:
+                break
+            await asyncio.sleep(0.01)
+        assert controller.image.brokers[1].fenced
         await controller.register_broker(other)
+        # That registration makes this one's epoch stale: once its heartbeats arrive again the
+        # manager registers again and is unfenced at a newer epoch.
+        paused[0] = False
         for _ in range(200):
             if lifecycle.broker_epoch > first_epoch and not controller.image.brokers[1].fenced:
                 break
@@ -373,6 +396,36 @@ def test_lifecycle_manager_heartbeats_periodically_and_registers_again_when_stal
         assert controller.image.brokers[1].incarnation_id == lifecycle.incarnation_id
         assert not controller.image.brokers[1].fenced
         await lifecycle.close()
+        await channel.close()
+
+    run(go)
+
+
+def test_controlled_shutdown_fences_the_broker_so_its_next_incarnation_registers_at_once(tmp_path: Path) -> None:
+    async def go() -> None:
+        controller = new_controller(tmp_path)
+        capis = ControllerApis(node_id=1, cluster_id=CLUSTER_ID, config=CONFIG, controller=controller, leader_id=lambda: 1)
+        channel = InMemoryControllerChannel({1: capis}, lambda: 1)
+
+        def lifecycle_manager() -> BrokerLifecycleManager:
+            return BrokerLifecycleManager(
+                node_id=1, cluster_id=CLUSTER_ID, channel=channel, heartbeat_interval_ms=lambda: 5,
+                metadata_offset=lambda: controller.image.offset,
+            )
+
+        first = lifecycle_manager()
+        first.start([("PLAINTEXT", "localhost", 9092)], SUPPORTED_FEATURES, None)
+        await first.wait_for_unfence()
+        assert await first.controlled_shutdown(5000)
+        assert controller.image.brokers[1].fenced
+        # Without it the next incarnation would get DUPLICATE_BROKER_REGISTRATION for up to
+        # broker.session.timeout.ms (9 s): the controller still counted the old session alive.
+        second = lifecycle_manager()
+        second.start([("PLAINTEXT", "localhost", 9092)], SUPPORTED_FEATURES, None)
+        await asyncio.wait_for(second.wait_for_unfence(), 5)
+        assert controller.image.brokers[1].incarnation_id == second.incarnation_id
+        assert second.broker_epoch > first.broker_epoch
+        await second.close()
         await channel.close()
 
     run(go)

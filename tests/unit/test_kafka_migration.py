@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from odradek.controller.broker_partition_changes import handle_broker_unfenced
 from odradek.controller.quorum_controller import QuorumController
 from odradek.coordinator.group.consumer_group_records import decode_record
 from odradek.embedded import EmbeddedBroker
@@ -276,7 +277,7 @@ def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -
         3: {"replicas": [1, 2], "isr": [2], "leader": -1, "elr": []},  # would be unclean
         4: {"replicas": [2], "isr": [2], "leader": -1},              # not a replica here
     })
-    records = c._elect_offline_partitions(1)
+    records = handle_broker_unfenced(c.image, 1)
     assert [(n, r["partition_id"], r["leader"], r["isr"]) for n, r in records] == [
         ("PartitionChangeRecord", 0, 1, [1]), ("PartitionChangeRecord", 1, 1, [1]),
     ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.controller.quorum_controller import METADATA_VERSION
+from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors

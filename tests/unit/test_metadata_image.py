@@ -412,7 +412,7 @@ def test_controller_replay_gives_its_managers_the_new_image() -> None:
     controller = QuorumController(
         1, None,  # type: ignore[arg-type]  # replay reads no log
         default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
-        validate_config=lambda k, v: None,
+        validate_config=lambda k, v: None, cluster_id="c",
     )
     old = controller.image
     delta = controller.replay((i, name, _codec(name, rec)) for i, (name, rec) in enumerate(BUILD))

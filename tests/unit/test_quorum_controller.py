@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from odradek.controller.quorum_controller import METADATA_VERSION, QuorumController
+from odradek.controller.feature_control_manager import METADATA_VERSION
+from odradek.controller.quorum_controller import QuorumController
 from odradek.metadata.metadata_record_serde import MetadataRecord
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.raft.raft_client import (
@@ -22,6 +23,8 @@ from odradek.raft.raft_client import (
     RaftClient,
     SnapshotReader,
 )
+
+CLUSTER_ID = "q1Sh-9_ISia_zwGINzRvyQ"
 
 
 class FakeRaft(RaftClient[MetadataRecord]):
@@ -66,7 +69,7 @@ class FakeRaft(RaftClient[MetadataRecord]):
 def _controller(raft: FakeRaft) -> QuorumController:
     return QuorumController(
         1, raft, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
-        validate_config=lambda _k, _v: None,
+        validate_config=lambda _k, _v: None, cluster_id=CLUSTER_ID,
     )
 
 
@@ -74,6 +77,7 @@ def _registration(broker_id: int) -> dict[str, Any]:
     """A BrokerRegistration request as the controller channel hands it over."""
     return {
         "broker_id": broker_id,
+        "cluster_id": CLUSTER_ID,
         "incarnation_id": uuid.uuid4(),
         "listeners": [{"name": "PLAINTEXT", "host": "h", "port": 9092, "security_protocol": 0}],
         "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": METADATA_VERSION}],
@@ -81,8 +85,15 @@ def _registration(broker_id: int) -> dict[str, Any]:
     }
 
 
+def _heartbeat(broker_id: int, epoch: int, offset: int, **flags: bool) -> dict[str, Any]:
+    return {
+        "broker_id": broker_id, "broker_epoch": epoch, "current_metadata_offset": offset,
+        "want_fence": flags.get("want_fence", False), "want_shut_down": flags.get("want_shut_down", False),
+    }
+
+
 async def _settle() -> None:
-    for _ in range(5):
+    for _ in range(20):
         await asyncio.sleep(0)
 
 
@@ -129,13 +140,14 @@ def test_controller_proposes_at_raft_epoch_and_applies_only_committed_records() 
         assert await reg == 1  # the broker epoch: the offset of its registration record
         assert c.image.brokers[1].fenced
         # Its first heartbeat from a caught-up broker unfences it, through Raft too.
-        beat = asyncio.ensure_future(c.broker_heartbeat(1, 1, current_metadata_offset=1, want_fence=False))
+        beat = asyncio.ensure_future(c.broker_heartbeat(_heartbeat(1, 1, offset=1)))
         await _settle()
         batch = raft.proposed[-1]
-        assert batch.epoch == 7 and [n for n, _ in batch.records] == ["UnfenceBrokerRecord"]
+        assert batch.epoch == 7 and [n for n, _ in batch.records] == ["BrokerRegistrationChangeRecord"]
         assert not beat.done() and c.image.brokers[1].fenced
         c.handle_commit([batch])
-        assert await beat == (True, False)
+        reply = await beat
+        assert (reply.is_caught_up, reply.is_fenced) == (True, False)
         assert not c.image.brokers[1].fenced and c.image.offset == 2
 
         create = asyncio.ensure_future(c.create_topics([{"name": "t"}], validate_only=False))

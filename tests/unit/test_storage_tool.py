@@ -295,7 +295,7 @@ def test_server_formats_a_new_log_dir_with_the_metadata_dirs_cluster_id(tmp_path
 def test_server_bootstraps_the_formatted_release_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A directory formatted with --release-version starts a new metadata log at that
     metadata.version (bootstrap.checkpoint), as Kafka's controller does; unformatted, at ours."""
-    from odradek.controller.quorum_controller import METADATA_VERSION
+    from odradek.controller.feature_control_manager import METADATA_VERSION
     from odradek.embedded import EmbeddedBroker
 
     def finalized(log_dir: Path) -> int:

@@ -1,0 +1,81 @@
+"""FeatureControlManager: the finalized feature levels of the cluster (KIP-584), sans-I/O.
+
+``metadata.version`` lives in the metadata log (``FeatureLevelRecord``); a new log gets it from the
+bootstrap records the active controller writes first. ``kraft.version`` is not a metadata record:
+it is the Raft layer's (``KRaftVersionRecord`` in the quorum's own control records, KIP-853), so
+the controller passes the level Raft reports. Together they are the finalized features a
+registering broker must support (Kafka's ``FinalizedControllerFeatures``).
+
+UpdateFeatures is not implemented (nor advertised): the levels change only at bootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from odradek.controller.replication_control import MetadataRecord
+from odradek.metadata.image import MetadataImage
+
+METADATA_VERSION_FEATURE = "metadata.version"
+KRAFT_VERSION_FEATURE = "kraft.version"
+
+METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
+MIN_METADATA_VERSION = 7  # 3.3-IV3, the oldest metadata.version Kafka 4.x runs
+# metadata.version of a broker that sends no range for it (Kafka's MINIMUM_KRAFT_VERSION, 3.0-IV1).
+MINIMUM_KRAFT_METADATA_VERSION = 1
+# KIP-584 features a node of this version can run: name -> (min, max) level.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION_FEATURE: (MIN_METADATA_VERSION, METADATA_VERSION),
+}
+
+
+def registration_features(finalized: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The feature ranges a broker of this node registers with, given the levels finalized in
+    the metadata log it follows: its own (:data:`SUPPORTED_FEATURES`), widened to the levels of a
+    log Apache Kafka finalized beyond them (a newer metadata.version, eligible.leader.replicas,
+    group.version...), which Odradek takes over and keeps reporting as finalized — or its
+    controller would refuse the registration with UNSUPPORTED_VERSION."""
+    features = dict(SUPPORTED_FEATURES)
+    for name, level in finalized.items():
+        lowest, highest = features.get(name, (0, 0))
+        if level > highest:
+            features[name] = (lowest, level)
+    return features
+
+
+class FeatureControlManager:
+    def __init__(
+        self,
+        image: MetadataImage,
+        *,
+        bootstrap_metadata_version: int = METADATA_VERSION,
+        kraft_version: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.image = image
+        self.bootstrap_metadata_version = bootstrap_metadata_version
+        self._kraft_version = kraft_version
+
+    def metadata_version(self) -> int:
+        """The finalized metadata.version; the bootstrap level until that is in the log."""
+        return self.image.features.levels.get(METADATA_VERSION_FEATURE, self.bootstrap_metadata_version)
+
+    def kraft_version(self) -> int:
+        return self._kraft_version()
+
+    def finalized_features(self) -> Mapping[str, int]:
+        """Every finalized feature level, metadata.version and kraft.version included."""
+        levels = dict(self.image.features.levels)
+        levels[METADATA_VERSION_FEATURE] = self.metadata_version()
+        levels[KRAFT_VERSION_FEATURE] = self.kraft_version()
+        return levels
+
+    def bootstrap_records(self) -> list[MetadataRecord]:
+        """What the first active controller of a new log writes before anything else."""
+        if METADATA_VERSION_FEATURE in self.image.features.levels:
+            return []
+        return [
+            (
+                "FeatureLevelRecord",
+                {"name": METADATA_VERSION_FEATURE, "feature_level": self.bootstrap_metadata_version},
+            )
+        ]
