@@ -16,6 +16,7 @@ import pytest
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
@@ -154,6 +155,7 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key,
                     m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
+                    g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key, g.ALLOCATE_PRODUCER_IDS.api_key,
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)
