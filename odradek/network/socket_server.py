@@ -72,6 +72,14 @@ SENDFILE_CHUNK_BYTES = 16 * 1024
 RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
 
 
+def _release_all(segments: collections.deque[Any]) -> None:
+    """Release the file regions among unsent response segments and forget them all."""
+    for seg in segments:
+        if isinstance(seg, _Region):
+            seg.release()
+    segments.clear()
+
+
 class _Region:
     """The part of a file region still to send; ``owned`` if ``fd`` is our own duplicate."""
 
@@ -458,10 +466,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """
         transport = self._transport
         if transport is None or transport.is_closing():
-            for seg in segments:
-                if isinstance(seg, _Region):
-                    seg.release()
-            segments.clear()
+            _release_all(segments)
             return False
         fd = self._raw_fd(transport)
         while segments:
@@ -476,6 +481,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         n = os.sendfile(fd, seg.fd, seg.position, seg.size)
                     except BlockingIOError:
                         n = 0
+                    except (BrokenPipeError, ConnectionResetError) as e:
+                        return self._peer_gone(transport, segments, e)
                     except OSError as e:  # e.g. EINVAL: this socket cannot sendfile
                         log.debug("sendfile unavailable on %s: %s", self._conn_id, e)
                         self._sendfile_ok = False
@@ -501,10 +508,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     n = os.write(cast(int, fd), view)
                 except BlockingIOError:
                     n = 0
+                except (BrokenPipeError, ConnectionResetError) as e:
+                    return self._peer_gone(transport, segments, e)
                 if n < len(view):
                     transport.write(view[n:])
                 continue
             transport.write(seg)
+        return False
+
+    def _peer_gone(self, transport: asyncio.Transport, segments: collections.deque[Any], error: OSError) -> bool:
+        """The client closed its end while a response was being written to the raw socket:
+        drop what is left (releasing file regions) and close, as the transport does when its
+        own write fails. Not an error of the broker: one debug line."""
+        log.debug("Connection %s closed by the client during a write: %s", self._conn_id, error)
+        _release_all(segments)
+        transport.abort()
         return False
 
     def _raw_fd(self, transport: asyncio.Transport) -> int | None:

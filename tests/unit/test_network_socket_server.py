@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import os
+import socket
 import struct
 from collections.abc import Awaitable
 from pathlib import Path
@@ -16,7 +19,8 @@ from odradek.network.request_channel import (
     ConnectionInfo,
     ResponseBuffers,
 )
-from odradek.network.socket_server import SocketServer
+from odradek.network.socket_server import KafkaConnection, SocketServer
+from odradek.network.socket_server import _Region as SocketRegion
 
 
 class FakeHandler:
@@ -489,6 +493,71 @@ def test_connection_lost_while_file_regions_wait_releases_them(tmp_path: Path) -
             assert await read_response(r2) == (5, b"ok:z")
             w2.close()
         finally:
+            await server.stop()
+
+    run(main())
+
+
+class _TransportOverSocket:
+    """Just what KafkaConnection._push asks of a transport, over a real socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.aborted = False
+        self.written: list[bytes] = []
+
+    def get_extra_info(self, name: str) -> object:
+        return self.sock if name == "socket" else None
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.parametrize("kind", ["bytes", "file region"])
+def test_a_client_gone_mid_write_closes_quietly(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client resets the connection while a response is written straight to its socket
+    (os.write / sendfile get EPIPE or ECONNRESET): the connection is aborted, file regions are
+    released, nothing is raised and nothing above debug level is logged."""
+
+    async def main() -> None:
+        server, _handler = await _start()
+        ours, theirs = socket.socketpair()
+        try:
+            theirs.close()  # writing to ``ours`` now fails with EPIPE
+            ours.setblocking(False)
+            conn = KafkaConnection(server)
+            transport = _TransportOverSocket(ours)
+            conn._transport = transport  # type: ignore[assignment]
+            segments: collections.deque[object] = collections.deque()
+            if kind == "bytes":
+                segments.append(b"x" * 100)
+            else:
+                path = tmp_path / "segment"
+                path.write_bytes(b"y" * 4096)
+                fd = os.open(path, os.O_RDONLY)
+                region = SocketRegion(os.dup(fd), 0, 4096, owned=True)
+                os.close(fd)
+                segments.append(region)
+            with caplog.at_level(logging.INFO, logger="odradek.network.socket_server"):
+                assert conn._push(segments) is False
+            assert transport.aborted and not segments and transport.written == []
+            assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+            if kind == "file region":
+                with pytest.raises(OSError):
+                    os.fstat(region.fd)  # released: our duplicate is closed
+        finally:
+            ours.close()
             await server.stop()
 
     run(main())
