@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
-from odradek.raft.epoch_state import Election, LeaderState
+from odradek.raft.epoch_state import Election, LeaderState, ResignedState
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.raft.quorum import QuorumConfig
 from odradek.raft.quorum_state import ElectionState, FileQuorumStateStore
@@ -70,7 +70,7 @@ class RaftChannel(Protocol):
 class _ListenerContext(Generic[T]):
     listener: Listener[T]
     next_offset: int = 0
-    last_leader: LeaderAndEpoch | None = None
+    last_leader: LeaderAndEpoch = LeaderAndEpoch(None, 0)  # nothing to tell before an election
 
 
 class KafkaRaftClient(RaftClient[T]):
@@ -424,7 +424,9 @@ class KafkaRaftClientDriver:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + SHUTDOWN_TIMEOUT_MS / 1000
             while not client.failed and loop.time() < deadline:
-                if core.is_shutdown_complete(client._clock_ms()):
+                # Only a leader has something to finish: its resignation (EndQuorumEpoch).
+                resigning = isinstance(core.state, (LeaderState, ResignedState))
+                if not resigning or core.is_shutdown_complete(client._clock_ms()):
                     break
                 self._wake.set()
                 await asyncio.sleep(0.02)

@@ -13,8 +13,8 @@ import pytest
 from odradek.controller.quorum_controller import METADATA_VERSION
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
-from odradek.protocol.messages import generated as g
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.kafka_raft_server import KafkaRaftServer
 
