@@ -126,7 +126,13 @@ class SharedServer:
         nothing."""
         loop = asyncio.get_running_loop()
         meta_dir = os.path.join(os.path.abspath(self.config.metadata_log_dir), f"{METADATA_TOPIC}-0")
-        meta_config = LogConfig(segment_bytes=8 * 1024 * 1024, retention_ms=-1, retention_bytes=-1)
+        # Kafka's KafkaRaftClient.MAX_BATCH_SIZE_BYTES: the largest batch Raft writes or fetches.
+        meta_config = LogConfig(
+            segment_bytes=8 * 1024 * 1024,
+            retention_ms=-1,
+            retention_bytes=-1,
+            max_message_bytes=8 * 1024 * 1024,
+        )
         self._metadata_raw_log = await loop.run_in_executor(
             None, lambda: Log.load(meta_dir, meta_config, now_ms=now_ms(), clean_shutdown=False)
         )

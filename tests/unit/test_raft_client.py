@@ -372,3 +372,40 @@ def test_three_voters_elect_commit_fail_over_and_catch_up(tmp_path: Path) -> Non
                 c._log.log.close()
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_raft_apis_answer_bad_requests_with_kafka_errors(tmp_path: Path) -> None:
+    async def run() -> None:
+        net = FakeNetwork()
+        client = _client(tmp_path / "n1", 1, voters=frozenset({1, 2, 3}), cluster_id="c1", config=FAST)
+        apis = RaftApis(client, BatchCodec(METADATA_RECORD_SERDE))
+        driver = KafkaRaftClientDriver(client, FakeChannel(1, net))
+        driver.start()
+        handlers = {a.api_key: h for a, h in apis.handlers().items()}
+        ctx = RequestContext(RequestHeader(52, 1, 1, "x"), ConnectionInfo("c", "peer", "CONTROLLER"))
+        try:
+            last = client.core.log.end_offset_and_epoch()
+            # A Vote from a node that is not a voter.
+            resp = await handlers[msgs.VOTE](ctx, msgs.vote_request("c1", 7, 5, last, 1, False))
+            part = resp["topics"][0]["partitions"][0]
+            assert (part["error_code"], part["vote_granted"]) == (msgs.INCONSISTENT_VOTER_SET, False)
+            # A node of another cluster.
+            resp = await handlers[msgs.FETCH](ctx, msgs.fetch_request("other", 2, 0, 0, 0))
+            assert resp["error_code"] == msgs.INCONSISTENT_CLUSTER_ID
+            # A request that is not about __cluster_metadata's one partition.
+            resp = await handlers[msgs.BEGIN_QUORUM_EPOCH](ctx, {"cluster_id": "c1", "topics": []})
+            assert resp["error_code"] == msgs.INVALID_REQUEST
+            # DescribeQuorum on a node that does not lead.
+            resp = await handlers[msgs.DESCRIBE_QUORUM](ctx, {"topics": [
+                {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
+            assert resp["topics"][0]["partitions"][0]["error_code"] == msgs.NOT_LEADER_OR_FOLLOWER
+            # Still a working voter: a valid Vote of a higher epoch is granted (and persisted).
+            resp = await handlers[msgs.VOTE](ctx, msgs.vote_request("c1", 2, 7, last, 1, False))
+            assert resp["topics"][0]["partitions"][0]["vote_granted"] is True
+            state = json.loads((tmp_path / "n1" / "quorum-state").read_text())
+            assert (state["leaderEpoch"], state["votedId"]) == (7, 2)
+        finally:
+            await driver.shutdown()
+            client._log.log.close()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
