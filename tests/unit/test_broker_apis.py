@@ -154,6 +154,9 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key,
                     m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
+                    # the quorum's RaftApis: Fetch (of __cluster_metadata), Vote,
+                    # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
+                    m.FETCH.api_key, 52, 53, 54, 55,
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)
