@@ -207,6 +207,9 @@ class KafkaRaftClient(RaftClient[T]):
         self._next_inbound += 1
         correlation = self._next_inbound
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        if self._failed:
+            future.cancel()  # nobody would answer: the handler closes the connection
+            return future
         self._inbound[correlation] = future
         message = RaftMessage(source, self.node_id, api_key, correlation, data)
         self.core.handle(message, self._clock_ms())
