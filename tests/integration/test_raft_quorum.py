@@ -1,7 +1,8 @@
 """A KRaft quorum of three controller-only ``odradek server`` processes on loopback: one leader is
 elected (DescribeQuorum on the controller listener), kill -9 of the leader gives a new leader at
 a higher epoch, and the killed node, restarted, rejoins as a follower and catches up (its log end
-offset reaches the leader's high watermark)."""
+offset reaches the leader's high watermark); SIGTERM of a leader hands over with EndQuorumEpoch;
+the whole quorum killed and restarted from disk elects again and keeps what was committed."""
 
 from __future__ import annotations
 
@@ -175,6 +176,33 @@ def test_three_controllers_elect_fail_over_and_rejoin(tmp_path: Path) -> None:
         assert part is not None and part["error_code"] == 6
         again = await find_leader(nodes, 10)
         assert (again["leader_id"], again["leader_epoch"]) == (second["leader_id"], second["leader_epoch"])
+
+        # SIGTERM of the leader: it resigns with EndQuorumEpoch, a successor takes over.
+        stopped = nodes[second["leader_id"] - 1]
+        stopping_at = time.monotonic()
+        stopped.proc.terminate()  # type: ignore[union-attr]
+        third = await find_leader([n for n in nodes if n is not stopped], 30, above_epoch=second["leader_epoch"])
+        print(f"graceful: new leader {third['leader_id']} after {time.monotonic() - stopping_at:.2f}s")
+        assert third["leader_id"] != stopped.node_id
+        stopped.stop()
+
+        # The whole quorum killed and restarted from disk: a leader of a later epoch, and
+        # nothing committed before is lost (the high watermark comes back at least as far).
+        for _ in range(50):
+            committed = (await describe_quorum(nodes[third["leader_id"] - 1].port) or third)["high_watermark"]
+            if committed > 0:
+                break
+            await asyncio.sleep(0.1)
+        for n in nodes:
+            n.kill()
+        for n in nodes:
+            n.start()
+        fourth = await find_leader(nodes, 60, above_epoch=third["leader_epoch"])
+        end = time.monotonic() + 30
+        while time.monotonic() < end and fourth["high_watermark"] < committed:
+            await asyncio.sleep(0.2)
+            fourth = await describe_quorum(nodes[fourth["leader_id"] - 1].port) or fourth
+        assert fourth["high_watermark"] >= committed > 0
 
     try:
         asyncio.run(run())
