@@ -313,7 +313,7 @@ def test_three_voters_elect_commit_fail_over_and_catch_up(tmp_path: Path) -> Non
         clients: dict[int, KafkaRaftClient[MetadataRecord]] = {}
         drivers: dict[int, KafkaRaftClientDriver] = {}
         events: dict[int, list[tuple[str, str, object]]] = {}
-        for n in (1, 2, 3):
+        for n in (1, 2, 3, 4):  # 4: an observer (a broker): it fetches, never votes
             c = _client(tmp_path / f"n{n}", n, voters=frozenset({1, 2, 3}), cluster_id="c1", config=FAST,
                         rng=random.Random(n))
             clients[n] = c
@@ -335,10 +335,12 @@ def test_three_voters_elect_commit_fail_over_and_catch_up(tmp_path: Path) -> Non
             clients[leader].schedule_prepared_append()
             # Committed once a majority has it durably; every voter's listener gets it.
             await _until(lambda: all((str(n), "commit", (last, ["FeatureLevelRecord"])) in events[n]
-                                     for n in (1, 2, 3)), 5, "commit everywhere")
+                                     for n in (1, 2, 3, 4)), 5, "commit everywhere")
+            assert clients[4].leader_and_epoch == LeaderAndEpoch(leader, epoch)
+            assert not clients[4].core.is_leader()
             assert all(c.high_watermark > last for c in clients.values())
             # quorum-state on a follower names the leader.
-            follower = next(n for n in clients if n != leader)
+            follower = next(n for n in (1, 2, 3) if n != leader)
             state = json.loads((tmp_path / f"n{follower}" / "quorum-state").read_text())
             assert (state["leaderId"], state["leaderEpoch"]) == (leader, epoch)
             # The leader is cut off: the others elect a new one at a higher epoch and commit.
@@ -362,8 +364,10 @@ def test_three_voters_elect_commit_fail_over_and_catch_up(tmp_path: Path) -> Non
                          10, "the old leader catching up")
             assert clients[leader].leader_and_epoch == LeaderAndEpoch(second, new_epoch)
             # Every node committed the same records at the same offsets, and never the lost one.
-            committed = {n: [e[2] for e in events[n] if e[1] == "commit"] for n in (1, 2, 3)}
-            assert committed[1] == committed[2] == committed[3]
+            await _until(lambda: (str(4), "commit", (kept, ["FeatureLevelRecord"])) in events[4],
+                         10, "the observer following the new leader")
+            committed = {n: [e[2] for e in events[n] if e[1] == "commit"] for n in (1, 2, 3, 4)}
+            assert committed[1] == committed[2] == committed[3] == committed[4]
             assert all("TopicRecord" not in names for _off, names in committed[1])  # type: ignore[operator]
         finally:
             for d in drivers.values():
