@@ -1,31 +1,40 @@
-"""KafkaRaftClient for a quorum of one voter (this node), and the asyncio driver that runs it.
+"""KafkaRaftClient: the RaftClient over the sans-I/O :class:`~odradek.raft.raft_core.RaftCore`,
+and KafkaRaftClientDriver, the asyncio shell that runs it (Kafka's ``KafkaRaftClient`` and
+``KafkaRaftClientDriver``).
 
-The client is sans-asyncio: :meth:`KafkaRaftClient.prepare_append` writes a batch to the log
-(not yet committed), :meth:`~KafkaRaftClient.flush` fsyncs it and moves the high watermark (the
-only blocking call besides start-up; the driver runs it in an executor), and
-:meth:`~KafkaRaftClient.poll` hands every listener what it has not seen: the snapshot, the
-committed batches, the current leader. With one voter the node elects itself at start-up, at an
-epoch above every epoch it knows of (the ``quorum-state`` file, the log, the snapshot), and
-writes that to ``quorum-state`` as Kafka does. A failed fsync removes the uncommitted batches and
-makes the node resign and lead again at the next epoch, so that whoever waits for them learns
-they will never commit.
+The client owns the core and does its I/O in three steps for each :class:`Ready` it drains:
+
+1. :meth:`KafkaRaftClient.persist` (blocking, off the event loop): the election state to the
+   ``quorum-state`` file (fsync) first, then the truncations and appends to the
+   ``__cluster_metadata`` log, then an fsync of the log;
+2. :meth:`KafkaRaftClient.complete` (on the loop): tell the core how far the log is durable,
+   send the messages (through the :class:`RaftChannel`), answer the requests that came in;
+3. hand committed batches to the listeners (control batches, the LeaderChangeMessage the core
+   writes on election, are skipped), then the leader change, to a listener only once it has
+   everything committed before the new leader's epoch began.
+
+A quorum of one (this node the only voter) elects itself at start-up and commits once its
+append is fsynced; :meth:`KafkaRaftClient.step` runs the three steps in one thread for start-up
+and tests. A failed fsync stops the node taking part in Raft (Kafka halts the process): what was
+not fsynced is never counted as durable, so it is never committed by this node's vote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+import random
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
-from odradek.raft.metadata_log import MetadataLog
-from odradek.raft.quorum_state import ElectionState, FileQuorumStateStore, QuorumStateError
+from odradek.raft.epoch_state import Election, LeaderState, ResignedState
+from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.quorum import QuorumConfig
+from odradek.raft.quorum_state import ElectionState, FileQuorumStateStore
 from odradek.raft.raft_client import (
-    UNKNOWN_LEADER,
     Batch,
     LeaderAndEpoch,
     Listener,
@@ -33,17 +42,35 @@ from odradek.raft.raft_client import (
     RaftClient,
     SnapshotReader,
 )
+from odradek.raft.raft_core import RaftCore
+from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
+from odradek.raft.raft_messages import RaftMessage
+from odradek.raft.raft_ready import Append, NotLeader, Ready, Truncate
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+TICK_MS = 50  # how often the driver lets time pass in the core
+SHUTDOWN_TIMEOUT_MS = 5000  # graceful resignation (EndQuorumEpoch) before the process stops
+
+
+class RaftChannel(Protocol):
+    """Kafka's ``NetworkChannel``: sends the core's requests to other nodes and hands their
+    responses back through the callback given to :meth:`start`."""
+
+    def start(self, on_response: Callable[[RaftMessage], None]) -> None: ...
+
+    def send(self, request: RaftMessage) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass
 class _ListenerContext(Generic[T]):
     listener: Listener[T]
     next_offset: int = 0
-    last_leader: LeaderAndEpoch | None = None
+    last_leader: LeaderAndEpoch = LeaderAndEpoch(None, 0)  # nothing to tell before an election
 
 
 class KafkaRaftClient(RaftClient[T]):
@@ -53,68 +80,97 @@ class KafkaRaftClient(RaftClient[T]):
         metadata_log: MetadataLog[T],
         quorum_state: FileQuorumStateStore,
         clock_ms: Callable[[], int],
+        *,
+        voters: frozenset[int] | None = None,
+        cluster_id: str = "",
+        config: QuorumConfig | None = None,
+        rng: random.Random | None = None,
+        pre_vote: bool = False,
     ) -> None:
+        """``voters`` None: this node alone. ``pre_vote`` is off on the network: the Vote
+        versions Odradek speaks (v0-v1, Kafka 3.9) cannot carry it."""
         self.node_id = node_id
+        self.voters = frozenset(voters) if voters is not None else frozenset({node_id})
+        self.cluster_id = cluster_id
+        self.config = config or QuorumConfig()
+        self._rng = rng or random.Random()
+        self._pre_vote = pre_vote
         self._log = metadata_log
         self._store = quorum_state
         self._clock_ms = clock_ms
-        self._lock = threading.Lock()  # leader state and appends vs. a failing flush
-        self._leader = UNKNOWN_LEADER
-        self._known_epoch = 0  # the highest epoch seen: the next election is above it
+        self._core: RaftCore | None = None
         self._snapshot: SnapshotReader[T] | None = None
         self._listeners: list[_ListenerContext[T]] = []
-        self._unflushed = False
-        self._shutting_down = False
+        self._leader = LeaderAndEpoch(None, 0)
+        self._failed = False
+        self.channel: RaftChannel | None = None
+        self._inbound: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_inbound = 0
         self.wakeup: Callable[[], None] = lambda: None  # set by the driver
 
-    # -- start-up (blocking: run before serving, or in an executor) ---------------------------
+    # -- start-up (blocking: before serving, or in an executor) -------------------------------
 
     def initialize(self) -> None:
-        """Read the snapshot the log needs and the stored election state; writes nothing."""
+        """Read the snapshot, the stored election state and the whole log, and start the core
+        on them; writes nothing (what the core decides at once is persisted by the first
+        :meth:`persist`). Raises UnreadableMetadataRecord, QuorumStateError."""
         self._snapshot = self._log.latest_snapshot()
-        state = self._store.read_election_state()
-        epochs = [0, self._log.last_epoch]
-        if state is not None:
-            epochs.append(state.epoch)
+        stored = self._store.read_election_state()
+        election = None
+        if stored is not None:
+            election = Election(stored.epoch, stored.leader_id, stored.voted_id)
+        start = None
         if self._snapshot is not None:
-            epochs.append(self._snapshot.epoch)
-        self._known_epoch = max(epochs)
-
-    def elect(self) -> None:
-        """Become leader at the next epoch (the only voter votes for itself) and persist it."""
-        with self._lock:
-            epoch = self._known_epoch + 1
-        self._store.write_election_state(
-            ElectionState(epoch, leader_id=self.node_id, voters=frozenset({self.node_id}))
+            start = OffsetAndEpoch(self._snapshot.end_offset, self._snapshot.epoch)
+        batches = self._log.read_log_batches()
+        self._core = RaftCore(
+            self.node_id,
+            self.voters,
+            self.cluster_id,
+            self.config,
+            self._rng,
+            self._clock_ms(),
+            election=election,
+            batches=batches,
+            pre_vote=self._pre_vote,
+            log_start=start,
         )
-        with self._lock:
-            self._known_epoch = epoch
-            self._leader = LeaderAndEpoch(self.node_id, epoch)
-        log.info("Raft: node %d is the leader of epoch %d (a quorum of one voter)", self.node_id, epoch)
+
+    @property
+    def core(self) -> RaftCore:
+        assert self._core is not None, "initialize() first"
+        return self._core
 
     # -- RaftClient -----------------------------------------------------------------------------
 
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
-        return self._leader
+        core = self._core
+        if core is None:
+            return self._leader
+        return LeaderAndEpoch(core.leader_id, core.epoch)
 
     @property
     def high_watermark(self) -> int:
-        return self._log.high_watermark
+        core = self._core
+        hw = core.high_watermark if core is not None else None
+        if hw is not None:
+            return hw
+        return self._snapshot.end_offset if self._snapshot is not None else 0
 
     @property
     def log_end_offset(self) -> int:
-        return self._log.end_offset
+        return self.core.log_end_offset
 
     def register(self, listener: Listener[T]) -> None:
-        """Register ``listener`` and bring it up to the high watermark (and the current leader)
-        before returning; errors reading the log (UnreadableMetadataRecord) are raised here."""
+        """Register ``listener`` and bring it up to the high watermark (and the leader, once
+        caught up) before returning."""
         if any(c.listener is listener for c in self._listeners):
             return
         ctx: _ListenerContext[T] = _ListenerContext(listener)
         self._listeners.append(ctx)
         try:
-            self._deliver(ctx, self._read_committed(ctx.next_offset))
+            self._catch_up(ctx)
         except BaseException:
             self._listeners.remove(ctx)
             raise
@@ -123,130 +179,270 @@ class KafkaRaftClient(RaftClient[T]):
         self._listeners = [c for c in self._listeners if c.listener is not listener]
 
     def prepare_append(self, epoch: int, records: Sequence[T]) -> int:
-        with self._lock:
-            if self._shutting_down or not self._leader.is_leader(self.node_id) or epoch != self._leader.epoch:
-                raise NotLeaderError(
-                    f"node {self.node_id} is not the leader of epoch {epoch} (now {self._leader})"
-                )
-            _first, last = self._log.append(records, epoch, self._clock_ms())
-            self._unflushed = True
-        return last
+        if self._failed:
+            raise NotLeaderError(f"node {self.node_id} stopped taking part in Raft")
+        try:
+            return self.core.propose(epoch, list(records), self._clock_ms())
+        except NotLeader as e:
+            raise NotLeaderError(str(e)) from e
 
     def schedule_prepared_append(self) -> None:
         self.wakeup()
 
     def begin_shutdown(self) -> None:
-        with self._lock:
-            self._shutting_down = True
-            self._leader = LeaderAndEpoch(None, self._leader.epoch)
+        """Resign (if leading) and tell every listener; the driver sends what follows."""
+        if self._core is not None:
+            self._core.begin_shutdown(self._clock_ms(), SHUTDOWN_TIMEOUT_MS)
         for ctx in list(self._listeners):
             ctx.listener.begin_shutdown()
+        self.wakeup()
 
-    # -- the work the driver does -------------------------------------------------------------
+    # -- requests from other nodes (the RaftApis handler) ---------------------------------------
+
+    def handle_request(
+        self, source: int, api_key: int, data: dict[str, Any]
+    ) -> asyncio.Future[dict[str, Any]]:
+        """Feed a request to the core; the future gets the core's response (Fetch records as
+        LogBatch objects: the handler encodes them)."""
+        self._next_inbound += 1
+        correlation = self._next_inbound
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        if self._failed:
+            future.cancel()  # nobody would answer: the handler closes the connection
+            return future
+        self._inbound[correlation] = future
+        message = RaftMessage(source, self.node_id, api_key, correlation, data)
+        self.core.handle(message, self._clock_ms())
+        self.wakeup()
+        return future
+
+    def handle_response(self, response: RaftMessage) -> None:
+        if self._core is not None and not self._failed:
+            self._core.handle(response, self._clock_ms())
+            self.wakeup()
+
+    def tick(self) -> None:
+        if self._core is not None and not self._failed:
+            self._core.tick(self._clock_ms())
+
+    # -- the three steps of a Ready ---------------------------------------------------------
+
+    def take_ready(self) -> Ready:
+        return self.core.ready()
+
+    @staticmethod
+    def needs_disk(ready: Ready) -> bool:
+        return ready.election is not None or bool(ready.log_ops)
+
+    def persist(self, ready: Ready) -> int:
+        """Step 1 (blocking): the election, then the log operations, fsynced. Returns the
+        end offset of the durable log. Raises QuorumStateError, KafkaStorageError."""
+        if ready.election is not None:
+            e = ready.election
+            self._store.write_election_state(
+                ElectionState(e.epoch, e.leader_id, e.voted_id, self.voters)
+            )
+        if ready.log_ops:
+            for op in ready.log_ops:
+                if isinstance(op, Truncate):
+                    self._log.truncate_to(op.offset)
+                elif isinstance(op, Append):
+                    self._log.append_batch(op.batch)
+            self._log.flush()
+        return self._log.end_offset
+
+    def complete(self, ready: Ready, durable_end: int | None) -> None:
+        """Step 2 (on the loop): durability to the core, messages out, answers to requests."""
+        core = self.core
+        now = self._clock_ms()
+        if durable_end is not None and ready.log_ops:
+            cut = core.lowest_pending_truncation()
+            core.durable(durable_end if cut is None else min(durable_end, cut), now)
+        for message in ready.messages:
+            if message.is_response:
+                future = self._inbound.pop(message.correlation_id, None)
+                if future is not None and not future.done():
+                    future.set_result(message.data)
+            elif self.channel is not None:
+                self.channel.send(message)
+        self._deliver(ready)
+
+    def fail(self, error: Exception) -> None:
+        """A write to the quorum-state file or the log failed: stop taking part (Kafka halts)."""
+        log.critical(
+            "Raft: node %d cannot write its metadata log or quorum-state (%s); it stops taking "
+            "part in the quorum: restart it once the disk is fixed",
+            self.node_id,
+            error,
+        )
+        self._failed = True
+        self.fail_inbound()
+        for ctx in list(self._listeners):
+            if ctx.last_leader != LeaderAndEpoch(None, self._leader.epoch):
+                ctx.last_leader = LeaderAndEpoch(None, self._leader.epoch)
+                ctx.listener.handle_leader_change(ctx.last_leader)
 
     @property
-    def needs_flush(self) -> bool:
-        return self._unflushed
+    def failed(self) -> bool:
+        return self._failed
 
-    def flush(self) -> None:
-        """Fsync the appended batches and commit them. Blocking. On a failed fsync the
-        uncommitted batches are removed, and this node resigns and leads again at the next
-        epoch: their appenders see the leader change at the next :meth:`poll`."""
-        with self._lock:
-            target = self._log.end_offset
-            self._unflushed = False
-        try:
-            self._log.flush_and_commit(target)
-        except KafkaStorageError as e:
-            log.error("Raft: cannot commit the metadata log up to offset %d: %s", target, e)
-            with self._lock:
-                resigned = self._leader
-                self._leader = LeaderAndEpoch(None, resigned.epoch)
-            if resigned.is_leader(self.node_id) and not self._shutting_down:
-                try:
-                    self.elect()
-                except QuorumStateError as qe:
-                    # One voter: no other node can lead; the epoch stays above all it wrote.
-                    log.error("Raft: %s; leading epoch %d without it", qe, resigned.epoch + 1)
-                    with self._lock:
-                        self._known_epoch = resigned.epoch + 1
-                        self._leader = LeaderAndEpoch(self.node_id, self._known_epoch)
+    def fail_inbound(self) -> None:
+        for future in self._inbound.values():
+            if not future.done():
+                future.cancel()
+        self._inbound.clear()
 
-    def poll(self) -> None:
-        """Hand every listener the batches committed since it last heard, then the current
-        leader if that changed. On the event loop."""
-        if not self._listeners:
-            return
-        start = min(c.next_offset for c in self._listeners)
-        batches = self._read_committed(start)
+    def step(self) -> None:
+        """All steps in this thread until the core has nothing more to do (start-up, tests)."""
+        for _ in range(64):
+            ready = self.take_ready()
+            if ready.is_empty():
+                return
+            durable = self.persist(ready) if self.needs_disk(ready) else None
+            self.complete(ready, durable)
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    def _deliver(self, ready: Ready) -> None:
+        if ready.leader_changes:
+            last = ready.leader_changes[-1]
+            self._leader = LeaderAndEpoch(last.leader_id, last.epoch)
+            self._log.log.high_watermark = min(self.high_watermark, self._log.end_offset)
         for ctx in list(self._listeners):
-            self._deliver(ctx, batches)
+            self._catch_up(ctx, ready.committed)
+        if ready.committed:
+            self._log.log.high_watermark = min(self.high_watermark, self._log.end_offset)
 
-    def _read_committed(self, start: int) -> list[Batch[T]]:
-        if self._snapshot is not None and start < self._snapshot.end_offset:
-            start = self._snapshot.end_offset
-        return list(self._log.read_batches(start))
+    def _catch_up(self, ctx: _ListenerContext[T], committed: Sequence[LogBatch] = ()) -> None:
+        snap = self._snapshot
+        if snap is not None and ctx.next_offset < snap.end_offset:
+            ctx.listener.handle_load_snapshot(snap)
+            ctx.next_offset = snap.end_offset
+        hw = self.high_watermark
+        if ctx.next_offset < hw:
+            if committed and committed[0].base_offset <= ctx.next_offset:
+                source: Sequence[LogBatch] = committed
+            else:
+                source = self.core.log.batches_between(ctx.next_offset, hw)
+            batches: list[Batch[T]] = []
+            for b in source:
+                if b.end_offset <= ctx.next_offset or b.base_offset >= hw:
+                    continue
+                if not b.control:
+                    skip = max(0, ctx.next_offset - b.base_offset)
+                    keep = min(b.end_offset, hw) - b.base_offset
+                    records = list(b.records[skip:keep])
+                    if records:
+                        # The records' serialized size: what the snapshot generator counts
+                        # (Kafka's metadata.log.max.record.bytes.between.snapshots).
+                        size = sum(len(self._log.serde.write(r)) for r in records)
+                        batches.append(
+                            Batch(b.base_offset + skip, b.epoch, b.append_timestamp, records, size)
+                        )
+                ctx.next_offset = min(b.end_offset, hw)
+            if batches:
+                ctx.listener.handle_commit(batches)
+        self._maybe_fire_leader_change(ctx)
 
-    def _deliver(self, ctx: _ListenerContext[T], batches: list[Batch[T]]) -> None:
-        if self._snapshot is not None and ctx.next_offset < self._snapshot.end_offset:
-            ctx.listener.handle_load_snapshot(self._snapshot)
-            ctx.next_offset = self._snapshot.end_offset
-        mine = [_from(b, ctx.next_offset) for b in batches if b.last_offset >= ctx.next_offset]
-        if mine:
-            ctx.listener.handle_commit(mine)
-            ctx.next_offset = mine[-1].last_offset + 1
+    def _maybe_fire_leader_change(self, ctx: _ListenerContext[T]) -> None:
         leader = self._leader
-        if leader != ctx.last_leader:
-            ctx.last_leader = leader
-            ctx.listener.handle_leader_change(leader)
-
-
-def _from(batch: Batch[T], offset: int) -> Batch[T]:
-    """``batch`` without its records below ``offset``."""
-    if batch.base_offset >= offset:
-        return batch
-    skip = offset - batch.base_offset
-    return Batch(offset, batch.epoch, batch.append_timestamp, batch.records[skip:])
+        if leader == ctx.last_leader or self._failed:
+            return
+        if leader.leader_id == self.node_id:
+            state = self.core.state
+            if not isinstance(state, LeaderState) or state.epoch != leader.epoch:
+                return
+            if ctx.next_offset < state.epoch_start_offset + 1:
+                return  # not caught up with what the earlier epochs committed
+        ctx.last_leader = leader
+        ctx.listener.handle_leader_change(leader)
 
 
 class KafkaRaftClientDriver:
     """Runs a KafkaRaftClient on the event loop (Kafka's ``KafkaRaftClientDriver`` thread):
-    wakes on every scheduled append, fsyncs in ``executor`` (None: the loop's default one) and
-    delivers what committed."""
+    ticks the core every :data:`TICK_MS`, wakes on every append and message, does the disk
+    work on one thread of its own and delivers what committed."""
 
-    def __init__(self, client: KafkaRaftClient[T], executor: Executor | None = None) -> None:
+    def __init__(self, client: KafkaRaftClient[Any], channel: RaftChannel | None = None) -> None:
         self.client = client
-        self._executor = executor
+        self.channel = channel
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="raft-io")
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+        wake = self._wake
 
         def wakeup() -> None:
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(wake.set)
 
         self.client.wakeup = wakeup
+        if self.channel is not None:
+            self.client.channel = self.channel
+            self.channel.start(self.client.handle_response)
         self._task = loop.create_task(self._run(), name="raft-driver")
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopping:
-            await self._wake.wait()
-            self._wake.clear()
+            # A timer rather than wait_for, which may swallow a cancellation on Python 3.11.
+            timer = loop.call_later(TICK_MS / 1000, self._wake.set)
             try:
-                if self.client.needs_flush:
-                    await loop.run_in_executor(self._executor, self.client.flush)
-                self.client.poll()
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+            self._wake.clear()
+            if self.client.failed:
+                continue
+            try:
+                self.client.tick()
+                await self.process()
+            except (KafkaStorageError, OSError, UnreadableMetadataRecord) as e:
+                self.client.fail(e)
             except Exception:
-                log.exception("Raft: committing or delivering metadata failed")
+                log.exception("Raft: driving the core failed")
+
+    async def process(self) -> None:
+        """Drain every Ready the core has (bounded per wake-up)."""
+        loop = asyncio.get_running_loop()
+        client = self.client
+        for _ in range(64):
+            ready = client.take_ready()
+            if ready.is_empty():
+                return
+            durable = None
+            if client.needs_disk(ready):
+                try:
+                    durable = await loop.run_in_executor(self._executor, client.persist, ready)
+                except Exception as e:  # QuorumStateError, KafkaStorageError
+                    client.fail(e)
+                    return
+            client.complete(ready, durable)
 
     async def shutdown(self) -> None:
-        """Commit and deliver what was appended, then stop and tell the listeners."""
+        """Resign gracefully (EndQuorumEpoch to the other voters, bounded), then stop."""
+        client = self.client
         if self._task is not None:
+            client.begin_shutdown()
+            core = client.core
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SHUTDOWN_TIMEOUT_MS / 1000
+            while not client.failed and loop.time() < deadline:
+                # Only a leader has something to finish: its resignation (EndQuorumEpoch).
+                resigning = isinstance(core.state, (LeaderState, ResignedState))
+                if not resigning or core.is_shutdown_complete(client._clock_ms()):
+                    break
+                self._wake.set()
+                await asyncio.sleep(0.02)
             self._stopping = True
             self._wake.set()
             await self._task
             self._task = None
-        self.client.begin_shutdown()
+        else:
+            client.begin_shutdown()
+        client.fail_inbound()
+        if self.channel is not None:
+            await self.channel.close()
+        self._executor.shutdown(wait=True)

@@ -1,8 +1,9 @@
 """The ``__cluster_metadata`` log: Raft's replicated log on disk (Kafka's ``KafkaMetadataLog``).
 
 Records are appended as RecordBatches, one batch per append (each record's value is the serde's
-bytes), and become committed when the high watermark passes them; with one voter that is when
-they are fsynced. Readers get committed batches only, decoded with the serde; control batches
+bytes), at the offsets and epochs the Raft core assigned (:meth:`MetadataLog.append_batch`), and
+truncated when the core says; the core decides what is committed. :meth:`~MetadataLog.read_batches`
+readers (tools, tests) get batches below the high watermark only, decoded with the serde; control batches
 (KRaft's LeaderChange, SnapshotHeader/Footer, KRaftVersion, Voters, written by Apache Kafka) are
 not records of the state machine and are skipped. Below the log start offset, a snapshot stands
 in for the deleted records.
@@ -26,9 +27,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
 from odradek.raft.raft_client import Batch, SnapshotReader
+from odradek.raft.raft_log import LogBatch
+from odradek.raft.record_batches import BatchCodec, UndecodableBatch
 from odradek.raft.serde import RecordSerde, RecordSerdeError
 from odradek.raft.snapshot import (
     SnapshotDownload,
@@ -68,9 +70,10 @@ class MetadataLog(Generic[T]):
     def __init__(self, log: Log, serde: RecordSerde[T]) -> None:
         self.log = log
         self.serde = serde
+        self._codec = BatchCodec(serde)
         self._lock = threading.Lock()
         self._snapshot_lock = threading.Lock()  # creating vs. cleaning snapshots
-        # Whatever survived on disk was fsynced before it was acknowledged.
+        # Until Raft says otherwise: readers of the files (tools, tests) see all of it.
         self.log.high_watermark = self.log.log_end_offset
         self._recover_snapshots()
 
@@ -102,24 +105,39 @@ class MetadataLog(Generic[T]):
             info = self.log.append_as_leader(batch, epoch, now_ms)
         return info.first_offset, info.last_offset
 
-    def flush_and_commit(self, up_to: int) -> None:
-        """Make everything below ``up_to`` durable and committed. Blocking: run off the loop.
+    def read_log_batches(self) -> list[LogBatch]:
+        """Every batch on disk, committed or not, control batches included, for the Raft core
+        at start-up. Blocking. Raises UnreadableMetadataRecord."""
+        out: list[LogBatch] = []
+        offset, end = self.log.log_start_offset, self.log.log_end_offset
+        while offset < end:
+            data = self.log.read(offset, 1 << 20, end, True).to_bytes()
+            if not data:
+                break
+            try:
+                batches = list(self._codec.decode(data))
+            except UndecodableBatch as e:
+                raise UnreadableMetadataRecord(self.log.dir, e.offset, e.reason) from e
+            batches = [b for b in batches if b.end_offset > offset]
+            if not batches:
+                break
+            out.extend(batches)
+            offset = batches[-1].end_offset
+        return out
 
-        If the fsync fails (KafkaStorageError), what was appended since the last commit is
-        removed again and the error raised: a restart, which replays everything on disk, must
-        not find records whose append was reported failed."""
-        try:
-            self.log.flush()
-        except KafkaStorageError:
-            with self._lock:
-                try:
-                    self.log.truncate_to(self.log.high_watermark)
-                except OSError:
-                    log.critical("cannot remove uncommitted records from %s", self.log.dir)
-            raise
+    def append_batch(self, batch: LogBatch) -> None:
+        """Append a batch whose offsets the Raft core assigned. Blocking (page cache)."""
         with self._lock:
-            if up_to > self.log.high_watermark:
-                self.log.high_watermark = up_to
+            self.log.append_as_follower(bytearray(self._codec.encode(batch)))
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at and after ``offset``."""
+        with self._lock:
+            self.log.truncate_to(offset)
+
+    def flush(self) -> None:
+        """fsync what was appended. Blocking. Raises KafkaStorageError."""
+        self.log.flush()
 
     def latest_snapshot(self) -> SnapshotReader[T] | None:
         """The snapshot to load before the log: the newest finished one between the log start

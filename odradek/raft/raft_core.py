@@ -72,15 +72,20 @@ class RaftCore:
         election: Election | None = None,
         batches: Sequence[LogBatch] = (),
         max_fetch_batches: int = MAX_FETCH_BATCHES,
+        pre_vote: bool = True,
+        log_start: OffsetAndEpoch | None = None,
     ) -> None:
         """``election`` is what the ``quorum-state`` file holds (None: no file yet),
-        ``batches`` the durable log read at start-up."""
+        ``batches`` the durable log read at start-up, ``log_start`` where it begins when a
+        snapshot stands for the records below. ``pre_vote`` False: an election timeout makes
+        the node a candidate at once (Kafka 3.9; Vote v0-v1 cannot carry a pre-vote)."""
         self.node_id = node_id
         self.voters = frozenset(voters)
         self.cluster_id = cluster_id
         self.config = config
         self.random = rng
-        self.log = RaftLog(batches)
+        self.log = RaftLog(batches, log_start)
+        self.pre_vote = pre_vote
         self.max_fetch_batches = max_fetch_batches  # batches per Fetch response
         self.quorum = QuorumState(node_id, self.voters, config, rng)
         self.requests = RequestManager(config)
@@ -95,6 +100,12 @@ class RaftCore:
         self._high_watermark_moved = False
         self.quorum.initialize(election, self.log.last_epoch, now_ms)
         self._fire_leader_change()
+        if self.voters == {node_id}:
+            # Kafka's initialize: the only voter needs nobody's vote, so it runs at once.
+            if isinstance(self.quorum.state, CandidateState):
+                self._maybe_transition_forward(now_ms)
+            else:
+                self._transition_to_candidate(now_ms)
         self._poll(now_ms)
 
     # -- queries ------------------------------------------------------------------------------
@@ -121,6 +132,12 @@ class RaftCore:
     @property
     def log_end_offset(self) -> int:
         return self.log.end_offset
+
+    def lowest_pending_truncation(self) -> int | None:
+        """The lowest offset a truncation not yet drained by :meth:`ready` cuts the log to: a
+        caller that made the disk durable for an earlier ``ready`` may report only below it."""
+        cuts = [op.offset for op in self._ready.log_ops if isinstance(op, Truncate)]
+        return min(cuts) if cuts else None
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -253,6 +270,9 @@ class RaftCore:
         self._reset_connections()
 
     def _transition_to_prospective(self, now_ms: int) -> None:
+        if not self.pre_vote:
+            self._transition_to_candidate(now_ms)
+            return
         self.quorum.transition_to_prospective(now_ms)
         self._fire_leader_change()
         self._reset_connections()

@@ -40,20 +40,25 @@ class OffsetAndEpoch:
 
 
 class RaftLog:
-    def __init__(self, batches: Sequence[LogBatch] = ()) -> None:
+    def __init__(
+        self, batches: Sequence[LogBatch] = (), start: OffsetAndEpoch | None = None
+    ) -> None:
+        """``start``: where the log begins when a snapshot replaced the records below it (the
+        snapshot's end offset and epoch); the log starts at offset 0 otherwise."""
+        self.start = start if start is not None else OffsetAndEpoch(0, 0)
         self.batches: list[LogBatch] = []
-        self.durable_end_offset = 0
+        self.durable_end_offset = self.start.offset
         for batch in batches:
             self.append(batch)
         self.durable_end_offset = self.end_offset
 
     @property
     def end_offset(self) -> int:
-        return self.batches[-1].end_offset if self.batches else 0
+        return self.batches[-1].end_offset if self.batches else self.start.offset
 
     @property
     def last_epoch(self) -> int:
-        return self.batches[-1].epoch if self.batches else 0
+        return self.batches[-1].epoch if self.batches else self.start.epoch
 
     def end_offset_and_epoch(self) -> OffsetAndEpoch:
         return OffsetAndEpoch(self.end_offset, self.last_epoch)
@@ -68,7 +73,8 @@ class RaftLog:
         self.batches.append(batch)
 
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset``."""
+        """Remove everything at and after ``offset`` (never below the start)."""
+        offset = max(offset, self.start.offset)
         while self.batches and self.batches[-1].base_offset >= offset:
             self.batches.pop()
         if self.batches and self.batches[-1].end_offset > offset:
@@ -92,6 +98,8 @@ class RaftLog:
         """Kafka's ``endOffsetForEpoch``: the largest epoch of the log not above ``epoch`` and
         the offset where it ends; ``(0, 0)`` when the log has no such epoch."""
         found: OffsetAndEpoch | None = None
+        if self.start.offset > 0 and self.start.epoch <= epoch:
+            found = self.start
         for batch in self.batches:
             if batch.epoch > epoch:
                 break

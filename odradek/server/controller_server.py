@@ -4,7 +4,8 @@ It runs the QuorumController as a Raft listener on the shared metadata log, and 
 :class:`~odradek.controller.controller_apis.ControllerApis`: brokers reach them through their
 controller channel, clients through the controller listener(s) named by
 ``controller.listener.names``, which serve ApiVersions (with the controller's finalized features)
-and the ControllerApis the protocol definitions declare (the quorum APIs will land there too).
+and the ControllerApis the protocol definitions declare, and the quorum's RaftApis (Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Fetch, DescribeQuorum).
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from odradek.controller.controller_apis import ControllerApis
 from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.controller.quorum_controller import QuorumController
 from odradek.metadata.metadata_cache import FinalizedFeatures
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
+from odradek.raft.record_batches import BatchCodec
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
 from odradek.server.formatter import read_bootstrap_metadata_version
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.raft_apis import RaftApis
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
 
 log = logging.getLogger(__name__)
@@ -103,7 +107,8 @@ class ControllerServer:
                 socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
             )
         self.controller_apis = controller_apis
-        handler = ControllerListenerApis(controller, [controller_apis])
+        raft_apis = RaftApis(raft_client, BatchCodec(METADATA_RECORD_SERDE))
+        handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
         for server in self._servers:
             server.handler = handler
             await server.start()

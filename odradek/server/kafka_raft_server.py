@@ -2,9 +2,9 @@
 (Kafka's ``KafkaRaftServer``)::
 
     KafkaRaftServer
-     ├─ SharedServer      dir locks, __cluster_metadata, the Raft client (quorum of one)
-     ├─ ControllerServer  QuorumController (a Raft listener), ControllerApis,
-     │                    the controller listener                                      [controller]
+     ├─ SharedServer      dir locks, __cluster_metadata, the Raft client and its driver
+     ├─ ControllerServer  QuorumController (a Raft listener), ControllerApis, RaftApis
+     │                    (Vote, Fetch, ...), the controller listener                  [controller]
      └─ BrokerServer      MetadataLoader (a Raft listener), MetadataCache, logs,
                           ReplicaManager, coordinators, KafkaApis on the broker
                           listeners, the controller channel                            [broker]
@@ -15,8 +15,10 @@ replay it into the controller, elect this node, start the broker (which replays 
 own image and registers with the controller through its controller channel). Shutdown runs the
 other way round.
 
-A broker-only process needs a controller quorum in another process, which it cannot reach before
-the network controller channel exists; it is refused, as is a quorum with other voters.
+Controller-only processes form a quorum of any number of voters (``controller.quorum.voters``).
+A broker needs the active controller, which it reaches only inside its own process until the
+network controller channel exists: a broker-only process is refused, and so is a combined
+process in a quorum with other voters.
 """
 
 from __future__ import annotations
@@ -43,11 +45,13 @@ def _refuse_unsupported_roles(config: KafkaConfig) -> None:
             "run process.roles=broker,controller"
         )
     others = sorted(v.node_id for v in config.controller_quorum_voters if v.node_id != config.node_id)
-    if others:
+    if others and "broker" in roles:
         raise ConfigError(
-            f"not supported: controller.quorum.voters={config.raw('controller.quorum.voters')}: "
-            f"a controller quorum with other voters ({', '.join(map(str, others))}) is not "
-            f"supported yet; name only this node ({config.node_id}@host:port)"
+            f"not supported: process.roles=broker,controller with controller.quorum.voters="
+            f"{config.raw('controller.quorum.voters')}: the broker of a node that is not the "
+            f"active controller cannot reach the leader (voters {', '.join(map(str, others))}) "
+            "over the network yet; run process.roles=controller on each voter, or a single "
+            f"combined node ({config.node_id}@host:port only)"
         )
 
 
@@ -83,7 +87,7 @@ class KafkaRaftServer:
             self.shared.release_locks()
             raise
         self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id, metadata_log_dir=cfg.metadata_log_dir)
-        await self.shared.open_metadata_log()
+        await self.shared.open_metadata_log(self.cluster_id)
         assert self.controller is not None  # broker-only is refused in __init__
         await self.controller.startup(self.cluster_id)
         raft_client = await self.shared.start_raft()

@@ -5,9 +5,10 @@ Raft client that commits it, and how a role's listener is bound.
 Start-up is in three steps so that nothing is written before the log proved readable:
 :meth:`SharedServer.open_metadata_log` opens the log and reads the snapshot and quorum-state
 (writes nothing), the roles register their Raft listeners (which replays the log into them), and
-:meth:`SharedServer.start_raft` elects this node (a new epoch in quorum-state) and starts
-committing. :meth:`SharedServer.start_snapshots` then puts Kafka's SnapshotGenerator on the
-broker's metadata loader (a controller-only process gets a loader of its own for it, as Kafka's
+:meth:`SharedServer.start_raft` starts the Raft driver (a quorum of one elects itself there, a
+new epoch in quorum-state) and the network channel to the other voters.
+:meth:`SharedServer.start_snapshots` then puts Kafka's SnapshotGenerator on the broker's
+metadata loader (a controller-only process gets a loader of its own for it, as Kafka's
 SharedServer has one in every role); snapshots are written and old ones cleaned in the default
 executor, never on the event loop.
 """
@@ -31,12 +32,15 @@ from odradek.metadata.snapshot_generator import SnapshotGenerator
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
+from odradek.raft.kafka_network_channel import KafkaNetworkChannel
 from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
+from odradek.raft.quorum import QuorumConfig
 from odradek.raft.quorum_state import FILE_NAME as QUORUM_STATE_FILE
 from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.raft.raft_client import Listener
+from odradek.raft.record_batches import BatchCodec
 from odradek.raft.snapshot import SnapshotId
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.kafka_config import KafkaConfig
@@ -118,6 +122,7 @@ class SharedServer:
         self._snapshot_loader: MetadataLoader | None = None
         self._snapshot_work: set[asyncio.Future[None]] = set()
         self._snapshot_cleaner: asyncio.Task[None] | None = None
+        self._voter_endpoints: dict[int, tuple[str, int]] = {}
 
     def lock_dirs(self) -> None:
         """Lock every data directory (log.dirs and metadata.log.dir) before anything in them
@@ -130,26 +135,39 @@ class SharedServer:
             lock.release()
         self._dir_locks = []
 
-    async def open_metadata_log(self) -> KafkaRaftClient[MetadataRecord]:
-        """Open ``__cluster_metadata`` and the Raft client on it; reads, writes nothing."""
+    async def open_metadata_log(self, cluster_id: str = "") -> KafkaRaftClient[MetadataRecord]:
+        """Open ``__cluster_metadata`` and the Raft client on it (the voters of
+        ``controller.quorum.voters``, the ``controller.quorum.*`` timeouts); reads, writes
+        nothing."""
         loop = asyncio.get_running_loop()
         meta_dir = os.path.join(os.path.abspath(self.config.metadata_log_dir), f"{METADATA_TOPIC}-0")
+        # Kafka's KafkaRaftClient.MAX_BATCH_SIZE_BYTES: the largest batch Raft writes or fetches.
         meta_config = LogConfig(
             segment_bytes=int(self.config.get("metadata.log.segment.bytes")),
             segment_ms=int(self.config.get("metadata.log.segment.ms")),
             retention_ms=-1,
             retention_bytes=-1,
+            max_message_bytes=8 * 1024 * 1024,
         )
         self._metadata_raw_log = await loop.run_in_executor(
             None, lambda: Log.load(meta_dir, meta_config, now_ms=now_ms(), clean_shutdown=False)
         )
         self.metadata_log = MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE)
+        cfg = self.config
+        voters = cfg.controller_quorum_voters
+        quorum_config = QuorumConfig.from_props(
+            {name: cfg.get(name) for name in QuorumConfig.CONFIG_NAMES}
+        )
         client: KafkaRaftClient[MetadataRecord] = KafkaRaftClient(
             self.node_id,
             self.metadata_log,
             FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)),
             now_ms,
+            voters=frozenset(v.node_id for v in voters),
+            cluster_id=cluster_id,
+            config=quorum_config,
         )
+        self._voter_endpoints = {v.node_id: (v.host, v.port) for v in voters}
         try:
             await loop.run_in_executor(None, client.initialize)
         except UnreadableMetadataRecord as e:
@@ -168,17 +186,30 @@ class SharedServer:
             raise _unreadable(e) from e
 
     async def start_raft(self) -> KafkaRaftClient[MetadataRecord]:
-        """Elect this node (the only voter) at a new epoch, persisted to quorum-state, tell the
-        listeners, and start committing appends."""
+        """Start the Raft driver and its network channel to the other voters. A quorum of one
+        elects itself at once: its new epoch is persisted to quorum-state and the log it holds
+        committed and handed to the listeners before this returns."""
         assert self.raft_client is not None
         client = self.raft_client
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, client.elect)
-        except QuorumStateError as e:
-            raise StartupError(str(e)) from e
-        client.poll()
-        self._raft_driver = KafkaRaftClientDriver(client)
-        self._raft_driver.start()
+        others = {n: e for n, e in self._voter_endpoints.items() if n != self.node_id}
+        channel = None
+        if others or self.node_id not in client.voters:
+            channel = KafkaNetworkChannel(
+                self.node_id,
+                self._voter_endpoints,
+                BatchCodec(METADATA_RECORD_SERDE),
+                request_timeout_ms=client.config.request_timeout_ms,
+            )
+        driver = KafkaRaftClientDriver(client, channel)
+        if client.voters == {self.node_id}:
+            try:
+                await driver.process()
+            except (UnreadableMetadataRecord, MetadataReplayError) as e:
+                raise _unreadable(e) from e
+            if client.failed:
+                raise StartupError(f"cannot write the metadata log in {self.config.metadata_log_dir}")
+        self._raft_driver = driver
+        driver.start()
         return client
 
     # -- snapshots ------------------------------------------------------------------------------

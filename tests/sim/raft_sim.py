@@ -118,8 +118,10 @@ class Simulation:
         faults: Faults | None = None,
         config: QuorumConfig | None = None,
         max_fetch_batches: int = 64,
+        pre_vote: bool = True,
     ) -> None:
         self.seed = seed
+        self.pre_vote = pre_vote  # False: as the network runs it (Vote v0-v1, Kafka 3.9)
         self.rng = random.Random(seed)
         self.faults = faults or Faults()
         self.config = config or QuorumConfig()
@@ -179,6 +181,7 @@ class Simulation:
             election=node.disk.election,
             batches=node.disk.batches(),
             max_fetch_batches=self.max_fetch_batches,
+            pre_vote=self.pre_vote,
         )
         self.log(f"start node {node.node_id} #{node.incarnation} as {node.core.state!r}")
         self.drain(node)
@@ -573,8 +576,9 @@ class Simulation:
         return all(any(r == record for _, r in node.applied) for node in self.nodes.values())
 
 
-def run_schedule(seed: int) -> Simulation:
-    """One schedule, its shape drawn from the seed: 3 or 5 voters, 0-2 observers."""
+def run_schedule(seed: int, pre_vote: bool = True) -> Simulation:
+    """One schedule, its shape drawn from the seed: 3 or 5 voters, 0-2 observers; ``pre_vote``
+    False runs the cores as KafkaRaftClient runs them on the network."""
     shape = random.Random(seed ^ 0x5EED)
     sim = Simulation(
         seed,
@@ -586,6 +590,7 @@ def run_schedule(seed: int) -> Simulation:
             max_delay_ms=shape.choice((5, 40, 150)),
         ),
         max_fetch_batches=shape.choice((8, 64)),
+        pre_vote=pre_vote,
     )
     sim.run()
     return sim

@@ -18,7 +18,7 @@ from odradek.raft import epoch_state, quorum, raft_core
 from .raft_sim import Violation, run_schedule
 
 REPLAY = (
-    "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k test_raft_schedules -q"
+    "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k {test} -q"
 )
 
 
@@ -31,16 +31,24 @@ def _quiet_raft_logs() -> Iterator[None]:
     logger.setLevel(level)
 
 
-def test_raft_schedules(sim_seeds: list[int]) -> None:
-    for seed in sim_seeds:
+def _run_schedules(seeds: list[int], pre_vote: bool, test: str) -> None:
+    for seed in seeds:
+        replay = REPLAY.format(seed=seed, test=test)
         try:
-            run_schedule(seed)
+            run_schedule(seed, pre_vote)
         except Violation as e:
-            pytest.fail(f"seed {seed}: {e}\nreplay with: {REPLAY.format(seed=seed)}", pytrace=False)
+            pytest.fail(f"seed {seed}: {e}\nreplay with: {replay}", pytrace=False)
         except Exception as e:  # a crash of the core is a failure of the schedule too
-            raise AssertionError(
-                f"seed {seed} crashed; replay with: {REPLAY.format(seed=seed)}"
-            ) from e
+            raise AssertionError(f"seed {seed} crashed; replay with: {replay}") from e
+
+
+def test_raft_schedules(sim_seeds: list[int]) -> None:
+    _run_schedules(sim_seeds, True, "'test_raft_schedules and not without'")
+
+
+def test_raft_schedules_without_pre_vote(sim_seeds: list[int]) -> None:
+    """The cores as the network runs them: no pre-vote (Vote v0-v1 cannot carry it)."""
+    _run_schedules(sim_seeds, False, "test_raft_schedules_without_pre_vote")
 
 
 def test_replay_is_deterministic() -> None:

@@ -156,6 +156,10 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key,
                     m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
                     g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key, g.ALLOCATE_PRODUCER_IDS.api_key,
+                    # the quorum's RaftApis: Fetch (of __cluster_metadata), Vote,
+                    # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
+                    m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,
+                    g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key,
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)

@@ -38,13 +38,20 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                                                              "client_software_version": "1"})
                 assert resp["error_code"] == Errors.NONE
                 # ApiVersions, the ControllerApis a client may send to a controller, and the
-                # broker → controller APIs of brokers in other processes.
+                # broker → controller APIs of brokers in other processes, and the quorum's RaftApis
+                # (Fetch here is __cluster_metadata's).
                 assert [a["api_key"] for a in resp["api_keys"]] == sorted([
                     m.API_VERSIONS.api_key, m.CREATE_TOPICS.api_key, m.DELETE_TOPICS.api_key,
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key,
                     m.DESCRIBE_CLUSTER.api_key, g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key,
-                    g.ALLOCATE_PRODUCER_IDS.api_key,
+                    g.ALLOCATE_PRODUCER_IDS.api_key, m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,
+                    g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key,
                 ])
+                quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
+                    {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
+                part = quorum["topics"][0]["partitions"][0]
+                assert (part["error_code"], part["leader_id"], part["leader_epoch"]) == (0, 1, 1)
+                assert [v["replica_id"] for v in part["current_voters"]] == [1]
                 # The active controller bootstrapped metadata.version on its own (no broker).
                 for _ in range(100):
                     if controller.image.features.levels:
@@ -103,8 +110,11 @@ def test_broker_only_and_other_voters_are_refused() -> None:
         KafkaRaftServer(broker_only)
     three = KafkaConfig({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
                          "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match=r"a controller quorum with other voters \(2, 3\) is not supported yet"):
+    with pytest.raises(ConfigError, match=r"process.roles=broker,controller with .*voters 2, 3\) over the network"):
         KafkaRaftServer(three)
+    # Controller-only voters of a larger quorum are accepted.
+    KafkaRaftServer(KafkaConfig({"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
+                                 "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"}))
 
 
 @pytest.mark.parametrize(

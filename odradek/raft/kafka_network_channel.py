@@ -1,0 +1,173 @@
+"""KafkaNetworkChannel: the Raft core's requests to the other voters over the network (Kafka's
+``KafkaNetworkChannel``), and the conversion of Raft messages to and from the wire.
+
+One :class:`~odradek.network.client.NetworkClient` per voter of ``controller.quorum.voters``
+(id@host:port), which reconnects by itself and matches responses by correlation id. A request
+that cannot be sent or answered (connection refused or lost) comes back to the core as a
+response with ``BROKER_NOT_AVAILABLE``, so it backs off and retries as Kafka's does. Fetch
+responses carry RecordBatches: the core's batches are encoded by the leader and decoded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from odradek.network.client import NetworkClient
+from odradek.protocol.messages import generated as g
+from odradek.protocol.schema import Api
+from odradek.raft import raft_messages as msgs
+from odradek.raft.raft_messages import RaftMessage
+from odradek.raft.record_batches import BatchCodec, UndecodableBatch
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+RAFT_APIS: dict[int, Api] = {
+    msgs.VOTE: g.VOTE,
+    msgs.BEGIN_QUORUM_EPOCH: g.BEGIN_QUORUM_EPOCH,
+    msgs.END_QUORUM_EPOCH: g.END_QUORUM_EPOCH,
+    msgs.FETCH: g.FETCH,
+    msgs.DESCRIBE_QUORUM: g.DESCRIBE_QUORUM,
+}
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def error_response(api_key: int, error: int) -> dict[str, Any]:
+    """A response carrying only a top-level error (the core backs off on it)."""
+    if api_key == msgs.FETCH:
+        return {"throttle_time_ms": 0, "error_code": error, "session_id": 0, "responses": []}
+    return {"error_code": error, "topics": []}
+
+
+def encode_fetch_records(data: dict[str, Any], codec: BatchCodec[Any]) -> dict[str, Any]:
+    """The core's Fetch response with its LogBatch records as RecordBatch bytes."""
+    for topic in data.get("responses") or []:
+        for partition in topic.get("partitions") or []:
+            batches = partition.get("records") or []
+            partition["records"] = codec.encode_all(batches) if batches else b""
+    return data
+
+
+def decode_fetch_records(data: dict[str, Any], codec: BatchCodec[Any]) -> dict[str, Any]:
+    """A Fetch response from the wire with its records as LogBatch objects (UndecodableBatch)."""
+    for topic in data.get("responses") or []:
+        for partition in topic.get("partitions") or []:
+            raw = partition.get("records")
+            partition["records"] = list(codec.decode(raw)) if raw else []
+    return data
+
+
+def fill_uuids(value: Any) -> Any:
+    """Null directory ids (the core's "none") as Kafka's zero Uuid, which the wire carries."""
+    if isinstance(value, dict):
+        return {
+            k: (_ZERO_UUID if v is None and k.endswith("directory_id") else fill_uuids(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [fill_uuids(v) for v in value]
+    return value
+
+
+class KafkaNetworkChannel(Generic[T]):
+    def __init__(
+        self,
+        node_id: int,
+        endpoints: dict[int, tuple[str, int]],
+        codec: BatchCodec[T],
+        *,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+        request_timeout_ms: int = 2000,
+    ) -> None:
+        self.node_id = node_id
+        # A Fetch may be parked by the leader for its max wait: that on top of the timeout.
+        self.timeout_s = (request_timeout_ms + msgs.FETCH_MAX_WAIT_MS) / 1000
+        self.endpoints = dict(endpoints)
+        self.codec = codec
+        self._clients: dict[int, NetworkClient] = {}
+        self._on_response: Callable[[RaftMessage], None] = lambda _m: None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._backoff = (reconnect_backoff_ms, reconnect_backoff_max_ms)
+        self._closed = False
+
+    def start(self, on_response: Callable[[RaftMessage], None]) -> None:
+        self._on_response = on_response
+
+    def _client(self, node: int) -> NetworkClient | None:
+        client = self._clients.get(node)
+        if client is None:
+            endpoint = self.endpoints.get(node)
+            if endpoint is None:
+                return None
+            client = NetworkClient(
+                endpoint[0],
+                endpoint[1],
+                f"raft-client-{self.node_id}",
+                reconnect_backoff_ms=self._backoff[0],
+                reconnect_backoff_max_ms=self._backoff[1],
+            )
+            self._clients[node] = client
+        return client
+
+    def send(self, request: RaftMessage) -> None:
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._send(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, request: RaftMessage) -> None:
+        api = RAFT_APIS[request.api_key]
+        client = self._client(request.destination)
+        data: dict[str, Any]
+        if client is None:
+            log.warning("Raft: no endpoint for node %d (not in controller.quorum.voters)", request.destination)
+            data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
+        else:
+            try:
+                data = await asyncio.wait_for(
+                    client.send(api, api.max_version, request.data), self.timeout_s
+                )
+                if request.api_key == msgs.FETCH:
+                    data = decode_fetch_records(data, self.codec)
+            except UndecodableBatch as e:
+                log.warning("Raft: undecodable records from node %d: %s", request.destination, e)
+                data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
+            except (TimeoutError, OSError) as e:  # ConnectionClosed is an OSError
+                log.debug("Raft: %r to node %d failed: %s", request, request.destination, e)
+                data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
+            except Exception as e:  # an encoding or decoding error: a bug or a hostile peer
+                log.warning("Raft: %r to node %d failed: %s", request, request.destination, e)
+                data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
+        if self._closed:
+            return
+        self._on_response(
+            RaftMessage(
+                request.destination,
+                self.node_id,
+                request.api_key,
+                request.correlation_id,
+                data,
+                is_response=True,
+            )
+        )
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()

@@ -1,0 +1,75 @@
+"""RaftApis: the KRaft quorum's APIs on the controller listener (Kafka routes Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata`` and DescribeQuorum from
+``ControllerApis`` to its raft manager). Each request goes to the node's Raft core through the
+KafkaRaftClient; the answer comes back when the core gives it (a Fetch may wait there for new
+records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from odradek.network.request_channel import CloseConnection
+from odradek.protocol import messages as m
+from odradek.protocol.schema import Api
+from odradek.raft import raft_messages as msgs
+from odradek.raft.kafka_network_channel import RAFT_APIS, encode_fetch_records, fill_uuids
+from odradek.raft.kafka_raft_client import KafkaRaftClient
+from odradek.raft.record_batches import BatchCodec
+
+if TYPE_CHECKING:
+    from odradek.server.api_dispatcher import Handler, RequestContext
+
+log = logging.getLogger(__name__)
+
+# The longest a request may wait for the core's answer (a parked Fetch waits up to its
+# max_wait_ms); past it the connection is closed, as a peer that never answers would be.
+ANSWER_TIMEOUT_S = 30.0
+
+
+def _source(api_key: int, data: dict[str, Any]) -> int:
+    """The node that sent a request, as the core sees it (-1: not known)."""
+    if api_key == msgs.FETCH:
+        return msgs.fetch_replica_id(data)
+    partition = msgs.single_partition(data)
+    if partition is None:
+        return msgs.NO_ID
+    key = "candidate_id" if api_key == msgs.VOTE else "leader_id"
+    value = partition.get(key)
+    return value if isinstance(value, int) else msgs.NO_ID
+
+
+class RaftApis:
+    def __init__(self, client: KafkaRaftClient[Any], codec: BatchCodec[Any]) -> None:
+        self.client = client
+        self.codec = codec
+
+    def handlers(self) -> dict[Api, Handler]:
+        apis = {**RAFT_APIS, msgs.FETCH: m.FETCH}
+
+        def served(api_key: int) -> Handler:
+            def handler(ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+                return self._answer(ctx, api_key, req)
+
+            return handler
+
+        return {api: served(key) for key, api in apis.items()}
+
+    async def _answer(self, ctx: RequestContext, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
+        future = self.client.handle_request(_source(api_key, req), api_key, req)
+        try:
+            data = await asyncio.wait_for(future, ANSWER_TIMEOUT_S)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            task = asyncio.current_task()
+            if isinstance(e, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # the connection went away
+            raise CloseConnection(
+                f"{msgs.API_NAMES[api_key]} from {ctx.conn.peer}: Raft is shutting down or did "
+                "not answer"
+            ) from None
+        if api_key == msgs.FETCH:
+            data = encode_fetch_records(data, self.codec)
+        return fill_uuids(data)
