@@ -275,8 +275,12 @@ class _Admin:
     def __init__(self, bootstrap: list[tuple[str, int]], controllers: bool, props: dict[str, str]) -> None:
         self.bootstrap = bootstrap
         self.controllers = controllers
-        self.api_timeout_s = int(props.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS)) / 1000
-        self.request_timeout_s = int(props.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)) / 1000
+        api_timeout_ms = int(props.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS))
+        request_timeout_ms = int(props.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
+        if api_timeout_ms < request_timeout_ms:  # KafkaAdminClient refuses to start
+            raise TerseError("Failed to create new KafkaAdminClient")
+        self.api_timeout_s = api_timeout_ms / 1000
+        self.request_timeout_s = request_timeout_ms / 1000
         self.client_id = props.get("client.id", "odradek-metadata-quorum")
         self.clients: dict[tuple[str, int], NetworkClient] = {}
         self.versions: dict[tuple[str, int], dict[int, int]] = {}
