@@ -143,3 +143,28 @@ def test_missing_or_both_bootstrap_flags_match_kafka(kafka: tuple[KafkaTools, Ka
         assert ours.stdout == theirs.stdout == ""
         mine = "".join(ours.stderr.split("error:", 1)[1].split())
         assert mine == "".join(theirs.stderr.split("error:", 1)[1].split()), args
+
+
+@pytest.mark.parametrize("command", ["--status", "--replication"])
+@pytest.mark.parametrize("listener", ["--bootstrap-server", "--bootstrap-controller"])
+def test_against_odradek_same_as_kafka_tool(tmp_path: Path, command: str, listener: str) -> None:
+    """Both tools against an Odradek node print the same, whatever Odradek serves: while its
+    listeners do not advertise DescribeQuorum, the same UnsupportedVersionException line and exit
+    code 1; once they do, the same description."""
+    from odradek.embedded import EmbeddedBroker
+
+    tools = find_kafka_tools("4")
+    config = tmp_path / "admin.properties"
+    config.write_text("default.api.timeout.ms=10000\nrequest.timeout.ms=5000\n")
+    with EmbeddedBroker({"metadata.max.idle.interval.ms": "0"}) as broker:
+        addr = broker.bootstrap_servers if listener == "--bootstrap-server" else f"127.0.0.1:{broker.controller_port}"
+        args = [listener, addr, "--command-config", str(config), "describe", command]
+        theirs = tools.run("kafka-metadata-quorum", *args, check=False)
+        ours = _odradek(*args)
+    assert ours.returncode == theirs.returncode
+    if theirs.returncode == 0:
+        norm = _normalise_replication if command == "--replication" else (lambda s: s)
+        assert norm(ours.stdout) == norm(theirs.stdout)
+    else:
+        assert ours.stdout == theirs.stdout == ""
+        assert ours.stderr.splitlines()[0] == theirs.stderr.splitlines()[0]
