@@ -3,6 +3,8 @@ answers to bad input (the integration test compares with Kafka's own tool on a r
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import socket
 import uuid
 from pathlib import Path
@@ -12,8 +14,12 @@ import pytest
 
 from odradek.cli import metadata_quorum as mq
 from odradek.cli.main import main
+from odradek.metadata.metadata_cache import FinalizedFeatures
+from odradek.network.socket_server import SocketServer
+from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages.generated import DESCRIBE_QUORUM
+from odradek.server.api_dispatcher import ApiDispatcher, RequestContext
 
 DIR_1 = uuid.UUID("5c3e1e6a-5b0e-4a8f-9d1c-0a1b2c3d4e5f")
 NOW = 1_700_000_010_000
@@ -201,3 +207,68 @@ def test_timeouts_refused_as_kafka_admin_refuses_them(capsys: pytest.CaptureFixt
 def test_bad_bootstrap_address(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["metadata-quorum", "--bootstrap-server", "nohostport", "describe", "--status"]) == 1
     assert "Invalid url in bootstrap.servers: nohostport" in capsys.readouterr().err
+
+
+# ---- against fake controllers: --bootstrap-controller goes to the active one ------------------
+
+
+class _FakeController(ApiDispatcher):
+    """A controller listener serving ApiVersions, DescribeCluster (endpoint type 2) and
+    DescribeQuorum; a standby answers DescribeQuorum with NOT_LEADER_OR_FOLLOWER."""
+
+    def __init__(self, node_id: int, active: bool, endpoints: dict[int, int]) -> None:
+        self.node_id = node_id
+        self.active = active
+        self.endpoints = endpoints  # node id -> port
+        self.quorum_requests = 0
+        self.apis = {a.api_key: a for a in (m.API_VERSIONS, m.DESCRIBE_CLUSTER, DESCRIBE_QUORUM)}
+        self.handlers = {
+            m.API_VERSIONS.api_key: self.handle_api_versions,
+            m.DESCRIBE_CLUSTER.api_key: self.describe_cluster,
+            DESCRIBE_QUORUM.api_key: self.describe_quorum,
+        }
+
+    def finalized_features(self) -> FinalizedFeatures:
+        return FinalizedFeatures({}, -1)
+
+    def describe_cluster(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        assert req["endpoint_type"] == 2
+        return {
+            "throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": 2,
+            "cluster_id": "fake-cluster", "controller_id": 2,
+            "brokers": [{"broker_id": n, "host": "127.0.0.1", "port": p, "rack": None}
+                        for n, p in sorted(self.endpoints.items())],
+            "cluster_authorized_operations": -2147483648,
+        }
+
+    def describe_quorum(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        self.quorum_requests += 1
+        assert req["topics"] == [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+        if self.active:
+            return canned()
+        return canned(error_code=Errors.NOT_LEADER_OR_FOLLOWER, leader_id=-1)
+
+
+def test_bootstrap_controller_asks_the_active_controller(capsys: pytest.CaptureFixture[str]) -> None:
+    async def scenario() -> tuple[str, int, int]:
+        ports: dict[int, int] = {}
+        standby, active = _FakeController(1, False, ports), _FakeController(2, True, ports)
+        servers = [SocketServer("127.0.0.1", 0, c, listener_name="CONTROLLER") for c in (standby, active)]
+        for s in servers:
+            await s.start()
+        ports.update({1: servers[0].port, 2: servers[1].port})
+        try:
+            args = argparse.Namespace(
+                bootstrap_server=None, bootstrap_controller=f"127.0.0.1:{ports[1]}",
+                replication=False, status=True, human_readable=False,
+            )
+            out = await mq._describe(args, {"default.api.timeout.ms": "5000", "request.timeout.ms": "2000"})
+        finally:
+            for s in servers:
+                s.begin_shutdown()
+                await s.stop()
+        return out, standby.quorum_requests, active.quorum_requests
+
+    out, standby_asked, active_asked = asyncio.run(scenario())
+    assert (standby_asked, active_asked) == (0, 1)
+    assert out.startswith("ClusterId:              fake-cluster\nLeaderId:               2\n")
