@@ -255,16 +255,27 @@ def format_replication(info: QuorumInfo, human_readable: bool, now_ms: int) -> s
 # ---- talking to the cluster ---------------------------------------------------------------------
 
 
+def _admin_config_error(message: str) -> TerseError:
+    """How Kafka's tool reports a configuration its Admin client refuses (first line, cause)."""
+    return TerseError(
+        "Failed to create new KafkaAdminClient\n"
+        f"Caused by: org.apache.kafka.common.config.ConfigException: {message}"
+    )
+
+
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` as Kafka's ClientUtils reads it (empty entries skipped)."""
     out: list[tuple[str, int]] = []
     for item in value.split(","):
         item = item.strip()
+        if not item:
+            continue
         host, sep, port = item.rpartition(":")
-        if not item or not sep or not host or not port.isdigit():
-            raise TerseError(
-                f"org.apache.kafka.common.config.ConfigException: Invalid url in bootstrap.servers: {item}"
-            )
+        if not sep or not host or not port.isdigit():
+            raise _admin_config_error(f"Invalid url in bootstrap.servers: {item}")
         out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise _admin_config_error("You must set either bootstrap.servers or bootstrap.controllers")
     return out
 
 
@@ -278,7 +289,10 @@ class _Admin:
         api_timeout_ms = int(props.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS))
         request_timeout_ms = int(props.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
         if api_timeout_ms < request_timeout_ms:  # KafkaAdminClient refuses to start
-            raise TerseError("Failed to create new KafkaAdminClient")
+            raise _admin_config_error(
+                "The specified value of default.api.timeout.ms must be no smaller than the value "
+                "of request.timeout.ms."
+            )
         self.api_timeout_s = api_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
         self.client_id = props.get("client.id", "odradek-metadata-quorum")

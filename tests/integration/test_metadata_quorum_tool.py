@@ -108,6 +108,15 @@ def test_bad_describe_flags_match_kafka(kafka: tuple[KafkaTools, KafkaServer], t
     ours = _odradek("--bootstrap-server", server.bootstrap_servers, *args)
     assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (1, "")
     assert ours.stderr.splitlines()[0] == theirs.stderr.splitlines()[0] == "Failed to create new KafkaAdminClient"
+    assert ours.stderr.splitlines()[1] in theirs.stderr.splitlines()  # the "Caused by:" line
+    for bootstrap in ("nohostport", "127.0.0.1:abc"):
+        args = ["--bootstrap-server", bootstrap, "describe", "--status"]
+        theirs = tools.run("kafka-metadata-quorum", *args, check=False)
+        ours = _odradek(*args)
+        assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (1, "")
+        first, cause = ours.stderr.splitlines()
+        assert first == theirs.stderr.splitlines()[0]
+        assert cause in theirs.stderr.splitlines() and "Invalid url in bootstrap.servers" in cause
 
 
 @pytest.mark.parametrize("command", ["--status", "--replication"])

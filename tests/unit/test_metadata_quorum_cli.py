@@ -201,12 +201,25 @@ def test_timeouts_refused_as_kafka_admin_refuses_them(capsys: pytest.CaptureFixt
     config.write_text("default.api.timeout.ms=2000\n")  # below request.timeout.ms' 30 s
     assert main(["metadata-quorum", "--bootstrap-server", "127.0.0.1:1", "--command-config", str(config),
                  "describe", "--status"]) == 1
-    assert capsys.readouterr().err == "Failed to create new KafkaAdminClient\n"
+    assert capsys.readouterr().err == (
+        "Failed to create new KafkaAdminClient\nCaused by: org.apache.kafka.common.config.ConfigException: "
+        "The specified value of default.api.timeout.ms must be no smaller than the value of request.timeout.ms.\n"
+    )
 
 
-def test_bad_bootstrap_address(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["metadata-quorum", "--bootstrap-server", "nohostport", "describe", "--status"]) == 1
-    assert "Invalid url in bootstrap.servers: nohostport" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("bootstrap", "cause"),
+    [
+        ("nohostport", "Invalid url in bootstrap.servers: nohostport"),
+        ("127.0.0.1:abc", "Invalid url in bootstrap.servers: 127.0.0.1:abc"),
+        (" , ", "You must set either bootstrap.servers or bootstrap.controllers"),
+    ],
+)
+def test_bad_bootstrap_address(capsys: pytest.CaptureFixture[str], bootstrap: str, cause: str) -> None:
+    assert main(["metadata-quorum", "--bootstrap-server", bootstrap, "describe", "--status"]) == 1
+    assert capsys.readouterr().err == (
+        f"Failed to create new KafkaAdminClient\nCaused by: org.apache.kafka.common.config.ConfigException: {cause}\n"
+    )
 
 
 # ---- against fake controllers: --bootstrap-controller goes to the active one ------------------
