@@ -15,6 +15,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.pipeline",
     "odradek.cli.storage",
     "odradek.cli.dump_log",
+    "odradek.cli.metadata_quorum",
 )
 
 

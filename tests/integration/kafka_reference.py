@@ -41,6 +41,7 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
     "kafka-metadata-shell": "org.apache.kafka.shell.MetadataShell",
     "kafka-storage": "kafka.tools.StorageTool",
+    "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
 }
 
 
