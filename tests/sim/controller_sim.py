@@ -31,6 +31,9 @@ Invariants, on top of raft_sim's (checked on every event; :class:`Violation`):
 
 Liveness: after the heal the active controller registers a new broker, which must be committed
 and applied everywhere within raft_sim's bounds.
+
+:func:`run_controller_schedule` is one random schedule; :func:`run_deposed_leader_schedule` a
+directed one where a paused active controller resumes in an epoch the others left.
 """
 
 from __future__ import annotations
@@ -318,6 +321,14 @@ class ControllerSimulation(Simulation):
         for t in range(18, self.faults.fault_phase_ms, 37):
             self.at(t + self.rng.randrange(10), self.propose)
 
+    def _pause_someone(self) -> None:
+        """As raft_sim's, and the workload steps right when the node resumes: a deposed leader
+        that has not heard of the next epoch yet still proposes (its writes must not commit)."""
+        super()._pause_someone()
+        resume = max(n.paused_until for n in self.nodes.values())
+        if resume > self.now:
+            self.at(resume, self.propose)
+
     def propose(self) -> None:
         """One step of the workload on each active controller with no write in flight."""
         for node in self.nodes.values():
@@ -507,6 +518,33 @@ def run_controller_schedule(seed: int) -> ControllerSimulation:
         ),
         max_fetch_batches=shape.choice((8, 64)),
     )
+    with seeded_topic_ids(random.Random(seed ^ 0x7091C)):
+        sim.run()
+    return sim
+
+
+def run_deposed_leader_schedule(
+    seed: int, pause_at_ms: int = 3000, pause_ms: int = 2600
+) -> ControllerSimulation:
+    """No random faults: the active controller, with no write in flight, is paused past the
+    followers' fetch timeout but not its own check-quorum timeout, so that it resumes as the
+    leader of an epoch the others already left, and proposes (invariant 3)."""
+    quiet = Faults(
+        drop=0.0, duplicate=0.0, max_delay_ms=5, crash_every_ms=10**6, partition_every_ms=10**6
+    )
+    sim = ControllerSimulation(seed, voters=3, observers=1, faults=quiet)
+
+    def pause_idle_leader() -> None:
+        for node in sim.nodes.values():
+            c = sim.active(node)
+            if c is not None and c.inflight is None:
+                node.paused_until = sim.now + pause_ms
+                sim.log(f"pause node {node.node_id} until {node.paused_until}")
+                sim.at(node.paused_until, sim.propose)
+                return
+        sim.at(sim.now + 1, pause_idle_leader)
+
+    sim.at(pause_at_ms, pause_idle_leader)
     with seeded_topic_ids(random.Random(seed ^ 0x7091C)):
         sim.run()
     return sim

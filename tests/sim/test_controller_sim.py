@@ -29,7 +29,13 @@ from odradek.metadata.image import MetadataImage
 from odradek.raft import epoch_state
 
 from . import controller_sim
-from .controller_sim import Controller, ControllerSimulation, replay, run_controller_schedule
+from .controller_sim import (
+    Controller,
+    ControllerSimulation,
+    replay,
+    run_controller_schedule,
+    run_deposed_leader_schedule,
+)
 from .raft_sim import Violation
 from .test_raft_sim import _hw_counts_minority
 
@@ -65,6 +71,19 @@ def test_replay_is_deterministic() -> None:
     assert first.trace == second.trace
     assert first.committed == second.committed
     assert len(first.acked) > 10
+
+
+def test_deposed_leader_writes_are_never_committed() -> None:
+    """A paused active controller resumes as the leader of an epoch the others left and
+    proposes; invariant 3 (checked in every schedule) must see such writes, and none commits."""
+    late = 0
+    for seed in range(1, 5):
+        sim = run_deposed_leader_schedule(seed)
+        late += len(sim.late_writes)
+        for (offset, epoch), record in sim.late_writes.items():
+            assert sim.committed.get(offset) != (epoch, record)
+        assert max(sim.leaders) >= 2
+    assert late > 0
 
 
 def test_schedules_exercise_the_managers() -> None:
