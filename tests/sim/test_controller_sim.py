@@ -181,7 +181,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     # name: (how to break the controller, seeds to try first)
     "active controller writes before its image caught up with its epoch": (
         lambda mp: mp.setattr(ControllerSimulation, "wait_for_catch_up", False),
-        [0],
+        [36],
     ),
     "managers propose from a stale image": (
         lambda mp: mp.setattr(Controller, "set_image", _stale_managers),
@@ -193,7 +193,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "broker epochs reused": (
         lambda mp: mp.setattr(ClusterControlManager, "register_broker", _new_epoch_mod_7),
-        [0],
+        [21],
     ),
     "producer-id block below the next producer id": (
         lambda mp: mp.setattr(
@@ -203,7 +203,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "write acknowledged when appended": (
         lambda mp: mp.setattr(ControllerSimulation, "propose_write", _ack_at_append),
-        [0],
+        [15],
     ),
     "topic ids from a tiny space": (
         lambda mp: mp.setattr(controller_sim, "seeded_topic_ids", _few_topic_ids),
