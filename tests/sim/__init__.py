@@ -1,4 +1,5 @@
-"""Deterministic simulation tests: Raft cores in one process under a seeded faulty world.
+"""Deterministic simulation tests: Raft cores (raft_sim.py), and the controller's metadata state
+machine on them (controller_sim.py), in one process under a seeded faulty world.
 
 ``python3 -m pytest tests/sim`` runs a small number of schedules (CI);
 ``ODRADEK_SIM_SCHEDULES=5000`` (or ``--sim-schedules=5000``) runs more, and

@@ -7,6 +7,7 @@ import os
 import pytest
 
 DEFAULT_SCHEDULES = 300
+DEFAULT_CONTROLLER_SCHEDULES = 100  # test_controller_sim.py: the metadata state machine on top
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,16 +25,25 @@ def _option(config: pytest.Config, name: str, env: str) -> int | None:
     return int(raw) if raw else None
 
 
-@pytest.fixture
-def sim_seeds(request: pytest.FixtureRequest) -> list[int]:
-    """The seeds to run: one replayed seed, or ``count`` seeds from the first one."""
-    config = request.config
+def _seeds(config: pytest.Config, default_count: int) -> list[int]:
     seed = _option(config, "--sim-seed", "ODRADEK_SIM_SEED")
     if seed is not None:
         return [seed]
-    count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
+    count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or default_count
     first = _option(config, "--sim-first-seed", "ODRADEK_SIM_FIRST_SEED") or 0
     return list(range(first, first + count))
+
+
+@pytest.fixture
+def sim_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """The seeds to run: one replayed seed, or ``count`` seeds from the first one."""
+    return _seeds(request.config, DEFAULT_SCHEDULES)
+
+
+@pytest.fixture
+def controller_sim_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """As ``sim_seeds``, for the controller schedules (fewer by default)."""
+    return _seeds(request.config, DEFAULT_CONTROLLER_SCHEDULES)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,4 +51,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
     for item in items:
         if item.name == "test_raft_schedules" and count > DEFAULT_SCHEDULES:
+            item.add_marker(pytest.mark.timeout(60 + count))
+        if item.name == "test_controller_schedules" and count > DEFAULT_CONTROLLER_SCHEDULES:
             item.add_marker(pytest.mark.timeout(60 + count))

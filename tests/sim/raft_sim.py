@@ -142,7 +142,7 @@ class Simulation:
         self.healed = False
         self.leaders: dict[int, int] = {}  # epoch -> leader
         self._leader_checked: dict[int, int] = {}  # epoch -> committed offsets checked
-        self.committed_records: set[str] = set()
+        self.committed_records: set[str | bytes] = set()
         self.commit_epochs: list[int] = []  # by offset: the epoch in which it was committed
         self.committed: dict[int, tuple[int, Any]] = {}  # offset -> (epoch, record)
         self.entries_seen: dict[
@@ -184,6 +184,7 @@ class Simulation:
             pre_vote=self.pre_vote,
         )
         self.log(f"start node {node.node_id} #{node.incarnation} as {node.core.state!r}")
+        self.on_start(node)
         self.drain(node)
         incarnation = node.incarnation
         self.at(self.now + self.rng.randrange(1, TICK_MS), lambda: self.tick(node, incarnation))
@@ -247,8 +248,20 @@ class Simulation:
             self.at(self.now + self.rng.randrange(1, 30), lambda: self.fsync(node, incarnation))
         for batch in ready.committed:
             self.apply_committed(node, batch)
+            self.on_applied(node, batch)
         for message in ready.messages:
             self.send(node, message)
+
+    # -- hooks for a state machine on top (controller_sim.py) ---------------------------------
+
+    def on_start(self, node: Node) -> None:
+        """``node`` (re)started: what it held in memory is gone."""
+
+    def on_new_commit(self, offset: int, entry: tuple[int, Any], control: bool) -> None:
+        """The first time any node commits ``offset`` (offsets come in order)."""
+
+    def on_applied(self, node: Node, batch: LogBatch) -> None:
+        """``node`` applied the committed ``batch``."""
 
     # -- network ------------------------------------------------------------------------------
 
@@ -343,11 +356,12 @@ class Simulation:
             known = self.committed.get(offset)
             if known is None:
                 self.committed[offset] = entry
-                if isinstance(record, str):
+                if isinstance(record, (str, bytes)):
                     self.committed_records.add(record)
                 assert node.core is not None
                 self.commit_epochs.append(node.core.epoch)
                 self.check_durable_on_majority(offset, entry)
+                self.on_new_commit(offset, entry, batch.control)
             elif known != entry:
                 raise Violation(
                     f"state-machine safety: node {node.node_id} commits {entry} at offset {offset}, "
@@ -524,7 +538,7 @@ class Simulation:
         heal_at = self.faults.fault_phase_ms
         self.at(heal_at, self.heal)
         deadline = heal_at + CATCH_UP_BOUND_MS
-        probes: list[str] = []
+        probes: list[Any] = []
         committed = False
         probe_at = next_probe_at = heal_at + 1
         while self._queue:
@@ -561,7 +575,7 @@ class Simulation:
     def _states(self) -> dict[int, str]:
         return {n.node_id: repr(n.core.state) if n.core else "down" for n in self.nodes.values()}
 
-    def _propose_probe(self, n: int) -> str | None:
+    def _propose_probe(self, n: int) -> Any:
         for node in self.nodes.values():
             core = node.core
             if core is not None and core.is_leader() and core.high_watermark is not None:
@@ -572,7 +586,7 @@ class Simulation:
                 return record
         return None
 
-    def _applied_everywhere(self, record: str) -> bool:
+    def _applied_everywhere(self, record: Any) -> bool:
         return all(any(r == record for _, r in node.applied) for node in self.nodes.values())
 
 
