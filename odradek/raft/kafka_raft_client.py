@@ -22,6 +22,7 @@ not fsynced is never counted as durable, so it is never committed by this node's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -123,6 +124,10 @@ class KafkaRaftClient(RaftClient[T]):
         if self._snapshot is not None:
             start = OffsetAndEpoch(self._snapshot.end_offset, self._snapshot.epoch)
         batches = self._log.read_log_batches()
+        if start is not None:
+            # Segments not wholly below the snapshot stay on disk (only whole segments are
+            # deleted): the core's log begins at the snapshot's end offset.
+            batches = _from_offset(batches, start.offset)
         self._core = RaftCore(
             self.node_id,
             self.voters,
@@ -247,7 +252,7 @@ class KafkaRaftClient(RaftClient[T]):
                 if isinstance(op, Truncate):
                     self._log.truncate_to(op.offset)
                 elif isinstance(op, Append):
-                    self._log.append_batch(op.batch)
+                    self._log.append_batch(op.batch, self._clock_ms())
             self._log.flush()
         return self._log.end_offset
 
@@ -446,3 +451,16 @@ class KafkaRaftClientDriver:
         if self.channel is not None:
             await self.channel.close()
         self._executor.shutdown(wait=True)
+
+
+def _from_offset(batches: Sequence[LogBatch], offset: int) -> list[LogBatch]:
+    """The batches at and after ``offset``; a batch that straddles it keeps its records from
+    ``offset`` on."""
+    out: list[LogBatch] = []
+    for b in batches:
+        if b.end_offset <= offset:
+            continue
+        if b.base_offset < offset:
+            b = dataclasses.replace(b, base_offset=offset, records=b.records[offset - b.base_offset:])
+        out.append(b)
+    return out

@@ -125,10 +125,12 @@ class MetadataLog(Generic[T]):
             offset = batches[-1].end_offset
         return out
 
-    def append_batch(self, batch: LogBatch) -> None:
-        """Append a batch whose offsets the Raft core assigned. Blocking (page cache)."""
+    def append_batch(self, batch: LogBatch, now_ms: int) -> None:
+        """Append a batch whose offsets the Raft core assigned. Blocking (page cache).
+        ``now_ms`` rolls the segment after ``metadata.log.segment.ms``, so that whole segments
+        fall below a snapshot and can be deleted."""
         with self._lock:
-            self.log.append_as_follower(bytearray(self._codec.encode(batch)))
+            self.log.append_as_follower(bytearray(self._codec.encode(batch)), now_ms)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at and after ``offset``."""

@@ -421,3 +421,21 @@ def test_a_download_of_the_wrong_size_or_not_a_whole_snapshot_is_dropped(tmp_pat
     with pytest.raises(SnapshotError):
         download.freeze(len(data) - 5)  # the leader's size, but no footer
     assert os.listdir(d) == []
+
+
+def test_raft_client_starts_from_a_snapshot_above_the_log_start(tmp_path: Path) -> None:
+    """Only whole segments below a snapshot are deleted, so the log may still hold records
+    below the newest snapshot (here all of them): Raft starts its log at the snapshot's end,
+    listeners load the snapshot and then get the records after it."""
+    d = tmp_path / "__cluster_metadata-0"
+    mlog = _open(d, segment_bytes=1 << 20)
+    _fill(mlog, 0, 20)
+    mlog.create_snapshot(SnapshotId(13, 1), write_image(_image(mlog)), 0, 1012)
+    expected = _image(mlog)
+    mlog.log.close()
+    client = KafkaRaftClient(1, _open(d, segment_bytes=1 << 20), FileQuorumStateStore(str(d / "quorum-state")), lambda: 0)
+    client.initialize()
+    loader = MetadataLoader(KRaftMetadataCache())
+    client.register(loader)
+    asyncio.run(KafkaRaftClientDriver(client, None).process())
+    assert loader.metadata_cache.image == expected
