@@ -29,6 +29,7 @@ from odradek.server.kafka_config import KafkaConfig
 
 if TYPE_CHECKING:
     from odradek.server.api_dispatcher import Handler, RequestContext
+    from odradek.server.raft_apis import RaftApis
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,17 @@ class ControllerApis:
         config: KafkaConfig,
         controller: QuorumController,
         leader_id: Callable[[], int | None],
+        raft_apis: RaftApis | None = None,
     ) -> None:
         """``leader_id``: the current Raft leader of the controller quorum (None if unknown);
-        this controller is active when it is the leader."""
+        this controller is active when it is the leader. ``raft_apis``: the quorum's APIs, which
+        answer the DescribeQuorum requests brokers forward (None: not served)."""
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
         self.controller = controller
         self.leader_id = leader_id
+        self.raft_apis = raft_apis
         # The controller listener's advertised endpoints (name -> host, port), for
         # DescribeCluster with the controller endpoint type (KIP-919).
         self.listener_endpoints: dict[str, tuple[str, int]] = {}
@@ -70,6 +74,8 @@ class ControllerApis:
             g.BROKER_REGISTRATION.api_key: self.handle_broker_registration,
             g.BROKER_HEARTBEAT.api_key: self.handle_broker_heartbeat,
         }
+        if raft_apis is not None:
+            self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
 
     def is_active(self) -> bool:
         return self.leader_id() == self.node_id
@@ -121,6 +127,18 @@ class ControllerApis:
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS,
         ]
         return {api: served(api) for api in apis}
+
+    # -- DescribeQuorum -------------------------------------------------------------------------
+
+    async def handle_describe_quorum(self, request: ControllerRequest) -> dict[str, Any]:
+        """A DescribeQuorum a broker forwarded: answered by the Raft core as on the controller
+        listener (any controller answers; a follower says NOT_LEADER_OR_FOLLOWER per partition)."""
+        assert self.raft_apis is not None
+        try:
+            return await self.raft_apis.describe_quorum(request.data)
+        except TimeoutError:
+            log.info("DescribeQuorum: Raft is shutting down or did not answer")
+            return error_response(request, Errors.REQUEST_TIMED_OUT, "Raft did not answer")
 
     # -- CreateTopics ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The admin APIs whose changes the controller makes: CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs and IncrementalAlterConfigs, forwarded to the controller as a
+CreatePartitions, AlterConfigs and IncrementalAlterConfigs, and DescribeQuorum, forwarded to the controller as a
 Kafka broker forwards them (the controller's ControllerApis validates them, writes the records and
 answers; a forward that finds no controller in time is answered REQUEST_TIMED_OUT); and
 DescribeConfigs, answered here.
@@ -53,6 +53,9 @@ class AdminApis:
         return self._forward(ctx, req)
 
     def handle_incremental_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        return self._forward(ctx, req)
+
+    def handle_describe_quorum(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         return self._forward(ctx, req)
 
     # -- Configs --------------------------------------------------------------------------------

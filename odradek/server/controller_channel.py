@@ -286,4 +286,6 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
             "throttle_time_ms": 0, "error_code": error,
             "is_caught_up": False, "is_fenced": True, "should_shut_down": False,
         }
+    if key == g.DESCRIBE_QUORUM.api_key:  # a top-level error (DescribeQuorumRequest.getErrorResponse)
+        return {"error_code": error, "error_message": message, "topics": [], "nodes": []}
     raise ValueError(f"no error response for API {key}")

@@ -93,12 +93,14 @@ class ControllerServer:
                 "configs, brokers, features) and keeps reporting level %d as finalized",
                 level, METADATA_VERSION, level,
             )
+        raft_apis = RaftApis(raft_client, BatchCodec(METADATA_RECORD_SERDE))
         controller_apis = ControllerApis(
             node_id=self.node_id,
             cluster_id=cluster_id,
             config=cfg,
             controller=controller,
             leader_id=lambda: raft_client.leader_and_epoch.leader_id,
+            raft_apis=raft_apis,
         )
         for server in self._servers:  # advertised by DescribeCluster to the controllers' clients
             lst = server.listener_name
@@ -107,7 +109,6 @@ class ControllerServer:
                 socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
             )
         self.controller_apis = controller_apis
-        raft_apis = RaftApis(raft_client, BatchCodec(METADATA_RECORD_SERDE))
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
         for server in self._servers:
             server.handler = handler

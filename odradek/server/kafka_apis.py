@@ -108,6 +108,7 @@ class KafkaApis(ApiDispatcher):
             m.DESCRIBE_CONFIGS.api_key: self.admin_apis.handle_describe_configs,
             m.ALTER_CONFIGS.api_key: self.admin_apis.handle_alter_configs,
             m.INCREMENTAL_ALTER_CONFIGS.api_key: self.admin_apis.handle_incremental_alter_configs,
+            m.DESCRIBE_QUORUM.api_key: self.admin_apis.handle_describe_quorum,
             m.DESCRIBE_CLUSTER.api_key: self.handle_describe_cluster,
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
             m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,

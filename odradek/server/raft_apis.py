@@ -2,7 +2,9 @@
 BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata`` and DescribeQuorum from
 ``ControllerApis`` to its raft manager). Each request goes to the node's Raft core through the
 KafkaRaftClient; the answer comes back when the core gives it (a Fetch may wait there for new
-records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only.
+records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only;
+brokers forward their clients' DescribeQuorum to the controller, whose ``ControllerApis`` hands it
+to :meth:`RaftApis.describe_quorum`.
 """
 
 from __future__ import annotations
@@ -58,18 +60,29 @@ class RaftApis:
 
         return {api: served(key) for key, api in apis.items()}
 
-    async def _answer(self, ctx: RequestContext, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
+    async def describe_quorum(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The DescribeQuorum answer for ``req``; TimeoutError when Raft is shutting down or does
+        not answer."""
+        return await self._request(msgs.DESCRIBE_QUORUM, req)
+
+    async def _request(self, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
         future = self.client.handle_request(_source(api_key, req), api_key, req)
         try:
             data = await asyncio.wait_for(future, ANSWER_TIMEOUT_S)
-        except (TimeoutError, asyncio.CancelledError) as e:
+        except asyncio.CancelledError:
             task = asyncio.current_task()
-            if isinstance(e, asyncio.CancelledError) and task is not None and task.cancelling():
-                raise  # the connection went away
+            if task is not None and task.cancelling():
+                raise  # the caller went away
+            raise TimeoutError from None  # the core dropped the request (shutting down)
+        if api_key == msgs.FETCH:
+            data = encode_fetch_records(data, self.codec)
+        return fill_uuids(data)
+
+    async def _answer(self, ctx: RequestContext, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._request(api_key, req)
+        except TimeoutError:
             raise CloseConnection(
                 f"{msgs.API_NAMES[api_key]} from {ctx.conn.peer}: Raft is shutting down or did "
                 "not answer"
             ) from None
-        if api_key == msgs.FETCH:
-            data = encode_fetch_records(data, self.codec)
-        return fill_uuids(data)

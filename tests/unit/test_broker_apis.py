@@ -143,6 +143,43 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
     run(go)
 
 
+def test_combined_node_answers_describe_quorum_on_its_client_listener(tmp_path: Path) -> None:
+    """The broker listener advertises DescribeQuorum with the controller's versions and forwards
+    it to the controller (Kafka's handleDescribeQuorumRequest): the same quorum as on the
+    controller listener, at every version."""
+    body = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+
+    def quorum(resp: dict[str, Any]) -> tuple[Any, ...]:
+        part = resp["topics"][0]["partitions"][0]
+        return (
+            resp["error_code"], part["error_code"], part["leader_id"], part["leader_epoch"],
+            part["high_watermark"], [v["replica_id"] for v in part["current_voters"]],
+        )
+
+    async def go() -> None:
+        async with broker(tmp_path, **{"metadata.max.idle.interval.ms": "0"}) as (server, c):
+            resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+            advertised = {a["api_key"]: (a["min_version"], a["max_version"]) for a in resp["api_keys"]}
+            assert advertised[g.DESCRIBE_QUORUM.api_key] == (g.DESCRIBE_QUORUM.min_version, g.DESCRIBE_QUORUM.max_version)
+            async with NetworkClient("127.0.0.1", server.bound_ports["CONTROLLER"]) as ctl:
+                resp = await ctl.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+                on_controller = {a["api_key"]: (a["min_version"], a["max_version"]) for a in resp["api_keys"]}
+                assert on_controller[g.DESCRIBE_QUORUM.api_key] == advertised[g.DESCRIBE_QUORUM.api_key]
+                for v in range(g.DESCRIBE_QUORUM.min_version, g.DESCRIBE_QUORUM.max_version + 1):
+                    theirs = quorum(await ctl.send(g.DESCRIBE_QUORUM, v, body))
+                    ours = quorum(await c.send(g.DESCRIBE_QUORUM, v, body))
+                    assert ours == theirs, v
+                    assert ours[:4] == (Errors.NONE, Errors.NONE, 1, 1) and ours[5] == [1] and ours[4] >= 0
+            # Another partition: the core's UNKNOWN_TOPIC_OR_PARTITION comes back through the broker.
+            bad = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 1}]}]}
+            resp = await c.send(g.DESCRIBE_QUORUM, 2, bad)
+            assert Errors.UNKNOWN_TOPIC_OR_PARTITION in {
+                resp["error_code"], *(p["error_code"] for t in resp["topics"] for p in t["partitions"])
+            }
+
+    run(go)
+
+
 def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
     """The controller listener advertises and serves what ControllerApis implements there (plus
     ApiVersions), nothing of the broker's: a Metadata request closes the connection."""

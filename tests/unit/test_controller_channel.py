@@ -161,6 +161,12 @@ def test_channel_times_out_without_a_controller_and_forwarding_answers_request_t
         assert [(t["name"], t["error_code"]) for t in resp["topics"]] == [
             ("a", Errors.REQUEST_TIMED_OUT), ("b", Errors.REQUEST_TIMED_OUT),
         ]
+        # A forwarded DescribeQuorum: a top-level REQUEST_TIMED_OUT, encodable at every version.
+        quorum = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+        resp = await apis.handle_describe_quorum(ctx(m.DESCRIBE_QUORUM.api_key, 2), quorum)
+        assert (resp["error_code"], resp["topics"]) == (Errors.REQUEST_TIMED_OUT, [])
+        for v in range(m.DESCRIBE_QUORUM.min_version, m.DESCRIBE_QUORUM.max_version + 1):
+            assert m.DESCRIBE_QUORUM.encode_response(v, resp)
         assert rec.seen == []
         await channel.close()
 
