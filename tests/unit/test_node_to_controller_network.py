@@ -88,6 +88,15 @@ def test_broker_registers_heartbeats_creates_topics_and_gets_producer_ids_over_t
                 assert controller.image.topics_by_name["net-t1"].topic_id == t["topic_id"]
                 again = await fwd.forward(create_topics("net-t1"))
                 assert again["topics"][0]["error_code"] == Errors.TOPIC_ALREADY_EXISTS
+                # A client's DescribeQuorum, forwarded to the controller listener, which serves it.
+                quorum = await fwd.forward(ControllerRequest(
+                    g.DESCRIBE_QUORUM.api_key, 2,
+                    {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+                    RequestClient("c", "127.0.0.1"),
+                ))
+                part = quorum["topics"][0]["partitions"][0]
+                assert (quorum["error_code"], part["error_code"], part["leader_id"]) == (0, 0, 1)
+                assert [v["replica_id"] for v in part["current_voters"]] == [1]
 
                 pids = ProducerIdManager(2, lambda: lifecycle.broker_epoch, ch)
                 first = await pids.generate_producer_id()
