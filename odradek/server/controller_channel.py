@@ -110,13 +110,97 @@ def error_codes(data: Any) -> set[int]:
 
 
 @dataclass
-class _Pending:
+class PendingRequest:
     request: ControllerRequest
     future: asyncio.Future[dict[str, Any]]
     deadline: float
+    last_error: str = ""
 
 
-class InMemoryControllerChannel(ControllerChannel):
+class RetryRequest(Exception):
+    """This attempt failed in a way the channel retries: no controller known yet, the
+    controller unreachable, a disconnect or a timeout. The message says why."""
+
+
+class QueuedControllerChannel(ControllerChannel):
+    """What both channels share (Kafka's NodeToControllerRequestThread): requests are sent one
+    at a time in send order; a broker's own request answered NOT_CONTROLLER, and any attempt
+    that raises :class:`RetryRequest`, goes back to the head of the queue after the backoff,
+    until its retry timeout (then ControllerRequestTimeout). Subclasses deliver one attempt."""
+
+    def __init__(self, retry_timeout_ms: int, retry_backoff_ms: int, name: str) -> None:
+        self._retry_timeout = retry_timeout_ms / 1000.0
+        self._backoff = retry_backoff_ms / 1000.0
+        self._name = name
+        self._queue: collections.deque[PendingRequest] = collections.deque()
+        self._wakeup: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def send(self, request: ControllerRequest) -> dict[str, Any]:
+        if self._closed:
+            raise ControllerRequestTimeout(f"the {self._name} channel to the controller is closed")
+        loop = asyncio.get_running_loop()
+        pending = PendingRequest(request, loop.create_future(), loop.time() + self._retry_timeout)
+        self._queue.append(pending)
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        self._wakeup.set()
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._run(), name=f"controller-channel-{self._name}")
+        return await pending.future
+
+    @abstractmethod
+    async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
+        """One attempt: (the controller's node id, its response). Raises RetryRequest, or what
+        the controller raised (handed to the sender)."""
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._wakeup is not None
+        while not self._closed:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            item = self._queue.popleft()
+            if item.future.done():  # the sender gave up (cancelled)
+                continue
+            now = loop.time()
+            if now >= item.deadline:
+                reason = f" (last: {item.last_error})" if item.last_error else ""
+                item.future.set_exception(
+                    ControllerRequestTimeout(
+                        f"no active controller answered API {item.request.api_key} within "
+                        f"{int(self._retry_timeout * 1000)} ms{reason}"
+                    )
+                )
+                continue
+            try:
+                node, response = await self._deliver(item, item.deadline - now)
+            except RetryRequest as e:
+                item.last_error = str(e)
+                self._queue.appendleft(item)
+                await asyncio.sleep(self._backoff)
+                continue
+            except Exception as e:  # the caller sees what the controller raised
+                if not item.future.done():
+                    item.future.set_exception(e)
+                continue
+            if item.request.client is None and Errors.NOT_CONTROLLER in error_codes(response):
+                log.debug(
+                    "%s channel: API %d to node %d: NOT_CONTROLLER; waiting for the new controller",
+                    self._name, item.request.api_key, node,
+                )
+                item.last_error = f"node {node} answered NOT_CONTROLLER"
+                self._queue.appendleft(item)
+                await asyncio.sleep(self._backoff)
+                continue
+            if not item.future.done():
+                item.future.set_result(response)
+
+
+class InMemoryControllerChannel(QueuedControllerChannel):
     """The channel to a controller in this process: ``controllers`` maps node ids to the
     ControllerApis running here; ``controller_id`` says which node is the active controller
     (Kafka's ControllerNodeProvider: the Raft leader)."""
@@ -130,74 +214,20 @@ class InMemoryControllerChannel(ControllerChannel):
         retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS,
         name: str = "forwarding",
     ) -> None:
+        super().__init__(retry_timeout_ms, retry_backoff_ms, name)
         self._controllers = controllers
         self._controller_id = controller_id
-        self._retry_timeout = retry_timeout_ms / 1000.0
-        self._backoff = retry_backoff_ms / 1000.0
-        self._name = name
-        self._queue: collections.deque[_Pending] = collections.deque()
-        self._wakeup: asyncio.Event | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self._closed = False
 
     def active_controller_id(self) -> int | None:
         return self._controller_id()
 
-    async def send(self, request: ControllerRequest) -> dict[str, Any]:
-        if self._closed:
-            raise ControllerRequestTimeout(f"the {self._name} channel to the controller is closed")
-        loop = asyncio.get_running_loop()
-        pending = _Pending(request, loop.create_future(), loop.time() + self._retry_timeout)
-        self._queue.append(pending)
-        if self._wakeup is None:
-            self._wakeup = asyncio.Event()
-        self._wakeup.set()
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._run(), name=f"controller-channel-{self._name}")
-        return await pending.future
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._wakeup is not None
-        while not self._closed:
-            if not self._queue:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            item = self._queue.popleft()
-            if item.future.done():  # the sender gave up (cancelled)
-                continue
-            if loop.time() >= item.deadline:
-                item.future.set_exception(
-                    ControllerRequestTimeout(
-                        f"no active controller answered API {item.request.api_key} within "
-                        f"{int(self._retry_timeout * 1000)} ms"
-                    )
-                )
-                continue
-            target = self._controller_id()
-            handler = self._controllers.get(target) if target is not None else None
-            if handler is None:
-                log.debug("No active controller known to the %s channel; retrying", self._name)
-                self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
-                continue
-            try:
-                response = await handler.handle(item.request)
-            except Exception as e:  # the caller sees what the controller raised
-                if not item.future.done():
-                    item.future.set_exception(e)
-                continue
-            if item.request.client is None and Errors.NOT_CONTROLLER in error_codes(response):
-                log.debug(
-                    "API %d to node %s: NOT_CONTROLLER; waiting for the new controller",
-                    item.request.api_key, target,
-                )
-                self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
-                continue
-            if not item.future.done():
-                item.future.set_result(response)
+    async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
+        target = self._controller_id()
+        handler = self._controllers.get(target) if target is not None else None
+        if target is None or handler is None:
+            log.debug("No active controller known to the %s channel; retrying", self._name)
+            raise RetryRequest("no active controller known")
+        return target, await handler.handle(item.request)
 
     async def close(self) -> None:
         """Stop: the request in flight is answered (a controller write is never cut short),

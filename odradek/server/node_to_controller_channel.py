@@ -34,10 +34,8 @@ its reconnect backoff (``reconnect.backoff.ms`` / ``reconnect.backoff.max.ms``).
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from odradek import __version__
@@ -54,7 +52,9 @@ from odradek.server.controller_channel import (
     ControllerRequestHandler,
     ControllerRequestTimeout,
     InMemoryControllerChannel,
-    error_codes,
+    PendingRequest,
+    QueuedControllerChannel,
+    RetryRequest,
     error_response,
 )
 from odradek.server.kafka_config import KafkaConfig
@@ -124,19 +124,7 @@ def controller_endpoints(config: KafkaConfig) -> dict[int, tuple[str, int]]:
     return {v.node_id: (v.host, v.port) for v in config.controller_quorum_voters}
 
 
-@dataclass
-class _Pending:
-    request: ControllerRequest
-    future: asyncio.Future[dict[str, Any]]
-    deadline: float
-    last_error: str = ""
-
-
-class _Retry(Exception):
-    """This attempt failed in a way the channel retries (disconnect, timeout)."""
-
-
-class NodeToControllerChannel(ControllerChannel):
+class NodeToControllerChannel(QueuedControllerChannel):
     def __init__(
         self,
         leader_id: Callable[[], int | None],
@@ -164,16 +152,10 @@ class NodeToControllerChannel(ControllerChannel):
                 reconnect_backoff_max_ms=reconnect_backoff_max_ms,
             )
 
+        super().__init__(retry_timeout_ms, retry_backoff_ms, name)
         self._connect: ConnectionFactory = connect if connect is not None else network
-        self._retry_timeout = retry_timeout_ms / 1000.0
-        self._backoff = retry_backoff_ms / 1000.0
         self._request_timeout = request_timeout_ms / 1000.0
-        self._name = name
-        self._queue: collections.deque[_Pending] = collections.deque()
-        self._wakeup: asyncio.Event | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self._current: _Pending | None = None
-        self._closed = False
+        self._current: PendingRequest | None = None
         self._connections: dict[tuple[int, str, int], ControllerConnection] = {}
         # ApiVersions of each connected controller: api key -> (min, max)
         self._versions: dict[tuple[int, str, int], dict[int, tuple[int, int]]] = {}
@@ -211,19 +193,6 @@ class NodeToControllerChannel(ControllerChannel):
     def active_controller_id(self) -> int | None:
         return self._leader_id()
 
-    async def send(self, request: ControllerRequest) -> dict[str, Any]:
-        if self._closed:
-            raise ControllerRequestTimeout(f"the {self._name} channel to the controller is closed")
-        loop = asyncio.get_running_loop()
-        pending = _Pending(request, loop.create_future(), loop.time() + self._retry_timeout)
-        self._queue.append(pending)
-        if self._wakeup is None:
-            self._wakeup = asyncio.Event()
-        self._wakeup.set()
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._run(), name=f"node-to-controller-{self._name}")
-        return await pending.future
-
     async def close(self) -> None:
         """Stop: what is queued or in flight fails with ControllerRequestTimeout; the
         connections close."""
@@ -250,57 +219,21 @@ class NodeToControllerChannel(ControllerChannel):
 
     # -- the request thread -----------------------------------------------------------------
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._wakeup is not None
-        while not self._closed:
-            if not self._queue:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
-            item = self._queue.popleft()
-            if item.future.done():  # the sender gave up (cancelled)
-                continue
-            now = loop.time()
-            if now >= item.deadline:
-                reason = f" (last: {item.last_error})" if item.last_error else ""
-                item.future.set_exception(
-                    ControllerRequestTimeout(
-                        f"no active controller answered API {item.request.api_key} within "
-                        f"{int(self._retry_timeout * 1000)} ms{reason}"
-                    )
-                )
-                continue
-            node = self._controller_node()
-            if node is None:
-                item.last_error = "no active controller known"
-                self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
-                continue
-            self._current = item
-            try:
-                response = await self._attempt(node, item, item.deadline - now)
-            except _Retry as e:
-                item.last_error = str(e)
-                self._current = None
-                self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
-                continue
+    async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
+        node = self._controller_node()
+        if node is None:
+            raise RetryRequest("no active controller known")
+        self._current = item  # close() fails it if the attempt is cancelled
+        try:
+            response = await self._attempt(node, item, remaining)
+        except RetryRequest:
             self._current = None
-            if self._unreachable_logged:
-                log.info("The controller %s is reachable again", _describe(node))
-                self._unreachable_logged = False
-            if item.request.client is None and Errors.NOT_CONTROLLER in error_codes(response):
-                log.debug(
-                    "API %d to node %d: NOT_CONTROLLER; waiting for the new controller",
-                    item.request.api_key, node[0],
-                )
-                item.last_error = f"node {node[0]} answered NOT_CONTROLLER"
-                self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
-                continue
-            if not item.future.done():
-                item.future.set_result(response)
+            raise
+        self._current = None
+        if self._unreachable_logged:
+            log.info("The controller %s is reachable again", _describe(node))
+            self._unreachable_logged = False
+        return node[0], response
 
     def _controller_node(self) -> tuple[int, str, int] | None:
         """The active controller (id, host, port), logging when it changes or is unknown."""
@@ -327,7 +260,7 @@ class NodeToControllerChannel(ControllerChannel):
             self._unreachable_logged = False
         return node
 
-    async def _attempt(self, node: tuple[int, str, int], item: _Pending, remaining: float) -> dict[str, Any]:
+    async def _attempt(self, node: tuple[int, str, int], item: PendingRequest, remaining: float) -> dict[str, Any]:
         conn = self._connections.get(node)
         if conn is None:
             conn = self._connections[node] = self._connect(*node)
@@ -349,12 +282,12 @@ class NodeToControllerChannel(ControllerChannel):
         except (ConnectionClosed, OSError) as e:
             self._versions.pop(node, None)
             self._unreachable(node, f"{e}")
-            raise _Retry(f"node {node[0]}: {e}") from e
+            raise RetryRequest(f"node {node[0]}: {e}") from e
         except TimeoutError as e:
             self._versions.pop(node, None)
             msg = f"no answer within {int(timeout * 1000)} ms"
             self._unreachable(node, msg)
-            raise _Retry(f"node {node[0]}: {msg}") from e
+            raise RetryRequest(f"node {node[0]}: {msg}") from e
 
     def _unreachable(self, node: tuple[int, str, int], reason: str) -> None:
         if not self._unreachable_logged:
