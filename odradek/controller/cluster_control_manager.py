@@ -86,11 +86,13 @@ class ClusterControlManager:
 
     # -- active / standby ----------------------------------------------------------------------
 
-    def activate(self, now_ms: int) -> None:
-        """This controller became active: every registered broker gets a fresh session."""
+    def activate(self, now_ms: int, expired: frozenset[int] = frozenset()) -> None:
+        """This controller became active: every registered broker gets a fresh session, except
+        the ``expired`` ones, known to have no live incarnation (held as fenced: a new
+        incarnation registers at once)."""
         self.heartbeat_manager = BrokerHeartbeatManager(self.session_timeout_ms)
         for broker_id, b in sorted(self.image.brokers.items()):
-            self.heartbeat_manager.register(broker_id, b.fenced, now_ms)
+            self.heartbeat_manager.register(broker_id, b.fenced or broker_id in expired, now_ms)
 
     def deactivate(self) -> None:
         self.heartbeat_manager = None

@@ -91,10 +91,15 @@ class QuorumController(Listener[MetadataRecord]):
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         clock_ms: Callable[[], int] = _monotonic_ms,
         bootstrap_metadata_version: int = METADATA_VERSION,
+        colocated_broker: bool = False,
     ) -> None:
-        """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines)."""
+        """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines).
+        ``colocated_broker``: this process is also broker ``node_id`` (process.roles=broker,
+        controller)."""
         self.node_id = node_id
         self.raft_client = raft_client
+        self._colocated_broker = colocated_broker
+        self._activated_before = False
         self.image: MetadataImage = EMPTY_IMAGE
         self.transactions = MetadataTransactions()
         # The quorum's leader as Raft last announced it; this node writes only while it leads.
@@ -157,7 +162,13 @@ class QuorumController(Listener[MetadataRecord]):
                 self.node_id, leader.epoch, self.image.offset,
             )
             if was != leader:
-                self.cluster.activate(self.clock_ms())
+                # The broker sharing this process cannot have a live earlier incarnation when
+                # this controller first activates: it died with the previous process. It may
+                # register again at once instead of waiting for a session that cannot end
+                # otherwise than by timing out (broker.session.timeout.ms after a kill -9).
+                gone = frozenset({self.node_id}) if self._colocated_broker and not self._activated_before else frozenset()
+                self._activated_before = True
+                self.cluster.activate(self.clock_ms(), expired=gone)
                 self._activation_pending = True
                 self._schedule_activation()
         elif was.is_leader(self.node_id):

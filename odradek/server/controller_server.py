@@ -82,6 +82,7 @@ class ControllerServer:
             broker_configs=DynamicBrokerConfigPolicy(cfg),
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=read_bootstrap_metadata_version(cfg.metadata_log_dir) or METADATA_VERSION,
+            colocated_broker="broker" in cfg.process_roles,
         )
         self.shared.register(controller)
         self.controller = controller

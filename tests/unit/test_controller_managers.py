@@ -165,6 +165,20 @@ def test_another_incarnation_while_the_session_is_alive_is_a_duplicate_registrat
     assert c.image.brokers[1].incarnation_id == other["incarnation_id"]
 
 
+def test_a_broker_known_to_be_gone_registers_again_at_once() -> None:
+    """A controller that activates knowing a broker's incarnation died (the broker sharing its
+    process, after a kill -9 of both) does not hold it to a fresh session."""
+    c = Controller()
+    unfenced(c, 1)
+    unfenced(c, 2)
+    c.cluster.activate(c.clock(), expired=frozenset({1}))
+    epoch, records = c.cluster.register_broker(registration(1, uuid.uuid4()), c.next_offset, c.clock())
+    assert epoch == c.next_offset and records[0][1]["fenced"] is True
+    # Another broker's session is fresh after the activation: still a duplicate.
+    e = error_of(c.cluster.register_broker, registration(2, uuid.uuid4()), c.next_offset, c.clock())
+    assert e.code == Errors.DUPLICATE_BROKER_REGISTRATION
+
+
 def test_a_fenced_registration_may_be_replaced_by_another_incarnation() -> None:
     c = Controller()
     first = c.register(1)
