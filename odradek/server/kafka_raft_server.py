@@ -17,8 +17,9 @@ other way round.
 
 Controller-only processes form a quorum of any number of voters (``controller.quorum.voters``).
 A broker-only process (``process.roles=broker``) follows the metadata log as a Raft observer
-and reaches the active controller over the network (NodeToControllerChannel). A combined
-process in a quorum with other voters is still refused.
+and reaches the active controller over the network (NodeToControllerChannel); so does the
+broker of a combined process in a quorum with other voters (its controller may or may not be
+the active one). A broker with controller.quorum.bootstrap.servers and no voters is refused.
 """
 
 from __future__ import annotations
@@ -44,15 +45,6 @@ def _refuse_unsupported_roles(config: KafkaConfig) -> None:
             f"{config.raw('controller.quorum.bootstrap.servers')} and no controller.quorum.voters: "
             "Odradek's Raft observer needs the static voter set (KIP-853 dynamic quorums are not "
             "implemented); set controller.quorum.voters"
-        )
-    others = sorted(v.node_id for v in config.controller_quorum_voters if v.node_id != config.node_id)
-    if others and "broker" in roles and "controller" in roles:
-        raise ConfigError(
-            f"not supported: process.roles=broker,controller with controller.quorum.voters="
-            f"{config.raw('controller.quorum.voters')}: a combined node in a quorum with other "
-            f"voters (voters {', '.join(map(str, others))}) is not supported yet; run "
-            "process.roles=controller on each voter and process.roles=broker on the brokers, "
-            f"or a single combined node ({config.node_id}@host:port only)"
         )
 
 
