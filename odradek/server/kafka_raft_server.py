@@ -16,9 +16,10 @@ own image and registers with the controller through its controller channel). Shu
 other way round.
 
 Controller-only processes form a quorum of any number of voters (``controller.quorum.voters``).
-A broker needs the active controller, which it reaches only inside its own process until the
-network controller channel exists: a broker-only process is refused, and so is a combined
-process in a quorum with other voters.
+A broker-only process (``process.roles=broker``) follows the metadata log as a Raft observer
+and reaches the active controller over the network (NodeToControllerChannel); so does the
+broker of a combined process in a quorum with other voters (its controller may or may not be
+the active one). A broker with controller.quorum.bootstrap.servers and no voters is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 
 from odradek.server.broker_server import BrokerServer
+from odradek.server.controller_channel import ControllerRequestHandler
 from odradek.server.controller_server import ControllerServer
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
@@ -37,21 +39,12 @@ log = logging.getLogger(__name__)
 
 def _refuse_unsupported_roles(config: KafkaConfig) -> None:
     roles = config.process_roles
-    if "controller" not in roles:
+    if "controller" not in roles and not config.controller_quorum_voters:
         raise ConfigError(
-            "not supported: process.roles=broker: a broker-only node needs the controller quorum "
-            f"({config.raw('controller.quorum.voters') or config.raw('controller.quorum.bootstrap.servers')}) "
-            "in another process, and Odradek cannot reach a controller over the network yet; "
-            "run process.roles=broker,controller"
-        )
-    others = sorted(v.node_id for v in config.controller_quorum_voters if v.node_id != config.node_id)
-    if others and "broker" in roles:
-        raise ConfigError(
-            f"not supported: process.roles=broker,controller with controller.quorum.voters="
-            f"{config.raw('controller.quorum.voters')}: the broker of a node that is not the "
-            f"active controller cannot reach the leader (voters {', '.join(map(str, others))}) "
-            "over the network yet; run process.roles=controller on each voter, or a single "
-            f"combined node ({config.node_id}@host:port only)"
+            "not supported: process.roles=broker with controller.quorum.bootstrap.servers="
+            f"{config.raw('controller.quorum.bootstrap.servers')} and no controller.quorum.voters: "
+            "Odradek's Raft observer needs the static voter set (KIP-853 dynamic quorums are not "
+            "implemented); set controller.quorum.voters"
         )
 
 
@@ -88,17 +81,20 @@ class KafkaRaftServer:
             raise
         self.cluster_id = ensure_formatted(cfg.log_dirs, self.node_id, metadata_log_dir=cfg.metadata_log_dir)
         await self.shared.open_metadata_log(self.cluster_id)
-        assert self.controller is not None  # broker-only is refused in __init__
-        await self.controller.startup(self.cluster_id)
+        if self.controller is not None:
+            await self.controller.startup(self.cluster_id)
+        # A broker-only node is not among the voters: its Raft client is an observer that
+        # fetches the metadata log from the leader over the network.
         raft_client = await self.shared.start_raft()
         if self.broker is not None:
             # The single place the broker is wired to the controller: a controller channel to
             # whichever node Raft says leads (in memory to this process's ControllerApis when
             # the quorum is this node alone, over the network otherwise).
-            assert self.controller.controller_apis is not None
+            local: dict[int, ControllerRequestHandler] = {}
+            if self.controller is not None and self.controller.controller_apis is not None:
+                local[self.node_id] = self.controller.controller_apis
             channel, heartbeat = broker_controller_channels(
-                cfg, lambda: raft_client.leader_and_epoch.leader_id,
-                {self.node_id: self.controller.controller_apis},
+                cfg, lambda: raft_client.leader_and_epoch.leader_id, local,
             )
             await self.broker.startup(self.cluster_id, channel, heartbeat)
         else:

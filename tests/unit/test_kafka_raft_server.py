@@ -1,6 +1,6 @@
 """KafkaRaftServer starts exactly the parts process.roles names: a controller-only process serves
-its controller listener and no broker; broker-only (no reachable controller yet) and quorums with
-other voters are refused; KafkaConfig refuses the role/listener combinations Kafka refuses."""
+its controller listener and no broker; a broker-only process (a Raft observer) and a combined
+process in a quorum with other voters are accepted, a broker with bootstrap servers only is refused; KafkaConfig refuses the role/listener combinations Kafka refuses."""
 
 from __future__ import annotations
 
@@ -103,15 +103,24 @@ def test_combined_process_starts_both_roles(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_broker_only_and_other_voters_are_refused() -> None:
-    broker_only = KafkaConfig({"process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
-                               "controller.quorum.voters": "1@127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match=r"not supported: process.roles=broker: .*cannot reach a controller"):
-        KafkaRaftServer(broker_only)
-    three = KafkaConfig({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
-                         "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match=r"process.roles=broker,controller with .*voters 2, 3\) over the network"):
-        KafkaRaftServer(three)
+def test_broker_only_and_combined_with_other_voters_are_accepted() -> None:
+    # A broker-only node follows the quorum as a Raft observer and reaches the controller over
+    # the network (it used to be refused).
+    broker_only = KafkaRaftServer(KafkaConfig({
+        "process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
+        "controller.quorum.voters": "1@127.0.0.1:9093"}))
+    assert broker_only.controller is None and broker_only.broker is not None
+    # ... but it needs the static voter set: bootstrap servers alone (KIP-853) are refused.
+    bootstrap_only = KafkaConfig({"process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
+                                  "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
+    with pytest.raises(ConfigError, match=r"not supported: process.roles=broker with controller.quorum.bootstrap"):
+        KafkaRaftServer(bootstrap_only)
+    # A combined node in a quorum with other voters (it used to be refused): its broker reaches
+    # whichever voter leads over the network.
+    three = KafkaRaftServer(KafkaConfig({
+        "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"}))
+    assert three.controller is not None and three.broker is not None
     # Controller-only voters of a larger quorum are accepted.
     KafkaRaftServer(KafkaConfig({"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
                                  "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"}))
