@@ -81,7 +81,7 @@ class ControllerServer:
             cluster_id=cluster_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
             session_timeout_ms=cfg.broker_session_timeout_ms,
-            bootstrap_metadata_version=read_bootstrap_metadata_version(cfg.metadata_log_dir) or METADATA_VERSION,
+            bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
             colocated_broker="broker" in cfg.process_roles,
         )
         self.shared.register(controller)
@@ -125,3 +125,22 @@ class ControllerServer:
             await self.controller.close()
             if self.shared.raft_client is not None:
                 self.shared.raft_client.unregister(self.controller)
+
+
+def _bootstrap_metadata_version(metadata_log_dir: str) -> int:
+    """The metadata.version a new metadata log starts at: the formatted one
+    (``bootstrap.checkpoint``, kafka-storage / odradek storage format --release-version), or
+    Odradek's. A level newer than Odradek runs (a directory Kafka 4.x formatted with its own
+    default) starts at Odradek's newest, with a warning, as a migrated log's newer level is
+    kept but not acted on."""
+    level = read_bootstrap_metadata_version(metadata_log_dir)
+    if level is None:
+        return METADATA_VERSION
+    if level > METADATA_VERSION:
+        log.warning(
+            "bootstrap.checkpoint in %s asks for metadata.version level %d, newer than Odradek's "
+            "%d: starting the metadata log at %d",
+            metadata_log_dir, level, METADATA_VERSION, METADATA_VERSION,
+        )
+        return METADATA_VERSION
+    return level

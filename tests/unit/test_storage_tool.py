@@ -313,3 +313,21 @@ def test_server_bootstraps_the_formatted_release_version(tmp_path: Path, capsys:
     assert finalized(formatted) == 19
     assert finalized(formatted) == 19  # a restart keeps it
     assert finalized(tmp_path / "fresh") == METADATA_VERSION
+
+
+def test_a_newer_formatted_metadata_version_starts_at_odradeks_newest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory Kafka 4.x formatted with its own default release (a metadata.version level
+    above Odradek's) is served: the new log starts at Odradek's newest level, with a warning."""
+    from odradek.controller.quorum_controller import METADATA_VERSION
+    from odradek.server.controller_server import _bootstrap_metadata_version
+    from odradek.server.formatter import snapshot_file_bytes
+
+    (tmp_path / "bootstrap.checkpoint").write_bytes(snapshot_file_bytes(
+        0, [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": METADATA_VERSION + 6})]
+    ))
+    assert read_bootstrap_metadata_version(str(tmp_path)) == METADATA_VERSION + 6
+    assert _bootstrap_metadata_version(str(tmp_path)) == METADATA_VERSION
+    assert "newer than Odradek's" in caplog.text
+    assert _bootstrap_metadata_version(str(tmp_path / "none")) == METADATA_VERSION
