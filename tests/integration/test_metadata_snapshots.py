@@ -94,9 +94,10 @@ def _shell(kafka: KafkaTools, snap: Path, *command: str) -> str:
     applied offset is above 0, which can be before its publisher has the image (a race in the
     tool: the answer is then "No such file or directory"); a few tries give its real answer."""
     out = ""
-    for _ in range(4):
+    for _ in range(8):
         out = kafka.run("kafka-metadata-shell", "--snapshot", str(snap), *command).stdout
-        if out.strip() and "No such file or directory" not in out:
+        # The tool says "No such file or directory" or "...: no such file or directory.".
+        if out.strip() and "no such file or directory" not in out.lower():
             return out
     return out
 
