@@ -22,6 +22,7 @@ from odradek.raft.raft_messages import (
     UNKNOWN_LEADER_EPOCH,
     RaftMessage,
 )
+from odradek.raft.snapshot_fetch import SnapshotFetchPaths
 
 if TYPE_CHECKING:
     from odradek.raft.quorum import QuorumConfig, QuorumState
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("odradek.raft.raft_core")
 
 
-class FetchPaths:
-    """Fetch, both ends. Everything it uses is defined by :class:`RaftCore`."""
+class FetchPaths(SnapshotFetchPaths):
+    """Fetch, both ends (and, from its base, FetchSnapshot). Everything it uses is defined by
+    :class:`RaftCore`."""
 
     if TYPE_CHECKING:
         node_id: int
@@ -94,6 +96,7 @@ class FetchPaths:
             and partition["error_code"] == NONE
             and not partition["records"]
             and partition["diverging_epoch"]["epoch"] < 0
+            and partition["snapshot_id"]["end_offset"] < 0
             and max_wait_ms > 0
         )
         replica_id = msgs.fetch_replica_id(data)
@@ -123,8 +126,12 @@ class FetchPaths:
         if error != NONE or not isinstance(state, LeaderState):
             return msgs.fetch_response(error, epoch, leader, -1)
         fetch_offset = int(p["fetch_offset"])
-        diverging = self.log.validate_offset_and_epoch(fetch_offset, int(p["last_fetched_epoch"]))
+        last_fetched_epoch = int(p["last_fetched_epoch"])
         hw = state.high_watermark if state.high_watermark is not None else -1
+        snapshot_id = self._snapshot_for_fetch(fetch_offset, last_fetched_epoch)
+        if snapshot_id is not None:
+            return msgs.fetch_response(NONE, epoch, leader, hw, snapshot_id=snapshot_id)
+        diverging = self.log.validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
         if diverging is not None:
             return msgs.fetch_response(NONE, epoch, leader, hw, diverging=diverging)
         replica_id = msgs.fetch_replica_id(request.data)
@@ -166,6 +173,8 @@ class FetchPaths:
         if not isinstance(state, FollowerState) or state.leader_id != source:
             return True
         diverging = p.get("diverging_epoch") or {}
+        sid = p.get("snapshot_id") or {}
+        snapshot = OffsetAndEpoch(int(sid.get("end_offset", -1)), int(sid.get("epoch", -1)))
         if int(diverging.get("epoch", -1)) >= 0:
             target = OffsetAndEpoch(int(diverging["end_offset"]), int(diverging["epoch"]))
             offset = self.log.truncation_offset(target)
@@ -186,6 +195,10 @@ class FetchPaths:
                 target,
                 source,
             )
+        elif snapshot.offset >= 0 or snapshot.epoch >= 0:
+            # The records are gone below the leader's log start: fetch its snapshot.
+            if not self._start_snapshot_fetch(state, snapshot):
+                return False
         else:
             batches = p.get("records") or []
             for batch in batches:
@@ -212,6 +225,8 @@ class FetchPaths:
 
     def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
         if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
+            return
+        if self._maybe_send_fetch_snapshot(leader_id, now_ms):
             return
         if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
             return  # the fetch offset tells the leader what is durable here: wait for fsync

@@ -55,8 +55,21 @@ from odradek.raft.raft_messages import (
     UNKNOWN_TOPIC_OR_PARTITION,
     RaftMessage,
 )
-from odradek.raft.raft_ready import Append, LeaderChange, NotLeader, Ready, Truncate
+from odradek.raft.raft_ready import (
+    Append,
+    LeaderChange,
+    NotLeader,
+    Ready,
+    SnapshotInstall,
+    Truncate,
+)
 from odradek.raft.request_manager import FetchPurgatory, RequestManager
+from odradek.raft.snapshot_fetch import (
+    FETCH_SNAPSHOT_MAX_BYTES,
+    SnapshotCatalog,
+    SnapshotFetch,
+    fetch_snapshot_response,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +109,10 @@ class RaftCore(FetchPaths):
         self._next_correlation = rng.randrange(1 << 30)
         self.fetch_purgatory = FetchPurgatory()
         self._high_watermark: int | None = None
-        self._next_commit_offset = 0
+        self._next_commit_offset = self.log.start.offset
+        self.snapshots = SnapshotCatalog()  # what update_snapshots reports
+        self._snapshot_fetch: SnapshotFetch | None = None
+        self.snapshot_fetch_max_bytes = FETCH_SNAPSHOT_MAX_BYTES
         self._last_leader_change: LeaderChange | None = None
         self._shutdown_deadline_ms: int | None = None
         self._observer_fetch_index = 0
@@ -140,6 +156,7 @@ class RaftCore(FetchPaths):
         """The lowest offset a truncation not yet drained by :meth:`ready` cuts the log to: a
         caller that made the disk durable for an earlier ``ready`` may report only below it."""
         cuts = [op.offset for op in self._ready.log_ops if isinstance(op, Truncate)]
+        cuts += [op.snapshot_id.offset for op in self._ready.log_ops if isinstance(op, SnapshotInstall)]
         return min(cuts) if cuts else None
 
     # -- inputs -------------------------------------------------------------------------------
@@ -256,6 +273,8 @@ class RaftCore(FetchPaths):
             return msgs.fetch_response(NONE, epoch, leader, -1, top_error=error)
         if api_key == msgs.DESCRIBE_QUORUM:
             return msgs.describe_quorum_response(error)
+        if api_key == msgs.FETCH_SNAPSHOT:
+            return fetch_snapshot_response(error, epoch, leader, top_error=error)
         return msgs.quorum_epoch_response(NONE, epoch, leader, top_error=error)
 
     # -- transitions --------------------------------------------------------------------------
@@ -332,6 +351,9 @@ class RaftCore(FetchPaths):
         data = request.data
         if request.api_key == msgs.DESCRIBE_QUORUM:
             self._respond(request, self._describe_quorum(data, now_ms))
+            return
+        if request.api_key == msgs.FETCH_SNAPSHOT:
+            self._handle_fetch_snapshot_request(request, now_ms)
             return
         if request.api_key not in (
             msgs.VOTE,
@@ -481,6 +503,8 @@ class RaftCore(FetchPaths):
             return
         if response.api_key == msgs.FETCH:
             ok = self._handle_fetch_response(response.source, partition, now_ms)
+        elif response.api_key == msgs.FETCH_SNAPSHOT:
+            ok = self._handle_fetch_snapshot_response(response.source, partition, now_ms)
         elif response.api_key == msgs.VOTE:
             ok = self._handle_vote_response(response.source, partition, now_ms)
         elif response.api_key == msgs.BEGIN_QUORUM_EPOCH:
