@@ -1,0 +1,100 @@
+"""FetchSnapshot through KafkaRaftClient and its driver, on real metadata logs in temporary
+directories and the wire encoding of every request and response (test_raft_client.py's fake
+network through RaftApis): a voter that was away while the leader snapshotted and moved its log
+start fetches the snapshot file in pieces, freezes it as ``<offset>-<epoch>.checkpoint``, starts
+its log there, hands the snapshot to its listeners and goes on committing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+
+from test_raft_client import FAST, FakeChannel, FakeNetwork, Recorder, _client, _feature, _until
+
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
+from odradek.raft import raft_messages as msgs
+from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
+from odradek.raft.record_batches import BatchCodec
+from odradek.raft.snapshot import SnapshotId, list_snapshots
+from odradek.server.raft_apis import RaftApis
+
+
+def test_a_voter_behind_the_log_start_catches_up_from_the_leaders_snapshot(tmp_path: Path) -> None:
+    async def run() -> None:
+        net = FakeNetwork()
+        clients: dict[int, KafkaRaftClient[MetadataRecord]] = {}
+        drivers: dict[int, KafkaRaftClientDriver] = {}
+        events: dict[int, list[tuple[str, str, object]]] = {}
+        sent: list[int] = []
+        for n in (1, 2, 3):
+            c = _client(tmp_path / f"n{n}", n, voters=frozenset({1, 2, 3}), cluster_id="c1", config=FAST,
+                        rng=random.Random(n))
+            clients[n] = c
+            events[n] = []
+            c.register(Recorder(str(n), events[n]))
+            net.apis[n] = RaftApis(c, BatchCodec(METADATA_RECORD_SERDE))
+            channel = FakeChannel(n, net)
+            send = channel.send
+
+            def counting(request: msgs.RaftMessage, send=send) -> None:  # type: ignore[no-untyped-def]
+                if request.api_key == msgs.FETCH_SNAPSHOT:
+                    sent.append(request.source)
+                send(request)
+
+            channel.send = counting  # type: ignore[method-assign]
+            drivers[n] = KafkaRaftClientDriver(c, channel)
+        for d in drivers.values():
+            d.start()
+        try:
+            def leaders() -> list[int]:
+                return [n for n, c in clients.items() if c.core.is_leader() and n not in net.down]
+
+            await _until(lambda: len(leaders()) == 1, 10, "a leader")
+            leader = leaders()[0]
+            client = clients[leader]
+            epoch = client.leader_and_epoch.epoch
+            await _until(lambda: any(e[1] == "leader" for e in events[leader]), 5, "the leader's listener")
+            away = next(n for n in (1, 2, 3) if n != leader)
+            net.down.add(away)
+            mlog = client._log
+            for snapshot_no in range(2):
+                for level in range(10):
+                    last = client.prepare_append(epoch, [_feature(level)])
+                    client.schedule_prepared_append()
+                await _until(lambda: client.high_watermark > last, 5, "commits without one voter")  # noqa: B023
+                sid = SnapshotId(client.high_watermark, epoch)
+                records = [_feature(snapshot_no)] * 40
+                assert mlog.create_snapshot(sid, records, 0, 0) is not None
+            # The oldest snapshot goes and the log starts at the newest (the records below are
+            # no longer served by Fetch).
+            assert mlog.maybe_clean(0, -1, 0)
+            assert mlog.log.log_start_offset == sid.end_offset
+            client.refresh_snapshots()
+            assert client.core.log.start.offset == sid.end_offset
+            clients[away].core.snapshot_fetch_max_bytes = 200  # several FetchSnapshot rounds
+            net.down.clear()
+            await _until(lambda: (str(away), "snapshot", sid.end_offset) in events[away], 10,
+                         "the snapshot loaded on the voter that was away")
+            away_dir = tmp_path / f"n{away}"
+            assert list_snapshots(str(away_dir)) == [sid]
+            mine = (away_dir / sid.filename).read_bytes()
+            assert mine == (tmp_path / f"n{leader}" / sid.filename).read_bytes()
+            assert len(sent) >= -(-len(mine) // 200) and set(sent) == {away}
+            assert clients[away]._log.log.log_start_offset == sid.end_offset
+            assert not [f for f in os.listdir(away_dir) if f.endswith(".part")]
+            # It goes on: a new record commits there too.
+            kept = client.prepare_append(epoch, [_feature(99)])
+            client.schedule_prepared_append()
+            await _until(lambda: (str(away), "commit", (kept, ["FeatureLevelRecord"])) in events[away], 10,
+                         "a commit after the snapshot")
+            commits = [e[2] for e in events[away] if e[1] == "commit"]
+            assert all(off >= sid.end_offset for off, _names in commits[-1:])  # type: ignore[misc]
+        finally:
+            for d in drivers.values():
+                await d.shutdown()
+            for c in clients.values():
+                c._log.log.close()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
