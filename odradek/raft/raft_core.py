@@ -63,7 +63,7 @@ from odradek.raft.raft_ready import (
     SnapshotInstall,
     Truncate,
 )
-from odradek.raft.request_manager import FetchPurgatory, RequestManager
+from odradek.raft.request_manager import FetchPurgatory, PeerFailureLog, RequestManager
 from odradek.raft.snapshot_fetch import (
     FETCH_SNAPSHOT_MAX_BYTES,
     SnapshotCatalog,
@@ -108,6 +108,7 @@ class RaftCore(FetchPaths):
         self._ready = Ready()
         self._next_correlation = rng.randrange(1 << 30)
         self.fetch_purgatory = FetchPurgatory()
+        self.peer_failures = PeerFailureLog(node_id)
         self._high_watermark: int | None = None
         self._next_commit_offset = self.log.start.offset
         self.snapshots = SnapshotCatalog()  # what update_snapshots reports
@@ -493,9 +494,10 @@ class RaftCore(FetchPaths):
         data = response.data
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
-            log.warning("node %d: %r failed with error %d", self.node_id, response, top_error)
+            self.peer_failures.failed(response.source, response, top_error)
             self.requests.on_response(response.source, False, now_ms)
             return
+        self.peer_failures.answered(response.source)
         topics_key = "responses" if response.api_key == msgs.FETCH else "topics"
         partition = msgs.single_partition(data, topics_key)
         if partition is None:

@@ -433,3 +433,42 @@ def test_log_reads_match_a_plain_scan() -> None:
             else:
                 want = OffsetAndEpoch(0, 0)
             assert log.end_offset_for_epoch(e) == want
+
+
+def test_requests_to_a_dead_peer_warn_once_until_it_answers(caplog: Any) -> None:
+    """A follower whose leader is down retries about once per retry backoff: one warning, then
+    debug lines, an info line when the peer answers again, and a warning on the next outage."""
+    import logging
+
+    from odradek.raft.kafka_network_channel import error_response
+
+    f = core(1, election=Election(4, leader_id=2))
+    now = 0
+    sent = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+
+    def fetch_answered(data: dict[str, Any]) -> None:
+        nonlocal now, sent
+        for _ in range(100):
+            if sent:
+                f.handle(RaftMessage(2, 1, msgs.FETCH, sent[0].correlation_id, data, True), now)
+                sent = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+                return
+            now += 10
+            f.tick(now)
+            sent = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+        raise AssertionError("no Fetch sent")
+
+    down = error_response(msgs.FETCH, msgs.BROKER_NOT_AVAILABLE)
+    with caplog.at_level(logging.DEBUG, logger="odradek.raft.raft_core"):
+        for _ in range(8):
+            fetch_answered(down)
+        fetch_answered(msgs.fetch_response(0, 4, 2, -1))
+        fetch_answered(down)
+        fetch_answered(down)
+    about_failures = [r for r in caplog.records if "failed with error" in r.getMessage()]
+    assert [r.levelno for r in about_failures] == (
+        [logging.WARNING] + [logging.DEBUG] * 7 + [logging.WARNING, logging.DEBUG]
+    )
+    recovered = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(recovered) == 1 and recovered[0].levelno == logging.INFO
+    assert "node 2 answers again after 8 failed requests" in recovered[0].getMessage()
