@@ -98,3 +98,46 @@ def test_a_voter_behind_the_log_start_catches_up_from_the_leaders_snapshot(tmp_p
                 c._log.log.close()
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_snapshot_loaded_on_a_running_node_reports_what_it_no_longer_has() -> None:
+    """A broker that fetched the leader's snapshot: topics deleted meanwhile (absent from the
+    snapshot) reach the publishers as deleted, a config gone as changed (Kafka's
+    MetadataDelta.finishSnapshot), the topics it has as created."""
+    import uuid
+
+    from odradek.metadata.delta import MetadataDelta
+    from odradek.metadata.image import TOPIC_RESOURCE, MetadataImage
+    from odradek.metadata.loader import MetadataLoader
+    from odradek.metadata.metadata_cache import KRaftMetadataCache
+    from odradek.raft.raft_client import Batch, SnapshotReader
+
+    def topic(name: str, tid: uuid.UUID) -> list[MetadataRecord]:
+        return [
+            ("TopicRecord", {"name": name, "topic_id": tid}),
+            ("PartitionRecord", {
+                "partition_id": 0, "topic_id": tid, "replicas": [1], "isr": [1], "removing_replicas": [],
+                "adding_replicas": [], "leader": 1, "leader_epoch": 0, "partition_epoch": 0,
+                "directories": [uuid.UUID(int=0)],
+            }),
+        ]
+
+    kept, gone = uuid.uuid4(), uuid.uuid4()
+    config: MetadataRecord = ("ConfigRecord", {"resource_type": TOPIC_RESOURCE, "resource_name": "kept",
+                                               "name": "retention.ms", "value": "1000"})
+    loader = MetadataLoader(KRaftMetadataCache())
+    deltas: list[MetadataDelta] = []
+
+    def publish(delta: MetadataDelta, image: MetadataImage) -> None:
+        deltas.append(delta)
+
+    loader.publishers.append(publish)
+    records = topic("kept", kept) + topic("gone", gone) + [config]
+    loader.handle_commit([Batch(0, 1, 0, records)])
+    assert sorted(loader.metadata_cache.image.topics.by_name) == ["gone", "kept"]
+    loader.handle_load_snapshot(SnapshotReader(40, 2, topic("kept", kept) + topic("new", uuid.uuid4())))
+    delta = deltas[-1]
+    assert sorted(loader.metadata_cache.image.topics.by_name) == ["kept", "new"]
+    assert sorted(delta.deleted_topics) == ["gone"]
+    assert delta.changed_topic_configs == {"kept"}  # its retention.ms is gone
+    assert {"kept", "new"} <= delta.created_topics
