@@ -14,7 +14,7 @@ from odradek.raft import raft_messages as msgs
 from odradek.raft.epoch_state import Election, FollowerState
 from odradek.raft.quorum import QuorumConfig
 from odradek.raft.raft_core import RaftCore
-from odradek.raft.raft_log import OffsetAndEpoch
+from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
 from odradek.raft.raft_messages import RaftMessage
 from odradek.raft.raft_ready import (
     Append,
@@ -404,7 +404,7 @@ def test_commits_and_reads_do_not_scan_the_whole_log() -> None:
 
 
 def test_log_reads_match_a_plain_scan() -> None:
-    from odradek.raft.raft_log import LogBatch, RaftLog
+    from odradek.raft.raft_log import RaftLog
 
     rng = random.Random(7)
     for _ in range(50):
@@ -472,3 +472,33 @@ def test_requests_to_a_dead_peer_warn_once_until_it_answers(caplog: Any) -> None
     recovered = [r for r in caplog.records if "answers again" in r.getMessage()]
     assert len(recovered) == 1 and recovered[0].levelno == logging.INFO
     assert "node 2 answers again after 8 failed requests" in recovered[0].getMessage()
+
+
+def test_a_snapshot_already_held_is_installed_without_fetching_it() -> None:
+    sid = OffsetAndEpoch(50, 3)
+    f = core(2, election=Election(4, leader_id=1))
+    f.update_snapshots({sid: 25}, None, 0)  # its own, written by its snapshot generator
+    (fetch,) = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+    response = msgs.fetch_response(0, 4, 1, 50, snapshot_id=sid)
+    f.handle(RaftMessage(1, 2, msgs.FETCH, fetch.correlation_id, response, True), 10)
+    ready = f.ready()
+    assert ready.log_ops == [SnapshotInstall(sid, 25)]
+    (request,) = [m for m in ready.messages if not m.is_response]
+    assert request.api_key == msgs.FETCH  # from the snapshot's end, no FetchSnapshot
+    p = msgs.single_partition(request.data)
+    assert p is not None and (p["fetch_offset"], p["last_fetched_epoch"]) == (50, 3)
+
+
+def test_a_snapshot_id_below_the_high_watermark_is_refused() -> None:
+    f = core(2, election=Election(4, leader_id=1))
+    (fetch,) = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+    batches = [LogBatch(0, 1, tuple(range(10)))]
+    response = msgs.fetch_response(0, 4, 1, 10, records=batches)
+    f.handle(RaftMessage(1, 2, msgs.FETCH, fetch.correlation_id, response, True), 10)
+    f.durable(10, 10)
+    assert f.high_watermark == 10
+    (fetch,) = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
+    bad = msgs.fetch_response(0, 4, 1, 10, snapshot_id=OffsetAndEpoch(5, 1))
+    f.handle(RaftMessage(1, 2, msgs.FETCH, fetch.correlation_id, bad, True), 20)
+    ready = f.ready()
+    assert ready.log_ops == [] and f.log.end_offset == 10 and f._snapshot_fetch is None
