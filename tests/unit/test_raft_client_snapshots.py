@@ -141,3 +141,59 @@ def test_a_snapshot_loaded_on_a_running_node_reports_what_it_no_longer_has() -> 
     assert sorted(delta.deleted_topics) == ["gone"]
     assert delta.changed_topic_configs == {"kept"}  # its retention.ms is gone
     assert {"kept", "new"} <= delta.created_topics
+
+
+def test_raft_apis_answer_bad_fetch_snapshot_requests_with_kafka_errors(tmp_path: Path) -> None:
+    """FetchSnapshot through RaftApis and the wire encoding (v1): another cluster, a node that
+    does not lead, a snapshot that does not exist, a position outside it."""
+    from odradek.network.request_channel import ConnectionInfo
+    from odradek.protocol.header import RequestHeader
+    from odradek.protocol.messages import generated as g
+    from odradek.raft.raft_log import OffsetAndEpoch
+    from odradek.raft.snapshot_fetch import fetch_snapshot_request
+    from odradek.server.api_dispatcher import RequestContext
+
+    async def run() -> None:
+        client = _client(tmp_path / "n1", 1, cluster_id="c1")
+        client.step()  # the only voter leads epoch 1
+        apis = RaftApis(client, BatchCodec(METADATA_RECORD_SERDE))
+        driver = KafkaRaftClientDriver(client, None)
+        driver.start()
+        handler = next(h for a, h in apis.handlers().items() if a.api_key == msgs.FETCH_SNAPSHOT)
+        ctx = RequestContext(RequestHeader(59, 1, 1, "x"), ConnectionInfo("c", "peer", "CONTROLLER"))
+
+        async def ask(data: dict[str, object]) -> dict[str, object]:
+            wire = b"".join(bytes(p) for p in g.FETCH_SNAPSHOT.encode_request(1, data))
+            decoded, _ = g.FETCH_SNAPSHOT.decode_request(1, wire)
+            body = await handler(ctx, decoded)
+            resp = b"".join(bytes(p) for p in g.FETCH_SNAPSHOT.encode_response(1, body))
+            return dict(g.FETCH_SNAPSHOT.decode_response(1, resp)[0])
+
+        try:
+            epoch = client.leader_and_epoch.epoch
+            sid = OffsetAndEpoch(1, epoch)
+            resp = await ask(fetch_snapshot_request("other", 2, epoch, sid, 0, 100))
+            assert resp["error_code"] == msgs.INCONSISTENT_CLUSTER_ID
+            resp = await ask(fetch_snapshot_request("c1", 2, epoch, sid, 0, 100))
+            part = resp["topics"][0]["partitions"][0]  # type: ignore[index]
+            assert part["error_code"] == msgs.SNAPSHOT_NOT_FOUND
+            assert part["current_leader"] == {"leader_id": 1, "leader_epoch": epoch}
+            resp = await ask(fetch_snapshot_request("c1", 2, epoch + 1, sid, 0, 100))
+            assert resp["topics"][0]["partitions"][0]["error_code"] == msgs.UNKNOWN_LEADER_EPOCH  # type: ignore[index]
+            # A real snapshot: its bytes, then a position past its end.
+            hw = client.high_watermark
+            snap = SnapshotId(hw, epoch)
+            assert client._log.create_snapshot(snap, [_feature(1)] * 5, 0, 0) is not None
+            client.refresh_snapshots()
+            size = (tmp_path / "n1" / snap.filename).stat().st_size
+            resp = await ask(fetch_snapshot_request("c1", 2, epoch, OffsetAndEpoch(hw, epoch), 10, 1 << 20))
+            part = resp["topics"][0]["partitions"][0]  # type: ignore[index]
+            assert (part["error_code"], part["size"], part["position"]) == (0, size, 10)
+            assert bytes(part["unaligned_records"]) == (tmp_path / "n1" / snap.filename).read_bytes()[10:]
+            resp = await ask(fetch_snapshot_request("c1", 2, epoch, OffsetAndEpoch(hw, epoch), size, 100))
+            assert resp["topics"][0]["partitions"][0]["error_code"] == msgs.POSITION_OUT_OF_RANGE  # type: ignore[index]
+        finally:
+            await driver.shutdown()
+            client._log.log.close()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
