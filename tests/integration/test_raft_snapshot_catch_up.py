@@ -66,13 +66,15 @@ async def _caught_up(nodes: list[Controller], node_id: int, deadline_s: float) -
 
 @pytest.mark.timeout(300)
 def test_a_controller_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
-    ports = _free_ports(4)
+    ports = _free_ports(5)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports[:3]))
     controllers = [Controller(i + 1, p, voters, tmp_path) for i, p in enumerate(ports[:3])]
     for c in controllers:
         c.config.write_text(c.config.read_text() + SNAPSHOTTING)
     broker = Broker(101, ports[3], voters, tmp_path)
     nodes: list[Controller] = [*controllers, broker]
+    late_started = False
+    late = broker
     for n in nodes:
         n.format()
     for n in nodes:
@@ -149,5 +151,15 @@ def test_a_controller_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: 
         assert answers == {**{t: "TOPIC_ALREADY_EXISTS" for t in TOPICS[:5]}, "snapcatch-new": None}, answers
         current = asyncio.run(find_leader(controllers, 30))
         assert current["leader_id"] == away.node_id  # it answered those as the active controller
+
+        # A new broker (an observer with an empty log) starts from the leader's snapshot too.
+        late = Broker(102, ports[4], voters, tmp_path)
+        late.format()
+        late.start()
+        late_started = True
+        _wait_for_brokers(late, {101, 102}, 60, [*nodes, late])
+        assert FETCHED.search(late.log_path.read_text("utf-8", "replace")), late.log_tail()
+        listed = set(AdminClient({"bootstrap.servers": late.bootstrap}).list_topics(timeout=10).topics)
+        assert set(TOPICS) | {"snapcatch-new"} <= listed
     finally:
-        _stop_all([broker], controllers)
+        _stop_all([late, broker] if late_started else [broker], controllers)
