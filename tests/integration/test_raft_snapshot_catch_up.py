@@ -5,7 +5,8 @@ snapshots=1``), roll metadata segments every millisecond and keep no more than t
 snapshot (``metadata.max.retention.bytes=0``), so the records written while one controller is
 stopped are gone from the leader's log when it comes back. It must fetch the leader's snapshot,
 start its log there, be caught up in DescribeQuorum, and, once it leads, have the topics in its
-controller image (CreateTopics of them answers TOPIC_ALREADY_EXISTS through the broker)."""
+controller image (CreateTopics of them answers TOPIC_ALREADY_EXISTS through the broker). A broker
+started afterwards with an empty log starts from the leader's snapshot as well."""
 
 from __future__ import annotations
 
@@ -73,8 +74,7 @@ def test_a_controller_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: 
         c.config.write_text(c.config.read_text() + SNAPSHOTTING)
     broker = Broker(101, ports[3], voters, tmp_path)
     nodes: list[Controller] = [*controllers, broker]
-    late_started = False
-    late = broker
+    brokers: list[Controller] = [broker]
     for n in nodes:
         n.format()
     for n in nodes:
@@ -156,10 +156,10 @@ def test_a_controller_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: 
         late = Broker(102, ports[4], voters, tmp_path)
         late.format()
         late.start()
-        late_started = True
+        brokers.append(late)
         _wait_for_brokers(late, {101, 102}, 60, [*nodes, late])
         assert FETCHED.search(late.log_path.read_text("utf-8", "replace")), late.log_tail()
         listed = set(AdminClient({"bootstrap.servers": late.bootstrap}).list_topics(timeout=10).topics)
         assert set(TOPICS) | {"snapcatch-new"} <= listed
     finally:
-        _stop_all([late, broker] if late_started else [broker], controllers)
+        _stop_all(brokers, controllers)
