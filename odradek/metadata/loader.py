@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from odradek.metadata.delta import MetadataDelta
-from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
+from odradek.metadata.image import BROKER_RESOURCE, EMPTY_IMAGE, TOPIC_RESOURCE, MetadataImage
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metadata.metadata_record_serde import MetadataRecord
 from odradek.metadata.transactions import MetadataTransactions, OffsetRecord
@@ -57,10 +57,14 @@ class MetadataLoader(Listener[MetadataRecord]):
     # -- RaftClient.Listener ------------------------------------------------------------------
 
     def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
+        """The snapshot replaces the image (at start-up, or on a running node that fetched the
+        leader's snapshot): what the old image had and the snapshot has not is reported to the
+        publishers as deleted or changed (Kafka's ``MetadataDelta.finishSnapshot``)."""
         self.transactions.reset()
         offset = reader.last_contained_log_offset
         manifest = LogDeltaManifest(offset, reader.epoch, -1, 0, is_snapshot=True)
-        self._replay(((offset, rec) for rec in reader.records), EMPTY_IMAGE, manifest)
+        previous = self.metadata_cache.image
+        self._replay(((offset, rec) for rec in reader.records), EMPTY_IMAGE, manifest, previous)
 
     def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
         if not batches:
@@ -89,14 +93,20 @@ class MetadataLoader(Listener[MetadataRecord]):
     # -- the one place records reach the broker's image -----------------------------------------
 
     def _replay(
-        self, records: Iterable[OffsetRecord], base: MetadataImage, manifest: LogDeltaManifest
+        self,
+        records: Iterable[OffsetRecord],
+        base: MetadataImage,
+        manifest: LogDeltaManifest,
+        previous: MetadataImage | None = None,
     ) -> MetadataDelta:
         """Replay committed records into one delta over ``base``, swap the next image into the
-        cache, then publish the delta."""
+        cache, then publish the delta. ``previous``: the image a snapshot replaces."""
         delta = MetadataDelta(base)
         for offset, (name, fields) in records:
             delta.replay(name, fields, offset)
         image = delta.apply()
+        if previous is not None:
+            _report_absent(delta, previous, image)
         self.metadata_cache.set_image(image)
         if not delta.is_empty():
             for publish in self.publishers:
@@ -111,3 +121,20 @@ class MetadataLoader(Listener[MetadataRecord]):
             except Exception:
                 log.exception("Metadata publisher %r failed at offset %d", publish_manifest, image.offset)
         return delta
+
+
+def _report_absent(delta: MetadataDelta, previous: MetadataImage, image: MetadataImage) -> None:
+    """What ``previous`` had that the snapshot's ``image`` has not (or has otherwise): deleted
+    topics, changed configs and brokers, for the publishers."""
+    for tid, topic in previous.topics.by_id.items():
+        if tid not in image.topics.by_id:
+            delta.deleted_topics[topic.name] = topic
+    for (kind, name), configs in previous.configs.resources.items():
+        if image.configs.config(kind, name) != configs:
+            if kind == TOPIC_RESOURCE:
+                delta.changed_topic_configs.add(name)
+            elif kind == BROKER_RESOURCE:
+                delta.changed_broker_configs.add(name)
+    for broker_id, broker in previous.cluster.brokers.items():
+        if image.cluster.brokers.get(broker_id) != broker:
+            delta.changed_brokers.add(broker_id)

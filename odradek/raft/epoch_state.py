@@ -325,6 +325,11 @@ class LeaderState(EpochState):
             state.last_caught_up_ms = now_ms
         return replica_id in self.voters and self._maybe_update_high_watermark()
 
+    def update_check_quorum_for_following_voter(self, voter_id: int, now_ms: int) -> None:
+        """A voter fetching a snapshot (FetchSnapshot) follows this leader too."""
+        if voter_id in self.voters:
+            self._update_check_quorum(voter_id, now_ms)
+
     def _update_check_quorum(self, voter_id: int, now_ms: int) -> None:
         self.fetched_voters.add(voter_id)
         needed = len(self.voters) // 2 + 1 - 1  # the leader counts itself

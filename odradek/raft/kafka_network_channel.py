@@ -33,6 +33,7 @@ RAFT_APIS: dict[int, Api] = {
     msgs.END_QUORUM_EPOCH: g.END_QUORUM_EPOCH,
     msgs.FETCH: g.FETCH,
     msgs.DESCRIBE_QUORUM: g.DESCRIBE_QUORUM,
+    msgs.FETCH_SNAPSHOT: g.FETCH_SNAPSHOT,
 }
 
 _ZERO_UUID = uuid.UUID(int=0)

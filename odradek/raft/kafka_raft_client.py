@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
+from odradek.protocol.errors import Errors
 from odradek.raft.epoch_state import Election, LeaderState, ResignedState
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.raft.quorum import QuorumConfig
@@ -46,7 +47,17 @@ from odradek.raft.raft_client import (
 from odradek.raft.raft_core import RaftCore
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
 from odradek.raft.raft_messages import RaftMessage
-from odradek.raft.raft_ready import Append, NotLeader, Ready, Truncate
+from odradek.raft.raft_ready import (
+    Append,
+    NotLeader,
+    Ready,
+    SnapshotAbort,
+    SnapshotChunk,
+    SnapshotInstall,
+    Truncate,
+)
+from odradek.raft.snapshot import SnapshotDownload, SnapshotError, SnapshotId
+from odradek.raft.snapshot_fetch import SnapshotSlice
 
 T = TypeVar("T")
 
@@ -106,6 +117,7 @@ class KafkaRaftClient(RaftClient[T]):
         self._failed = False
         self.channel: RaftChannel | None = None
         self._inbound: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._download: SnapshotDownload | None = None  # a snapshot fetched from the leader
         self._next_inbound = 0
         self.wakeup: Callable[[], None] = lambda: None  # set by the driver
 
@@ -140,6 +152,50 @@ class KafkaRaftClient(RaftClient[T]):
             pre_vote=self._pre_vote,
             log_start=start,
         )
+        self._report_snapshots(self._core)
+
+    def _report_snapshots(self, core: RaftCore) -> None:
+        """Tell the core which snapshots it can serve and where the log starts. Reads the
+        directory listing (cheap)."""
+        sizes = {_offset_and_epoch(s): size for s, size in self._log.snapshot_sizes().items()}
+        start = self._log.log_start_snapshot()
+        core.update_snapshots(
+            sizes, _offset_and_epoch(start) if start is not None else None, self._clock_ms()
+        )
+
+    def refresh_snapshots(self) -> None:
+        """On the loop, after a snapshot was written or old ones cleaned (the log start may
+        have moved): the core learns of it."""
+        if self._core is not None and not self._failed:
+            self._report_snapshots(self._core)
+            self.wakeup()
+
+    def read_snapshot_slice(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A FetchSnapshot response of the core with the bytes of its :class:`SnapshotSlice`
+        read from the snapshot file; SNAPSHOT_NOT_FOUND if the file went meanwhile (cleaned).
+        Blocking (a read of at most the request's max bytes)."""
+        for topic in data.get("topics") or []:
+            for p in topic.get("partitions") or []:
+                piece = p.get("unaligned_records")
+                if not isinstance(piece, SnapshotSlice):
+                    continue
+                sid = SnapshotId(piece.snapshot_id.offset, piece.snapshot_id.epoch)
+                try:
+                    got = self._log.snapshot_slice(sid, piece.position, piece.length)
+                except (ValueError, OSError) as e:
+                    log.warning("Raft: cannot read snapshot %s for FetchSnapshot: %s", sid, e)
+                    got = None
+                if got is None:
+                    p.update(
+                        error_code=int(Errors.SNAPSHOT_NOT_FOUND),
+                        snapshot_id={"end_offset": -1, "epoch": -1},
+                        size=-1,
+                        position=-1,
+                        unaligned_records=b"",
+                    )
+                else:
+                    p["unaligned_records"] = got[1]
+        return data
 
     @property
     def core(self) -> RaftCore:
@@ -172,6 +228,11 @@ class KafkaRaftClient(RaftClient[T]):
         caught up) before returning."""
         if any(c.listener is listener for c in self._listeners):
             return
+        core = self._core
+        known = self._snapshot.end_offset if self._snapshot is not None else 0
+        if core is not None and core.log.start.offset > known:
+            # The log start moved past the snapshot read at start-up: load the newer one.
+            self._snapshot = self._log.latest_snapshot()
         ctx: _ListenerContext[T] = _ListenerContext(listener)
         self._listeners.append(ctx)
         try:
@@ -241,7 +302,8 @@ class KafkaRaftClient(RaftClient[T]):
 
     def persist(self, ready: Ready) -> int:
         """Step 1 (blocking): the election, then the log operations, fsynced. Returns the
-        end offset of the durable log. Raises QuorumStateError, KafkaStorageError."""
+        end offset of the durable log. Raises QuorumStateError, KafkaStorageError,
+        SnapshotError (a fetched snapshot that is not whole)."""
         if ready.election is not None:
             e = ready.election
             self._store.write_election_state(
@@ -253,8 +315,33 @@ class KafkaRaftClient(RaftClient[T]):
                     self._log.truncate_to(op.offset)
                 elif isinstance(op, Append):
                     self._log.append_batch(op.batch, self._clock_ms())
+                else:
+                    self._persist_snapshot_op(op)
             self._log.flush()
         return self._log.end_offset
+
+    def _persist_snapshot_op(self, op: SnapshotChunk | SnapshotInstall | SnapshotAbort) -> None:
+        """FetchSnapshot on disk: chunks into ``<id>.checkpoint.part``, then freeze it, empty
+        the log to start at it and load it for the listeners (Kafka's
+        ``handleFetchSnapshotResponse``)."""
+        sid = SnapshotId(op.snapshot_id.offset, op.snapshot_id.epoch)
+        download = self._download
+        if isinstance(op, SnapshotChunk):
+            if op.position == 0 or download is None or download.snapshot_id != sid:
+                if download is not None:
+                    download.abort()
+                self._download = download = self._log.create_snapshot_download(sid)
+            download.append(op.position, op.data)
+        elif isinstance(op, SnapshotAbort):
+            if download is not None:
+                download.abort()
+                self._download = None
+        else:
+            if download is not None and download.snapshot_id == sid:
+                self._download = None
+                path = download.freeze(op.size)
+                log.info("Raft: node %d fetched snapshot %s from the leader", self.node_id, path)
+            self._snapshot = self._log.install_snapshot(sid)
 
     def complete(self, ready: Ready, durable_end: int | None) -> None:
         """Step 2 (on the loop): durability to the core, messages out, answers to requests."""
@@ -404,7 +491,7 @@ class KafkaRaftClientDriver:
             try:
                 self.client.tick()
                 await self.process()
-            except (KafkaStorageError, OSError, UnreadableMetadataRecord) as e:
+            except (KafkaStorageError, OSError, UnreadableMetadataRecord, SnapshotError) as e:
                 self.client.fail(e)
             except Exception:
                 log.exception("Raft: driving the core failed")
@@ -451,6 +538,10 @@ class KafkaRaftClientDriver:
         if self.channel is not None:
             await self.channel.close()
         self._executor.shutdown(wait=True)
+
+
+def _offset_and_epoch(sid: SnapshotId) -> OffsetAndEpoch:
+    return OffsetAndEpoch(sid.end_offset, sid.epoch)
 
 
 def _from_offset(batches: Sequence[LogBatch], offset: int) -> list[LogBatch]:

@@ -372,3 +372,37 @@ class MetadataLog(Generic[T]):
                 except OSError as e:
                     log.warning("Cannot delete snapshot %s: %s", sid, e.strerror)
         return True
+
+    def snapshot_sizes(self) -> dict[SnapshotId, int]:
+        """Every finished snapshot at or above the log start offset, with its size in bytes
+        (what the leader can serve by FetchSnapshot)."""
+        return {s: size for s in self._retained_snapshots() if (size := self._snapshot_size(s)) > 0}
+
+    def log_start_snapshot(self) -> SnapshotId | None:
+        """The snapshot the log starts at (None when the log starts at offset 0, or no
+        finished snapshot has that end offset)."""
+        start = self.log.log_start_offset
+        if start == 0:
+            return None
+        at_start = [s for s in list_snapshots(self.log.dir) if s.end_offset == start]
+        return at_start[-1] if at_start else None
+
+    def install_snapshot(self, snapshot_id: SnapshotId) -> SnapshotReader[T]:
+        """The follower's side once a fetched snapshot is frozen (or was already here): the log
+        is emptied to start at its end offset (Kafka's ``truncateToLatestSnapshot``, done
+        because the Raft core decided it), older snapshots are deleted, and the snapshot is
+        read for the listeners. Blocking. Raises SnapshotError, OSError, KafkaStorageError."""
+        path = os.path.join(self.log.dir, snapshot_id.filename)
+        records = list(read_snapshot(path, self.serde))
+        with self._snapshot_lock, self._lock:
+            self.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+            self.log.high_watermark = snapshot_id.end_offset
+            self.log.flush()
+        log.info("Metadata log truncated to start at snapshot %s (%d records)", snapshot_id, len(records))
+        for sid in list_snapshots(self.log.dir):
+            if sid < snapshot_id:
+                try:
+                    os.unlink(os.path.join(self.log.dir, sid.filename))
+                except OSError as e:
+                    log.warning("Cannot delete snapshot %s: %s", sid, e.strerror)
+        return SnapshotReader(snapshot_id.end_offset, snapshot_id.epoch, records)

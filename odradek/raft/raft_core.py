@@ -18,6 +18,8 @@ Followers pull: a voter fetches only once what it has is durable, so the fetch o
 sees is durable on that voter; the leader counts its own end offset only as far as it is
 durable. The high watermark is what a majority of voters has (see
 :class:`~odradek.raft.epoch_state.LeaderState`).
+
+The Fetch paths (both ends) are in :mod:`odradek.raft.fetch_paths`, a mixin of :class:`RaftCore`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from odradek.raft.epoch_state import (
     ResignedState,
     UnattachedState,
 )
+from odradek.raft.fetch_paths import FetchPaths
 from odradek.raft.quorum import QuorumConfig, QuorumState
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch, RaftLog
 from odradek.raft.raft_messages import (
@@ -52,15 +55,28 @@ from odradek.raft.raft_messages import (
     UNKNOWN_TOPIC_OR_PARTITION,
     RaftMessage,
 )
-from odradek.raft.raft_ready import Append, LeaderChange, NotLeader, Ready, Truncate
-from odradek.raft.request_manager import FetchPurgatory, RequestManager
+from odradek.raft.raft_ready import (
+    Append,
+    LeaderChange,
+    NotLeader,
+    Ready,
+    SnapshotInstall,
+    Truncate,
+)
+from odradek.raft.request_manager import FetchPurgatory, PeerFailureLog, RequestManager
+from odradek.raft.snapshot_fetch import (
+    FETCH_SNAPSHOT_MAX_BYTES,
+    SnapshotCatalog,
+    SnapshotFetch,
+    fetch_snapshot_response,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_FETCH_BATCHES = 64
 
 
-class RaftCore:
+class RaftCore(FetchPaths):
     def __init__(
         self,
         node_id: int,
@@ -92,8 +108,12 @@ class RaftCore:
         self._ready = Ready()
         self._next_correlation = rng.randrange(1 << 30)
         self.fetch_purgatory = FetchPurgatory()
+        self.peer_failures = PeerFailureLog(node_id)
         self._high_watermark: int | None = None
-        self._next_commit_offset = 0
+        self._next_commit_offset = self.log.start.offset
+        self.snapshots = SnapshotCatalog()  # what update_snapshots reports
+        self._snapshot_fetch: SnapshotFetch | None = None
+        self.snapshot_fetch_max_bytes = FETCH_SNAPSHOT_MAX_BYTES
         self._last_leader_change: LeaderChange | None = None
         self._shutdown_deadline_ms: int | None = None
         self._observer_fetch_index = 0
@@ -137,6 +157,7 @@ class RaftCore:
         """The lowest offset a truncation not yet drained by :meth:`ready` cuts the log to: a
         caller that made the disk durable for an earlier ``ready`` may report only below it."""
         cuts = [op.offset for op in self._ready.log_ops if isinstance(op, Truncate)]
+        cuts += [op.snapshot_id.offset for op in self._ready.log_ops if isinstance(op, SnapshotInstall)]
         return min(cuts) if cuts else None
 
     # -- inputs -------------------------------------------------------------------------------
@@ -253,6 +274,8 @@ class RaftCore:
             return msgs.fetch_response(NONE, epoch, leader, -1, top_error=error)
         if api_key == msgs.DESCRIBE_QUORUM:
             return msgs.describe_quorum_response(error)
+        if api_key == msgs.FETCH_SNAPSHOT:
+            return fetch_snapshot_response(error, epoch, leader, top_error=error)
         return msgs.quorum_epoch_response(NONE, epoch, leader, top_error=error)
 
     # -- transitions --------------------------------------------------------------------------
@@ -329,6 +352,9 @@ class RaftCore:
         data = request.data
         if request.api_key == msgs.DESCRIBE_QUORUM:
             self._respond(request, self._describe_quorum(data, now_ms))
+            return
+        if request.api_key == msgs.FETCH_SNAPSHOT:
+            self._handle_fetch_snapshot_request(request, now_ms)
             return
         if request.api_key not in (
             msgs.VOTE,
@@ -451,84 +477,6 @@ class RaftCore:
             state.has_fetched_from_leader = False
         return msgs.quorum_epoch_response(NONE, self.epoch, self.quorum.leader_id_or_nil)
 
-    def _handle_fetch_request(self, request: RaftMessage, p: dict[str, Any], now_ms: int) -> None:
-        data = request.data
-        fetch_offset = int(p["fetch_offset"])
-        last_fetched_epoch = int(p["last_fetched_epoch"])
-        current_epoch = int(p.get("current_leader_epoch", -1))
-        max_wait_ms = int(data.get("max_wait_ms", 0))
-        if (
-            max_wait_ms < 0
-            or fetch_offset < 0
-            or last_fetched_epoch < 0
-            or last_fetched_epoch > current_epoch
-        ):
-            self._respond(
-                request,
-                msgs.fetch_response(INVALID_REQUEST, self.epoch, self.quorum.leader_id_or_nil, -1),
-            )
-            return
-        response = self._try_complete_fetch(request, p, now_ms)
-        partition = response["responses"][0]["partitions"][0] if response["responses"] else None
-        parkable = (
-            partition is not None
-            and partition["error_code"] == NONE
-            and not partition["records"]
-            and partition["diverging_epoch"]["epoch"] < 0
-            and max_wait_ms > 0
-        )
-        replica_id = msgs.fetch_replica_id(data)
-        if parkable and replica_id >= 0:
-            previous = self.fetch_purgatory.park(replica_id, request, now_ms + max_wait_ms)
-            if previous is not None:  # a replica has one fetch in flight: answer the old one
-                self._respond(previous, response)
-        else:
-            self._respond(request, response)
-
-    def _try_complete_fetch(
-        self, request: RaftMessage, p: dict[str, Any], now_ms: int
-    ) -> dict[str, Any]:
-        epoch, leader = self.epoch, self.quorum.leader_id_or_nil
-        current_epoch = int(p.get("current_leader_epoch", -1))
-        state = self.quorum.state
-        if current_epoch < epoch:
-            error = FENCED_LEADER_EPOCH
-        elif current_epoch > epoch:
-            error = UNKNOWN_LEADER_EPOCH
-        elif not isinstance(state, LeaderState):
-            error = NOT_LEADER_OR_FOLLOWER
-        elif self._shutdown_deadline_ms is not None:
-            error = BROKER_NOT_AVAILABLE
-        else:
-            error = NONE
-        if error != NONE or not isinstance(state, LeaderState):
-            return msgs.fetch_response(error, epoch, leader, -1)
-        fetch_offset = int(p["fetch_offset"])
-        diverging = self.log.validate_offset_and_epoch(fetch_offset, int(p["last_fetched_epoch"]))
-        hw = state.high_watermark if state.high_watermark is not None else -1
-        if diverging is not None:
-            return msgs.fetch_response(NONE, epoch, leader, hw, diverging=diverging)
-        replica_id = msgs.fetch_replica_id(request.data)
-        if replica_id >= 0 and replica_id != self.node_id:
-            if state.update_replica_state(replica_id, now_ms, fetch_offset):
-                self._update_committed(state.high_watermark)
-                self._high_watermark_moved = True
-                hw = state.high_watermark if state.high_watermark is not None else -1
-        records = self.log.read(fetch_offset, self.max_fetch_batches)
-        return msgs.fetch_response(NONE, epoch, leader, hw, records=records)
-
-    def _complete_parked_fetches(self, now_ms: int, expired_only: bool = False) -> None:
-        for request in self.fetch_purgatory.take(now_ms, expired_only):
-            partition = msgs.single_partition(request.data)
-            assert partition is not None
-            self._respond(request, self._try_complete_fetch(request, partition, now_ms))
-
-    def _fail_parked_fetches(self) -> None:
-        leader = self.quorum.leader_id_or_nil
-        for request in self.fetch_purgatory.take(0, expired_only=False):
-            error = msgs.fetch_response(NOT_LEADER_OR_FOLLOWER, self.epoch, leader, -1)
-            self._respond(request, error)
-
     def _describe_quorum(self, data: dict[str, Any], now_ms: int) -> dict[str, Any]:
         if msgs.single_partition(data) is None:
             return msgs.describe_quorum_response(UNKNOWN_TOPIC_OR_PARTITION)
@@ -546,9 +494,10 @@ class RaftCore:
         data = response.data
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
-            log.warning("node %d: %r failed with error %d", self.node_id, response, top_error)
+            self.peer_failures.failed(response.source, response, top_error)
             self.requests.on_response(response.source, False, now_ms)
             return
+        self.peer_failures.answered(response.source)
         topics_key = "responses" if response.api_key == msgs.FETCH else "topics"
         partition = msgs.single_partition(data, topics_key)
         if partition is None:
@@ -556,6 +505,8 @@ class RaftCore:
             return
         if response.api_key == msgs.FETCH:
             ok = self._handle_fetch_response(response.source, partition, now_ms)
+        elif response.api_key == msgs.FETCH_SNAPSHOT:
+            ok = self._handle_fetch_snapshot_response(response.source, partition, now_ms)
         elif response.api_key == msgs.VOTE:
             ok = self._handle_vote_response(response.source, partition, now_ms)
         elif response.api_key == msgs.BEGIN_QUORUM_EPOCH:
@@ -670,66 +621,6 @@ class RaftCore:
             state.acknowledge_resignation(source)
         return True
 
-    def _handle_fetch_response(self, source: int, p: dict[str, Any], now_ms: int) -> bool:
-        error = int(p["error_code"])
-        current = p.get("current_leader") or {}
-        leader = int(current.get("leader_id", -1))
-        leader_id = leader if leader >= 0 else None
-        epoch = int(current.get("leader_epoch", -1))
-        handled = self._maybe_handle_common_response(error, leader_id, epoch, now_ms)
-        if handled is not None:
-            # An error that did not reveal a leader to follow: back off before the next fetch.
-            return handled and (error == NONE or isinstance(self.quorum.state, FollowerState))
-        state = self.quorum.state
-        if error != NONE:
-            return False
-        if not isinstance(state, FollowerState) or state.leader_id != source:
-            return True
-        diverging = p.get("diverging_epoch") or {}
-        if int(diverging.get("epoch", -1)) >= 0:
-            target = OffsetAndEpoch(int(diverging["end_offset"]), int(diverging["epoch"]))
-            offset = self.log.truncation_offset(target)
-            if self._high_watermark is not None and offset < self._high_watermark:
-                log.error(
-                    "node %d: leader %d asked to truncate to %d, below the high watermark %d",
-                    self.node_id,
-                    source,
-                    offset,
-                    self._high_watermark,
-                )
-                return False
-            self._truncate(offset)
-            log.info(
-                "node %d: truncated to %d (diverging %s from leader %d)",
-                self.node_id,
-                offset,
-                target,
-                source,
-            )
-        else:
-            batches = p.get("records") or []
-            for batch in batches:
-                if not isinstance(batch, LogBatch):
-                    raise TypeError("records must be decoded into LogBatch")
-                if batch.end_offset <= self.log.end_offset:
-                    continue
-                if batch.base_offset != self.log.end_offset:
-                    log.warning(
-                        "node %d: fetched batch at %d, log ends at %d",
-                        self.node_id,
-                        batch.base_offset,
-                        self.log.end_offset,
-                    )
-                    return False
-                self._append(batch)
-            hw = int(p.get("high_watermark", -1))
-            if hw >= 0:
-                state.update_high_watermark(hw)
-                self._update_committed(hw)
-        state.has_fetched_from_leader = True
-        state.reset_fetch_timeout(now_ms, self.config.fetch_timeout_ms)
-        return True
-
     # -- time ---------------------------------------------------------------------------------
 
     def _poll(self, now_ms: int) -> None:
@@ -805,31 +696,3 @@ class RaftCore:
                     self.cluster_id, self.node_id, state.epoch, last, voter, pre_vote
                 )
                 self._send(voter, msgs.VOTE, data, now_ms)
-
-    def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
-        if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
-            return
-        if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
-            return  # the fetch offset tells the leader what is durable here: wait for fsync
-        data = msgs.fetch_request(
-            self.cluster_id, self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch
-        )
-        self._send(leader_id, msgs.FETCH, data, now_ms)
-
-    def _send_fetch_to_any_voter(self, now_ms: int) -> None:
-        if self.requests.has_inflight(self.voters, now_ms):
-            return
-        voters = sorted(self.voters)
-        for _ in range(len(voters)):
-            voter = voters[self._observer_fetch_index % len(voters)]
-            self._observer_fetch_index += 1
-            if self.requests.is_ready(voter, now_ms):
-                data = msgs.fetch_request(
-                    self.cluster_id,
-                    self.node_id,
-                    self.epoch,
-                    self.log.end_offset,
-                    self.log.last_epoch,
-                )
-                self._send(voter, msgs.FETCH, data, now_ms)
-                return

@@ -8,6 +8,7 @@ leader-epoch cache) and the leader's check of a follower's fetch position.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,14 +98,15 @@ class RaftLog:
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """Kafka's ``endOffsetForEpoch``: the largest epoch of the log not above ``epoch`` and
         the offset where it ends; ``(0, 0)`` when the log has no such epoch."""
-        found: OffsetAndEpoch | None = None
+        # Epochs never decrease along the log: the last batch of an epoch not above ``epoch``
+        # is found by a binary search.
+        i = bisect.bisect_right(self.batches, epoch, key=_epoch)
+        if i > 0:
+            batch = self.batches[i - 1]
+            return OffsetAndEpoch(batch.end_offset, batch.epoch)
         if self.start.offset > 0 and self.start.epoch <= epoch:
-            found = self.start
-        for batch in self.batches:
-            if batch.epoch > epoch:
-                break
-            found = OffsetAndEpoch(batch.end_offset, batch.epoch)
-        return found if found is not None else OffsetAndEpoch(0, 0)
+            return self.start
+        return OffsetAndEpoch(0, 0)
 
     def validate_offset_and_epoch(self, offset: int, epoch: int) -> OffsetAndEpoch | None:
         """A follower fetching at ``offset`` whose last record has ``epoch``: None when that
@@ -125,12 +127,16 @@ class RaftLog:
             return min(local.offset, diverging.offset)
         return local.offset
 
+    def _first_index_after(self, offset: int) -> int:
+        """The index of the first batch ending after ``offset`` (a binary search: reads and
+        commits cost the batches they return, not the length of the log)."""
+        return bisect.bisect_right(self.batches, offset, key=_end_offset)
+
     def read(self, offset: int, max_batches: int) -> list[LogBatch]:
         """Batches from ``offset`` (a batch boundary, or inside the first batch returned)."""
         out: list[LogBatch] = []
-        for batch in self.batches:
-            if batch.end_offset <= offset:
-                continue
+        for i in range(self._first_index_after(offset), len(self.batches)):
+            batch = self.batches[i]
             if batch.base_offset < offset:
                 skip = offset - batch.base_offset
                 batch = LogBatch(
@@ -144,8 +150,12 @@ class RaftLog:
     def batches_between(self, start: int, end: int) -> list[LogBatch]:
         """Batches covering ``[start, end)``, cut to that range."""
         out: list[LogBatch] = []
-        for batch in self.batches:
-            if batch.end_offset <= start or batch.base_offset >= end:
+        for i in range(self._first_index_after(start), len(self.batches)):
+            batch = self.batches[i]
+            if batch.base_offset >= end:
+                break
+            if batch.base_offset >= start and batch.end_offset <= end:
+                out.append(batch)
                 continue
             lo = max(start, batch.base_offset) - batch.base_offset
             hi = min(end, batch.end_offset) - batch.base_offset
@@ -159,3 +169,39 @@ class RaftLog:
                 )
             )
         return out
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def delete_before(self, start: OffsetAndEpoch) -> None:
+        """The log now begins at ``start`` (a snapshot stands for the records below it, which
+        are dropped; Kafka's ``deleteBeforeSnapshot``). ``start`` must not be past the end."""
+        if start.offset > self.end_offset:
+            raise ValueError(f"log start {start.offset} past the end {self.end_offset}")
+        if start.offset <= self.start.offset:
+            return
+        i = self._first_index_after(start.offset)
+        rest = self.batches[i:]
+        if rest and rest[0].base_offset < start.offset:
+            b = rest[0]
+            skip = start.offset - b.base_offset
+            rest[0] = LogBatch(
+                start.offset, b.epoch, b.records[skip:], b.append_timestamp, b.control
+            )
+        self.batches = rest
+        self.start = start
+        self.durable_end_offset = max(self.durable_end_offset, start.offset)
+
+    def reset_to(self, start: OffsetAndEpoch) -> None:
+        """Kafka's ``truncateFullyAndStartAt``: empty, beginning at ``start`` (a snapshot
+        fetched from the leader stands for everything below)."""
+        self.batches = []
+        self.start = start
+        self.durable_end_offset = start.offset
+
+
+def _end_offset(batch: LogBatch) -> int:
+    return batch.end_offset
+
+
+def _epoch(batch: LogBatch) -> int:
+    return batch.epoch

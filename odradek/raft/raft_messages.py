@@ -23,6 +23,7 @@ VOTE = 52
 BEGIN_QUORUM_EPOCH = 53
 END_QUORUM_EPOCH = 54
 DESCRIBE_QUORUM = 55
+FETCH_SNAPSHOT = 59
 
 API_NAMES = {
     FETCH: "Fetch",
@@ -30,6 +31,7 @@ API_NAMES = {
     BEGIN_QUORUM_EPOCH: "BeginQuorumEpoch",
     END_QUORUM_EPOCH: "EndQuorumEpoch",
     DESCRIBE_QUORUM: "DescribeQuorum",
+    FETCH_SNAPSHOT: "FetchSnapshot",
 }
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -48,6 +50,8 @@ INVALID_REQUEST = int(Errors.INVALID_REQUEST)
 INCONSISTENT_VOTER_SET = int(Errors.INCONSISTENT_VOTER_SET)
 INCONSISTENT_CLUSTER_ID = int(Errors.INCONSISTENT_CLUSTER_ID)
 UNKNOWN_TOPIC_OR_PARTITION = int(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+SNAPSHOT_NOT_FOUND = int(Errors.SNAPSHOT_NOT_FOUND)
+POSITION_OUT_OF_RANGE = int(Errors.POSITION_OUT_OF_RANGE)
 
 Data = dict[str, Any]
 
@@ -78,7 +82,7 @@ def single_partition(data: Data, topics_key: str = "topics") -> Data | None:
     if not isinstance(topics, list) or len(topics) != 1 or not isinstance(topics[0], dict):
         return None
     topic = topics[0]
-    name = topic.get("topic_name", topic.get("topic"))
+    name = topic.get("topic_name", topic.get("topic", topic.get("name")))
     if name != METADATA_TOPIC and topic.get("topic_id") != METADATA_TOPIC_ID:
         return None
     partitions = topic.get("partitions")
@@ -87,7 +91,7 @@ def single_partition(data: Data, topics_key: str = "topics") -> Data | None:
     partition = partitions[0]
     if not isinstance(partition, dict):
         return None
-    index = partition.get("partition_index", partition.get("partition"))
+    index = partition.get("partition_index", partition.get("partition", partition.get("index")))
     return partition if index == METADATA_PARTITION else None
 
 
@@ -245,7 +249,9 @@ def fetch_response(
     records: list[LogBatch] | None = None,
     diverging: OffsetAndEpoch | None = None,
     top_error: int = 0,
+    snapshot_id: OffsetAndEpoch | None = None,
 ) -> Data:
+    """``snapshot_id``: the follower must fetch this snapshot (FetchSnapshot) first."""
     if top_error:
         return {
             "throttle_time_ms": 0,
@@ -265,7 +271,10 @@ def fetch_response(
             "end_offset": diverging.offset if diverging else -1,
         },
         "current_leader": {"leader_id": leader_id, "leader_epoch": epoch},
-        "snapshot_id": {"end_offset": -1, "epoch": -1},
+        "snapshot_id": {
+            "end_offset": snapshot_id.offset if snapshot_id else -1,
+            "epoch": snapshot_id.epoch if snapshot_id else -1,
+        },
         "aborted_transactions": None,
         "preferred_read_replica": -1,
         "records": records or [],

@@ -4,8 +4,12 @@ new or their ``max_wait_ms`` passes) for the Raft core. Time is passed in."""
 
 from __future__ import annotations
 
+import logging
+
 from odradek.raft.quorum import QuorumConfig
 from odradek.raft.raft_messages import RaftMessage
+
+log = logging.getLogger("odradek.raft.raft_core")
 
 
 class RequestManager:
@@ -66,3 +70,34 @@ class FetchPurgatory:
             if not expired_only or now_ms >= deadline
         ]
         return [self._parked.pop(replica)[0] for replica in taken]
+
+
+class PeerFailureLog:
+    """Log lines for requests that fail as a whole (a peer that is down or unreachable: the
+    network channel answers BROKER_NOT_AVAILABLE after each try, about once per retry backoff):
+    the first failure is a warning, the next ones are debug lines until the peer answers again,
+    which is an info line."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.failing: dict[int, int] = {}  # peer -> failures in a row
+
+    def failed(self, peer: int, what: object, error: int) -> None:
+        count = self.failing.get(peer, 0) + 1
+        self.failing[peer] = count
+        if count == 1:
+            log.warning(
+                "node %d: %s failed with error %d; further failures of node %d are logged at "
+                "debug level until it answers",
+                self.node_id,
+                what,
+                error,
+                peer,
+            )
+        else:
+            log.debug("node %d: %s failed with error %d (%d in a row)", self.node_id, what, error, count)
+
+    def answered(self, peer: int) -> None:
+        count = self.failing.pop(peer, 0)
+        if count:
+            log.info("node %d: node %d answers again after %d failed requests", self.node_id, peer, count)

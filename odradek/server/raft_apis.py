@@ -1,5 +1,5 @@
 """RaftApis: the KRaft quorum's APIs on the controller listener (Kafka routes Vote,
-BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata`` and DescribeQuorum from
+BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata``, FetchSnapshot and DescribeQuorum from
 ``ControllerApis`` to its raft manager). Each request goes to the node's Raft core through the
 KafkaRaftClient; the answer comes back when the core gives it (a Fetch may wait there for new
 records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only;
@@ -36,6 +36,9 @@ def _source(api_key: int, data: dict[str, Any]) -> int:
     """The node that sent a request, as the core sees it (-1: not known)."""
     if api_key == msgs.FETCH:
         return msgs.fetch_replica_id(data)
+    if api_key == msgs.FETCH_SNAPSHOT:
+        replica = data.get("replica_id")
+        return replica if isinstance(replica, int) else msgs.NO_ID
     partition = msgs.single_partition(data)
     if partition is None:
         return msgs.NO_ID
@@ -76,6 +79,9 @@ class RaftApis:
             raise TimeoutError from None  # the core dropped the request (shutting down)
         if api_key == msgs.FETCH:
             data = encode_fetch_records(data, self.codec)
+        elif api_key == msgs.FETCH_SNAPSHOT:
+            loop = asyncio.get_running_loop()
+            data = await loop.run_in_executor(None, self.client.read_snapshot_slice, data)
         return fill_uuids(data)
 
     async def _answer(self, ctx: RequestContext, api_key: int, req: dict[str, Any]) -> dict[str, Any]:

@@ -245,6 +245,8 @@ class SharedServer:
             self._snapshot_work.discard(f)
             if self.snapshot_generator is not None:
                 self.snapshot_generator.emit_finished()
+            if self.raft_client is not None:
+                self.raft_client.refresh_snapshots()  # FetchSnapshot can serve it
             if not f.cancelled() and f.exception() is not None:
                 log.error("Writing the metadata snapshot at offset %d failed: %s", image.offset + 1, f.exception())
 
@@ -280,6 +282,8 @@ class SharedServer:
                 log.exception("Cleaning old metadata snapshots failed")
             finally:
                 self._snapshot_work.discard(fut)
+            if self.raft_client is not None:
+                self.raft_client.refresh_snapshots()  # the log may start later now
 
     async def _stop_snapshots(self) -> None:
         if self._snapshot_cleaner is not None:

@@ -240,6 +240,7 @@ class Simulation:
         if ready.election is not None:
             node.disk.election = ready.election  # written and fsynced before anything leaves
         for op in ready.log_ops:
+            assert isinstance(op, (Append, Truncate)), op  # no snapshots here: snapshot_sim.py
             self.check_log_op(node, op)
             node.pending_ops.append(op)
         if node.pending_ops and not node.fsync_scheduled:

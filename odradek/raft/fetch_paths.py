@@ -1,0 +1,254 @@
+"""The Fetch paths of the Raft core (Kafka's ``KafkaRaftClient`` ``handleFetchRequest``,
+``tryCompleteFetchRequest``, ``handleFetchResponse`` and ``maybeSendFetchOrFetchSnapshot``), as
+a mixin of :class:`~odradek.raft.raft_core.RaftCore`: the leader answers and parks Fetch
+requests, followers and observers send them and append (or truncate on a diverging epoch) what
+comes back. Split out of ``raft_core.py`` to keep each module short; the state lives in the core.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from odradek.raft import raft_messages as msgs
+from odradek.raft.epoch_state import FollowerState, LeaderState
+from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
+from odradek.raft.raft_messages import (
+    BROKER_NOT_AVAILABLE,
+    FENCED_LEADER_EPOCH,
+    INVALID_REQUEST,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    RaftMessage,
+)
+from odradek.raft.snapshot_fetch import SnapshotFetchPaths
+
+if TYPE_CHECKING:
+    from odradek.raft.quorum import QuorumConfig, QuorumState
+    from odradek.raft.raft_log import RaftLog
+    from odradek.raft.request_manager import FetchPurgatory, RequestManager
+
+log = logging.getLogger("odradek.raft.raft_core")
+
+
+class FetchPaths(SnapshotFetchPaths):
+    """Fetch, both ends (and, from its base, FetchSnapshot). Everything it uses is defined by
+    :class:`RaftCore`."""
+
+    if TYPE_CHECKING:
+        node_id: int
+        voters: frozenset[int]
+        cluster_id: str
+        config: QuorumConfig
+        log: RaftLog
+        quorum: QuorumState
+        requests: RequestManager
+        fetch_purgatory: FetchPurgatory
+        max_fetch_batches: int
+        _high_watermark: int | None
+        _high_watermark_moved: bool
+        _shutdown_deadline_ms: int | None
+        _observer_fetch_index: int
+
+        @property
+        def epoch(self) -> int: ...
+
+        def _append(self, batch: LogBatch) -> None: ...
+
+        def _truncate(self, offset: int) -> None: ...
+
+        def _send(
+            self, destination: int, api_key: int, data: dict[str, Any], now_ms: int
+        ) -> None: ...
+
+        def _respond(self, request: RaftMessage, data: dict[str, Any]) -> None: ...
+
+        def _update_committed(self, high_watermark: int | None) -> None: ...
+
+        def _maybe_handle_common_response(
+            self, error: int, leader_id: int | None, epoch: int, now_ms: int
+        ) -> bool | None: ...
+
+    # -- the leader's side ----------------------------------------------------------------------
+
+    def _handle_fetch_request(self, request: RaftMessage, p: dict[str, Any], now_ms: int) -> None:
+        data = request.data
+        fetch_offset = int(p["fetch_offset"])
+        last_fetched_epoch = int(p["last_fetched_epoch"])
+        current_epoch = int(p.get("current_leader_epoch", -1))
+        max_wait_ms = int(data.get("max_wait_ms", 0))
+        if (
+            max_wait_ms < 0
+            or fetch_offset < 0
+            or last_fetched_epoch < 0
+            or last_fetched_epoch > current_epoch
+        ):
+            self._respond(
+                request,
+                msgs.fetch_response(INVALID_REQUEST, self.epoch, self.quorum.leader_id_or_nil, -1),
+            )
+            return
+        response = self._try_complete_fetch(request, p, now_ms)
+        partition = response["responses"][0]["partitions"][0] if response["responses"] else None
+        parkable = (
+            partition is not None
+            and partition["error_code"] == NONE
+            and not partition["records"]
+            and partition["diverging_epoch"]["epoch"] < 0
+            and partition["snapshot_id"]["end_offset"] < 0
+            and max_wait_ms > 0
+        )
+        replica_id = msgs.fetch_replica_id(data)
+        if parkable and replica_id >= 0:
+            previous = self.fetch_purgatory.park(replica_id, request, now_ms + max_wait_ms)
+            if previous is not None:  # a replica has one fetch in flight: answer the old one
+                self._respond(previous, response)
+        else:
+            self._respond(request, response)
+
+    def _try_complete_fetch(
+        self, request: RaftMessage, p: dict[str, Any], now_ms: int
+    ) -> dict[str, Any]:
+        epoch, leader = self.epoch, self.quorum.leader_id_or_nil
+        current_epoch = int(p.get("current_leader_epoch", -1))
+        state = self.quorum.state
+        if current_epoch < epoch:
+            error = FENCED_LEADER_EPOCH
+        elif current_epoch > epoch:
+            error = UNKNOWN_LEADER_EPOCH
+        elif not isinstance(state, LeaderState):
+            error = NOT_LEADER_OR_FOLLOWER
+        elif self._shutdown_deadline_ms is not None:
+            error = BROKER_NOT_AVAILABLE
+        else:
+            error = NONE
+        if error != NONE or not isinstance(state, LeaderState):
+            return msgs.fetch_response(error, epoch, leader, -1)
+        fetch_offset = int(p["fetch_offset"])
+        last_fetched_epoch = int(p["last_fetched_epoch"])
+        hw = state.high_watermark if state.high_watermark is not None else -1
+        snapshot_id = self._snapshot_for_fetch(fetch_offset, last_fetched_epoch)
+        if snapshot_id is not None:
+            return msgs.fetch_response(NONE, epoch, leader, hw, snapshot_id=snapshot_id)
+        diverging = self.log.validate_offset_and_epoch(fetch_offset, last_fetched_epoch)
+        if diverging is not None:
+            return msgs.fetch_response(NONE, epoch, leader, hw, diverging=diverging)
+        replica_id = msgs.fetch_replica_id(request.data)
+        if replica_id >= 0 and replica_id != self.node_id:
+            if state.update_replica_state(replica_id, now_ms, fetch_offset):
+                self._update_committed(state.high_watermark)
+                self._high_watermark_moved = True
+                hw = state.high_watermark if state.high_watermark is not None else -1
+        records = self.log.read(fetch_offset, self.max_fetch_batches)
+        return msgs.fetch_response(NONE, epoch, leader, hw, records=records)
+
+    def _complete_parked_fetches(self, now_ms: int, expired_only: bool = False) -> None:
+        for request in self.fetch_purgatory.take(now_ms, expired_only):
+            partition = msgs.single_partition(request.data)
+            assert partition is not None
+            self._respond(request, self._try_complete_fetch(request, partition, now_ms))
+
+    def _fail_parked_fetches(self) -> None:
+        leader = self.quorum.leader_id_or_nil
+        for request in self.fetch_purgatory.take(0, expired_only=False):
+            error = msgs.fetch_response(NOT_LEADER_OR_FOLLOWER, self.epoch, leader, -1)
+            self._respond(request, error)
+
+    # -- the follower's side --------------------------------------------------------------------
+
+    def _handle_fetch_response(self, source: int, p: dict[str, Any], now_ms: int) -> bool:
+        error = int(p["error_code"])
+        current = p.get("current_leader") or {}
+        leader = int(current.get("leader_id", -1))
+        leader_id = leader if leader >= 0 else None
+        epoch = int(current.get("leader_epoch", -1))
+        handled = self._maybe_handle_common_response(error, leader_id, epoch, now_ms)
+        if handled is not None:
+            # An error that did not reveal a leader to follow: back off before the next fetch.
+            return handled and (error == NONE or isinstance(self.quorum.state, FollowerState))
+        state = self.quorum.state
+        if error != NONE:
+            return False
+        if not isinstance(state, FollowerState) or state.leader_id != source:
+            return True
+        diverging = p.get("diverging_epoch") or {}
+        sid = p.get("snapshot_id") or {}
+        snapshot = OffsetAndEpoch(int(sid.get("end_offset", -1)), int(sid.get("epoch", -1)))
+        if int(diverging.get("epoch", -1)) >= 0:
+            target = OffsetAndEpoch(int(diverging["end_offset"]), int(diverging["epoch"]))
+            offset = self.log.truncation_offset(target)
+            if self._high_watermark is not None and offset < self._high_watermark:
+                log.error(
+                    "node %d: leader %d asked to truncate to %d, below the high watermark %d",
+                    self.node_id,
+                    source,
+                    offset,
+                    self._high_watermark,
+                )
+                return False
+            self._truncate(offset)
+            log.info(
+                "node %d: truncated to %d (diverging %s from leader %d)",
+                self.node_id,
+                offset,
+                target,
+                source,
+            )
+        elif snapshot.offset >= 0 or snapshot.epoch >= 0:
+            # The records are gone below the leader's log start: fetch its snapshot.
+            if not self._start_snapshot_fetch(state, snapshot):
+                return False
+        else:
+            batches = p.get("records") or []
+            for batch in batches:
+                if not isinstance(batch, LogBatch):
+                    raise TypeError("records must be decoded into LogBatch")
+                if batch.end_offset <= self.log.end_offset:
+                    continue
+                if batch.base_offset != self.log.end_offset:
+                    log.warning(
+                        "node %d: fetched batch at %d, log ends at %d",
+                        self.node_id,
+                        batch.base_offset,
+                        self.log.end_offset,
+                    )
+                    return False
+                self._append(batch)
+            hw = int(p.get("high_watermark", -1))
+            if hw >= 0:
+                state.update_high_watermark(hw)
+                self._update_committed(hw)
+        state.has_fetched_from_leader = True
+        state.reset_fetch_timeout(now_ms, self.config.fetch_timeout_ms)
+        return True
+
+    def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
+        if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
+            return
+        if self._maybe_send_fetch_snapshot(leader_id, now_ms):
+            return
+        if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
+            return  # the fetch offset tells the leader what is durable here: wait for fsync
+        data = msgs.fetch_request(
+            self.cluster_id, self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch
+        )
+        self._send(leader_id, msgs.FETCH, data, now_ms)
+
+    def _send_fetch_to_any_voter(self, now_ms: int) -> None:
+        if self.requests.has_inflight(self.voters, now_ms):
+            return
+        voters = sorted(self.voters)
+        for _ in range(len(voters)):
+            voter = voters[self._observer_fetch_index % len(voters)]
+            self._observer_fetch_index += 1
+            if self.requests.is_ready(voter, now_ms):
+                data = msgs.fetch_request(
+                    self.cluster_id,
+                    self.node_id,
+                    self.epoch,
+                    self.log.end_offset,
+                    self.log.last_epoch,
+                )
+                self._send(voter, msgs.FETCH, data, now_ms)
+                return
