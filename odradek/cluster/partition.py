@@ -200,7 +200,10 @@ class Partition:
     # -- high watermark -------------------------------------------------------------------------
 
     @property
-    def maximal_isr(self) -> tuple[int, ...]:
+    def maximal_isr(self) -> list[int] | tuple[int, ...]:
+        """The committed ISR plus the members a pending change adds (Kafka's maximalIsr)."""
+        if self.pending_isr is None:
+            return self.isr
         return IsrState(tuple(self.isr), self.pending_isr).maximal_isr
 
     def maybe_increment_leader_hw(self) -> bool:

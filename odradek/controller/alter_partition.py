@@ -12,10 +12,8 @@ each partition with an error, or with the state after the change plus the
 - the new ISR must be non-empty replicas without duplicates and contain the leader
   (INVALID_REQUEST); every member must be registered, unfenced, not in controlled shutdown and
   (v3, when given) at its registered broker epoch (INELIGIBLE_REPLICA; OPERATION_NOT_ATTEMPTED
-  before v2);
-- a leader that is fenced or shutting down is not given an ISR change: NEW_LEADER_ELECTED (its
-  leadership is moving; Kafka's builder elects the next leader in the same record, here the
-  fencing / controlled-shutdown path does).
+  before v2) — the leader included: a leader that is fenced or shutting down changes no ISR (its
+  leadership is moving; the fencing / controlled-shutdown path elects the next leader).
 
 An ISR equal to the current one writes nothing and answers the current state.
 """
@@ -127,12 +125,6 @@ def alter_partition(
             error = _validate(image, broker_id, ti.name, pid, p, data, isr, version)
             if error != Errors.NONE:
                 parts_out.append(_partition_error(pid, error))
-                continue
-            leader_reg = image.brokers.get(p.leader)
-            if leader_reg is None or leader_reg.fenced or leader_reg.in_controlled_shutdown:
-                log.info("AlterPartition from broker %d for %s-%d: its leadership is moving (fenced or "
-                         "shutting down): NEW_LEADER_ELECTED", broker_id, ti.name, pid)
-                parts_out.append(_partition_error(pid, Errors.NEW_LEADER_ELECTED))
                 continue
             new_isr = [b for b, _ in isr]
             partition_epoch = p.partition_epoch
