@@ -124,8 +124,10 @@ def test_manager_batches_retries_and_answers_each_partition() -> None:
     got: dict[tuple[str, int], tuple[Errors, int, int, tuple[int, ...]]] = {}
 
     def item(p: int, isr: tuple[int, ...]) -> AlterPartitionItem:
-        return AlterPartitionItem(("t", p), TOPIC_ID, 3, 5, isr, tuple(10 + b for b in isr),
-                                  lambda e, le, pe, i, p=p: got.__setitem__(("t", p), (e, le, pe, i)))
+        def done(e: Errors, le: int, pe: int, i: tuple[int, ...]) -> None:
+            got[("t", p)] = (e, le, pe, i)
+
+        return AlterPartitionItem(("t", p), TOPIC_ID, 3, 5, isr, tuple(10 + b for b in isr), done)
 
     def ok(data: dict[str, Any]) -> dict[str, Any]:
         parts = data["topics"][0]["partitions"]
