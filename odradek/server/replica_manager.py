@@ -129,6 +129,7 @@ class ReplicaManager:
         self.inter_broker_listener = "PLAINTEXT"
         self.broker_epoch: Callable[[], int] = lambda: -1
         self.replica_lag_time_max_ms = 30000
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- metadata → partition states -------------------------------------------------------------
 
@@ -170,6 +171,8 @@ class ReplicaManager:
             self.make_leaders(leaders)
         if followers:
             self.make_followers(followers)
+        if leaders or followers or removed or delta.deleted_topics:
+            self._shutdown_idle_fetchers()
         for topic in delta.changed_topic_configs:
             if topic in image.topics.by_name:
                 cfg = self.log_config_for(topic)
@@ -226,6 +229,19 @@ class ReplicaManager:
             self._after_change(tp, p)
             out[tp] = Errors.NONE
         return out
+
+    def _shutdown_idle_fetchers(self) -> None:
+        """Stop the fetchers left without partitions (Kafka's shutdownIdleFetcherThreads)."""
+        fm = self.replica_fetcher_manager
+        if fm is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a unit test driving the replica manager by hand)
+        task = loop.create_task(fm.shutdown_idle_fetchers())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _maybe_add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
         """A follower with its log ready fetches from its leader (from its log end offset and
