@@ -6,11 +6,15 @@ confluent-kafka producer with ``acks=all``.
 - kill -9 of the leader: the controller fences it (``broker.session.timeout.ms``, shortened here)
   and elects another ISR member, the producer goes on, and every acknowledged record is read back
   exactly once, in order; the killed broker returns, catches up and is in the ISR again;
-- with the ISR below ``min.insync.replicas``, ``acks=all`` gets NOT_ENOUGH_REPLICAS.
+- with the ISR below ``min.insync.replicas``, ``acks=all`` gets NOT_ENOUGH_REPLICAS;
+- a follower that stops fetching (SIGSTOP) while its session lasts leaves the ISR after
+  ``replica.lag.time.max.ms`` through AlterPartition, so ``acks=all`` completes with the other
+  two; resumed, it catches up and is added back.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -51,12 +55,12 @@ class Broker(Controller):
 class Cluster:
     """1 controller + 3 brokers on loopback."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
         ports = _free_ports(4)
         voters = f"1@127.0.0.1:{ports[0]}"
         self.controller = Controller(1, ports[0], voters, base)
         with open(self.controller.config, "a") as f:
-            f.write(f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}\n")
+            f.write(f"broker.session.timeout.ms={session_timeout_ms}\n")
         self.brokers = {i: Broker(i, ports[i + 1 - 100], voters, base) for i in (100, 101, 102)}
 
     @property
@@ -244,4 +248,48 @@ def test_acks_all_below_min_insync_replicas_is_refused(tmp_path: Path) -> None:
         assert len(errors) == 1 and errors[0] is not None
         assert errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors[0]
     finally:
+        cluster.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_stalled_follower_leaves_the_isr_after_the_lag_time_and_returns(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, session_timeout_ms=60000)  # not fenced during the test
+    cluster.start()
+    topic = "lagging"
+    stalled: Broker | None = None
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+        _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
+        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+        p0 = _wait_for("the ISR of 3", lambda: (p := _partition(admin, topic)) is not None
+                       and len(p.isrs) == 3 and p.leader >= 0 and p, cluster, 60)
+        follower = next(r for r in p0.replicas if r != p0.leader)
+        stalled = cluster.brokers[follower]
+        assert stalled.proc is not None
+        stalled.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        others = cluster.bootstrap(exclude=follower)
+        producer = Producer({"bootstrap.servers": others, "acks": "all", "enable.idempotence": True,
+                             "message.timeout.ms": 60000})
+        acked: list[bytes] = []
+        errors: list[str] = []
+        values = [f"l-{i:04d}".encode() for i in range(20)]
+        _produce(producer, topic, values, acked, errors)
+        # acks=all waits for the stalled follower until the leader drops it from the ISR.
+        assert producer.flush(60) == 0 and errors == [] and acked == values
+        waited = time.monotonic() - stopped_at
+        admin2 = AdminClient({"bootstrap.servers": others})
+        # The brokers' metadata follows the controller's commit a moment later.
+        p1 = _wait_for("the ISR without the stalled follower", lambda: (p := _partition(admin2, topic)) is not None
+                       and sorted(p.isrs) == sorted(r for r in p0.isrs if r != follower) and p, cluster, 10)
+        print(f"acknowledged {waited:.1f}s after the follower stalled; ISR now {p1.isrs}")
+        assert waited >= 2.5  # not before replica.lag.time.max.ms (3 s) passed
+        leader_log = (tmp_path / f"c{p0.leader}.log").read_text()
+        assert "shrinking the ISR" in leader_log
+        stalled.proc.send_signal(signal.SIGCONT)
+        _wait_for("the ISR of 3 again", lambda: (p := _partition(admin2, topic)) is not None
+                  and len(p.isrs) == 3 and p, cluster, 60)
+    finally:
+        if stalled is not None and stalled.proc is not None:
+            stalled.proc.send_signal(signal.SIGCONT)
         cluster.stop()
