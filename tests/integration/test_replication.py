@@ -109,6 +109,22 @@ def _wait_for(what: str, cond: Any, cluster: Cluster, deadline_s: float) -> Any:
     raise AssertionError(f"{what}: not within {deadline_s}s (last: {last!r})\n{cluster.logs()}")
 
 
+def _create_topic(admin: AdminClient, topic: str, min_isr: int) -> None:
+    """RF=3; retried when librdkafka drops its bootstrap connection under the request (it does
+    once it has learned the brokers: "Broker handle destroyed")."""
+    last: Exception | None = None
+    for _ in range(5):
+        try:
+            admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": str(min_isr)})])[topic].result(30)
+            return
+        except Exception as e:  # noqa: BLE001 - retried, reported below
+            if "TOPIC_ALREADY_EXISTS" in str(e):
+                return
+            last = e
+            time.sleep(0.5)
+    raise AssertionError(f"CreateTopics {topic}: {last}")
+
+
 def _produce(producer: Producer, topic: str, values: list[bytes], acked: list[bytes], errors: list[str]) -> None:
     def report(err: Any, msg: Any) -> None:
         if err is None:
@@ -171,7 +187,7 @@ def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path: Path) -> None:
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
         _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
-        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+        _create_topic(admin, topic, 2)
         p0 = _wait_for("the ISR of 3", lambda: (p := _partition(admin, topic)) is not None
                        and len(p.isrs) == 3 and p.leader >= 0 and p, cluster, 60)
         leader = p0.leader
@@ -232,7 +248,7 @@ def test_acks_all_below_min_insync_replicas_is_refused(tmp_path: Path) -> None:
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
         _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
-        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})])[topic].result(30)
+        _create_topic(admin, topic, 3)
         p0 = _wait_for("the ISR of 3", lambda: (p := _partition(admin, topic)) is not None
                        and len(p.isrs) == 3 and p, cluster, 60)
         follower = next(r for r in p0.replicas if r != p0.leader)
@@ -260,7 +276,7 @@ def test_a_stalled_follower_leaves_the_isr_after_the_lag_time_and_returns(tmp_pa
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
         _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
-        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+        _create_topic(admin, topic, 2)
         p0 = _wait_for("the ISR of 3", lambda: (p := _partition(admin, topic)) is not None
                        and len(p.isrs) == 3 and p.leader >= 0 and p, cluster, 60)
         follower = next(r for r in p0.replicas if r != p0.leader)
