@@ -611,6 +611,9 @@ class ReplicaManager:
                 continue
             if moved:
                 self._complete_delayed(tp)
+                # The follower learns the HW its own fetch moved now, not a fetch later.
+                assert p.log is not None
+                res.high_watermark = res.last_stable_offset = p.log.high_watermark
             if replica_id not in p.isr and self._is_eligible(replica_id, replica_epoch):
                 proposed = p.maybe_expand_isr(replica_id)
                 if proposed is not None:
