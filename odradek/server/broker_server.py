@@ -173,7 +173,6 @@ class BrokerServer:
             for lg in lm.all_logs().values():
                 lg.close()
             raise
-        self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
         self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
@@ -236,6 +235,12 @@ class BrokerServer:
         features = registration_features(self.metadata_cache.image.features.levels)
         lifecycle.start(endpoints, features, cfg.broker_rack)
         await lifecycle.wait_for_unfence()
+        # Only now is the metadata image caught up (the controller unfences a broker once it has
+        # replayed past its registration): before, a restarted broker-only node's image is
+        # still empty (an observer learns the committed offset from its first fetch), and every
+        # log would look stray. The replica manager has meanwhile taken up the partitions the
+        # replayed records give it, with their logs.
+        self._delete_stray_logs()
         broker_epoch = lifecycle.broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.

@@ -300,7 +300,19 @@ class ReplicaManager:
     def _create_log_job(self, st: PartitionState) -> Callable[[], Log]:
         config = self.log_config_for(st.topic)  # read on the event loop, used by the worker
         lm = self.log_manager
-        return lambda: lm.get_or_create_log(st.topic, st.partition, config, st.topic_id.bytes)
+        topic_id = st.topic_id.bytes
+
+        def job() -> Log:
+            old = lm.get_log(st.topic, st.partition)
+            if old is not None and old.topic_id is not None and old.topic_id != topic_id:
+                # A topic of the same name deleted and recreated while this broker was away:
+                # the log on disk is the old topic's (Kafka's stray log), not this one's.
+                log.info("Deleting the log of %s-%d: it belongs to an earlier topic of that name",
+                         st.topic, st.partition)
+                lm.delete_log(st.topic, st.partition)
+            return lm.get_or_create_log(st.topic, st.partition, config, topic_id)
+
+        return job
 
     def _submit_log_work(self, tp: TopicPartition, job: Callable[[], object]) -> None:
         if self._shut_down:  # the broker is stopping: its logs are closed, not changed

@@ -309,3 +309,65 @@ def test_a_stalled_follower_leaves_the_isr_after_the_lag_time_and_returns(tmp_pa
         if stalled is not None and stalled.proc is not None:
             stalled.proc.send_signal(signal.SIGCONT)
         cluster.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_returning_leader_truncates_what_it_alone_had(tmp_path: Path) -> None:
+    """KIP-101/KIP-320 with real processes: the leader takes acks=1 records its followers never
+    fetch (both stalled), dies; a follower leads the next epoch and takes new records; the old
+    leader returns, learns from the diverging epoch where its log left the new leader's,
+    truncates its own records and ends with exactly the new leader's log."""
+    cluster = Cluster(tmp_path)
+    cluster.start()
+    topic = "diverging"
+    followers: list[Broker] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+        _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
+        _create_topic(admin, topic, 1)
+        p0 = _wait_for("the ISR of 3", lambda: (p := _partition(admin, topic)) is not None
+                       and len(p.isrs) == 3 and p.leader >= 0 and p, cluster, 60)
+        old_leader = p0.leader
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all", "linger.ms": 0})
+        acked: list[bytes] = []
+        errors: list[str] = []
+        first = [f"r-{i:03d}".encode() for i in range(10)]
+        _produce(producer, topic, first, acked, errors)
+        assert producer.flush(30) == 0 and errors == []
+        producer = None
+
+        followers = [cluster.brokers[r] for r in p0.replicas if r != old_leader]
+        for f in followers:
+            assert f.proc is not None
+            f.proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)  # their fetches waiting at the leader answer (empty) and none follows
+        lone = Producer({"bootstrap.servers": cluster.brokers[old_leader].bootstrap, "acks": "1"})
+        lone_acked: list[bytes] = []
+        _produce(lone, topic, [f"lone-{i}".encode() for i in range(5)], lone_acked, errors)
+        assert lone.flush(10) == 0 and len(lone_acked) == 5
+        cluster.brokers[old_leader].kill()
+        for f in followers:
+            assert f.proc is not None
+            f.proc.send_signal(signal.SIGCONT)
+        assert _log_values(cluster.brokers[old_leader], topic) == first + lone_acked
+
+        admin2 = AdminClient({"bootstrap.servers": cluster.bootstrap(exclude=old_leader)})
+        p1 = _wait_for("a new leader", lambda: (p := _partition(admin2, topic)) is not None
+                       and p.leader not in (-1, old_leader) and p, cluster, 30)
+        producer2 = Producer({"bootstrap.servers": cluster.bootstrap(exclude=old_leader), "acks": "all"})
+        second = [f"s-{i:03d}".encode() for i in range(10)]
+        _produce(producer2, topic, second, acked, errors)
+        assert producer2.flush(60) == 0 and errors == [], errors
+
+        cluster.brokers[old_leader].start()
+        _wait_for("the ISR of 3 again", lambda: (p := _partition(admin2, topic)) is not None
+                  and len(p.isrs) == 3 and p, cluster, 60)
+        cluster.brokers[old_leader].stop()
+        assert _log_values(cluster.brokers[old_leader], topic) == first + second
+        assert _log_values(cluster.brokers[p1.leader], topic) == first + second
+        assert "diverges from the leader at epoch" in cluster.brokers[old_leader].log_path.read_text()
+    finally:
+        for f in followers:
+            if f.proc is not None:
+                f.proc.send_signal(signal.SIGCONT)
+        cluster.stop()

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_replica_manager import TOPIC_ID, TP, Setup, produce
+from test_replica_manager import TOPIC_ID, TP, Setup, produce, state
 
 from odradek.protocol.errors import Errors
+from odradek.records.builder import build_batch
 from odradek.server.alter_partition_manager import AlterPartitionItem
 from odradek.server.delayed_fetch import FetchPartitionRequest
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
@@ -131,3 +132,15 @@ def test_a_follower_fetches_from_its_leaders_inter_broker_listener(s: Setup) -> 
         await fm.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_log_of_an_earlier_topic_of_the_same_name_is_replaced(s: Setup) -> None:
+    """A topic deleted and recreated while this broker was away: its log on disk carries the old
+    topic id, so it is deleted before the new topic's is created, not reused with its records."""
+    old = s.lm.get_or_create_log("t", 0, None, uuid.UUID(int=77).bytes)
+    old.append_as_follower(bytearray(build_batch([(b"k", b"old", [], 1)] * 4)))
+    s.rm.make_leaders([state()])
+    s.worker.run_all()
+    lg = s.lm.get_log(*TP)
+    assert lg is not None and lg is not old
+    assert (lg.log_end_offset, lg.topic_id) == (0, TOPIC_ID.bytes)
