@@ -4,8 +4,12 @@
 It owns the leadership state the controller decided — a :class:`PartitionState`, which a KRaft
 metadata delta and a ZooKeeper-mode LeaderAndIsr request both give — the local log, and the
 high watermark: as leader, the HW is the smallest log end offset among the ISR (this replica's
-own LEO plus the LEOs followers report when they fetch). A single node is its own whole ISR, so
-the HW follows every append, yet produce with acks=-1 waits for exactly this rule.
+own LEO plus the LEOs followers report when they fetch, :mod:`odradek.cluster.replica`), counting
+the members an ISR change proposed to the controller adds (Kafka's maximal ISR). A single node is
+its own whole ISR, so the HW follows every append, yet produce with acks=-1 waits for exactly this
+rule. The leader proposes ISR changes (followers caught up, or lagging past
+``replica.lag.time.max.ms``); they take effect once the controller has committed them. As
+follower it appends what its replica fetcher brings, with the leader's offsets, epochs and HW.
 
 A sans-I/O core: the replica manager creates, truncates and deletes logs (off the event loop)
 and hands the log in; until it has (``log`` is None) the partition answers
@@ -84,7 +88,7 @@ class Partition:
         self.remote_replicas: dict[int, Replica] = {}
         # The LEO when this leader epoch started (Kafka's leaderEpochStartOffsetOpt).
         self.leader_epoch_start_offset = -1
-        self._new_leadership_at: int | None = None  # time of a leadership not yet reset
+        self._reset_followers = False  # a new leadership whose followers' state is not reset yet
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.partition}"
@@ -141,7 +145,7 @@ class Partition:
         if is_new:
             # Followers must report again before they count towards the HW (Kafka's
             # resetReplicaState, done with the time and LEO in attach_log).
-            self._new_leadership_at = -1
+            self._reset_followers = True
         self.log = None
         if log_ is not None:
             self.attach_log(log_, now_ms)
@@ -181,8 +185,8 @@ class Partition:
             leo = log_.log_end_offset
             if log_.leader_epoch_cache.latest_epoch < self.leader_epoch:
                 log_.leader_epoch_cache.assign(self.leader_epoch, leo)
-            if self._new_leadership_at is not None:
-                self._new_leadership_at = None
+            if self._reset_followers:
+                self._reset_followers = False
                 self.leader_epoch_start_offset = leo
                 for r, rep in self.remote_replicas.items():
                     rep.reset(now_ms, leo, is_new_leader=True, in_sync=r in self.isr)

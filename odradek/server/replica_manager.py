@@ -221,8 +221,8 @@ class ReplicaManager:
             lg = self._ready_log(st)
             # A follower serves nothing, so its log stays attached while the worker works on
             # it; a later leadership waits for that work (_ready_log).
-            p.make_follower(st, lg)
-            if self.replica_fetcher_manager is not None:
+            if p.make_follower(st, lg) and self.replica_fetcher_manager is not None:
+                # Another leader or leader epoch: the fetcher starts again (in _after_change).
                 self.replica_fetcher_manager.remove_fetcher_for_partitions([tp])
             if lg is None:
                 self._submit_log_work(tp, self._create_log_job(st))
