@@ -4,8 +4,12 @@
 It owns the leadership state the controller decided — a :class:`PartitionState`, which a KRaft
 metadata delta and a ZooKeeper-mode LeaderAndIsr request both give — the local log, and the
 high watermark: as leader, the HW is the smallest log end offset among the ISR (this replica's
-own LEO plus the LEOs followers report when they fetch). A single node is its own whole ISR, so
-the HW follows every append, yet produce with acks=-1 waits for exactly this rule.
+own LEO plus the LEOs followers report when they fetch, :mod:`odradek.cluster.replica`), counting
+the members an ISR change proposed to the controller adds (Kafka's maximal ISR). A single node is
+its own whole ISR, so the HW follows every append, yet produce with acks=-1 waits for exactly this
+rule. The leader proposes ISR changes (followers caught up, or lagging past
+``replica.lag.time.max.ms``); they take effect once the controller has committed them. As
+follower it appends what its replica fetcher brings, with the leader's offsets, epochs and HW.
 
 A sans-I/O core: the replica manager creates, truncates and deletes logs (off the event loop)
 and hands the log in; until it has (``log`` is None) the partition answers
@@ -19,7 +23,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.cluster.replica import IsrState, Replica, can_join_isr, out_of_sync_replicas
 from odradek.log.errors import OffsetOutOfRangeError
+from odradek.log.leader_epoch import UNDEFINED_EPOCH
 from odradek.log.log import LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, Log
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.batch import AppendInfo
@@ -57,6 +63,8 @@ class LogReadResult:
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    # KIP-320: (epoch, end offset) when a follower's last fetched epoch diverges from the log.
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class Partition:
@@ -73,9 +81,14 @@ class Partition:
         self.replicas: list[int] = []
         self.adding_replicas: list[int] = []
         self.removing_replicas: list[int] = []
-        self.isr: list[int] = []
-        # Last LEO each follower reported (by fetching); the leader's own comes from its log.
-        self.remote_leos: dict[int, int] = {}
+        self.isr: list[int] = []  # the committed ISR (what the controller last decided)
+        # An ISR change proposed to the controller with AlterPartition, until it answers.
+        self.pending_isr: tuple[int, ...] | None = None
+        # Each follower as its fetches report it (Kafka's remoteReplicas); leader only.
+        self.remote_replicas: dict[int, Replica] = {}
+        # The LEO when this leader epoch started (Kafka's leaderEpochStartOffsetOpt).
+        self.leader_epoch_start_offset = -1
+        self._reset_followers = False  # a new leadership whose followers' state is not reset yet
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.partition}"
@@ -105,7 +118,7 @@ class Partition:
         self.partition_epoch = state.partition_epoch
         self.controller_epoch = state.controller_epoch
 
-    def make_leader(self, state: PartitionState, log_: Log | None) -> bool:
+    def make_leader(self, state: PartitionState, log_: Log | None, now_ms: int = 0) -> bool:
         """Become leader (Kafka's Partition.makeLeader). ``log_`` is None while the replica
         manager is still working on its files (then :meth:`attach_log` follows); until then the
         partition serves nothing.
@@ -124,12 +137,18 @@ class Partition:
         is_new = self.leader_id != self.local_broker_id or state.leader_epoch != self.leader_epoch
         self._take_state(state)
         self.isr = list(state.isr)
+        self.pending_isr = None  # the controller's state supersedes what was proposed
+        old = self.remote_replicas
+        self.remote_replicas = {
+            r: old.get(r) or Replica(r) for r in self.replicas if r != self.local_broker_id
+        }
         if is_new:
-            # Followers must report again before they count towards the HW.
-            self.remote_leos = {r: -1 for r in self.replicas if r != self.local_broker_id}
+            # Followers must report again before they count towards the HW (Kafka's
+            # resetReplicaState, done with the time and LEO in attach_log).
+            self._reset_followers = True
         self.log = None
         if log_ is not None:
-            self.attach_log(log_)
+            self.attach_log(log_, now_ms)
         return is_new
 
     def make_follower(self, state: PartitionState, log_: Log | None) -> bool:
@@ -149,16 +168,28 @@ class Partition:
         is_new = self.leader_id != state.leader or state.leader_epoch != self.leader_epoch
         self._take_state(state)
         self.isr = []
-        self.remote_leos = {}
+        self.pending_isr = None
+        self.remote_replicas = {}
         self.log = log_
         if is_new:
             log.debug("%s: follower of broker %d at leader epoch %d", self, state.leader, state.leader_epoch)
         return is_new
 
-    def attach_log(self, log_: Log) -> None:
-        """The log is ready (created, or truncated for this role)."""
+    def attach_log(self, log_: Log, now_ms: int = 0) -> None:
+        """The log is ready (created, or truncated for this role). A new leader starts its
+        epoch at its log end offset in the leader epoch cache (Kafka's
+        maybeAssignEpochStartOffset): a follower whose log goes beyond that offset in an older
+        epoch learns from the diverging epoch where to truncate."""
         self.log = log_
         if self.is_leader:
+            leo = log_.log_end_offset
+            if log_.leader_epoch_cache.latest_epoch < self.leader_epoch:
+                log_.leader_epoch_cache.assign(self.leader_epoch, leo)
+            if self._reset_followers:
+                self._reset_followers = False
+                self.leader_epoch_start_offset = leo
+                for r, rep in self.remote_replicas.items():
+                    rep.reset(now_ms, leo, is_new_leader=True, in_sync=r in self.isr)
             log.debug(
                 "%s: leader at epoch %d, ISR %s, log end offset %d, high watermark %d",
                 self, self.leader_epoch, self.isr, log_.log_end_offset, log_.high_watermark,
@@ -172,15 +203,24 @@ class Partition:
 
     # -- high watermark -------------------------------------------------------------------------
 
+    @property
+    def maximal_isr(self) -> list[int] | tuple[int, ...]:
+        """The committed ISR plus the members a pending change adds (Kafka's maximalIsr)."""
+        if self.pending_isr is None:
+            return self.isr
+        return IsrState(tuple(self.isr), self.pending_isr).maximal_isr
+
     def maybe_increment_leader_hw(self) -> bool:
+        """HW = the smallest LEO in the maximal ISR (Kafka's maybeIncrementLeaderHW)."""
         if self.log is None or not self.is_leader:
             return False
         leo = self.log.log_end_offset
         new_hw = leo
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r == self.local_broker_id:
                 continue
-            new_hw = min(new_hw, self.remote_leos.get(r, -1))
+            rep = self.remote_replicas.get(r)
+            new_hw = min(new_hw, rep.log_end_offset if rep is not None else -1)
         if new_hw > self.log.high_watermark:
             self.log.high_watermark = new_hw
             return True
@@ -228,11 +268,28 @@ class Partition:
         isolation_level: int,
         min_one_message: bool,
         current_leader_epoch: int = -1,
+        last_fetched_epoch: int = -1,
+        for_follower: bool = False,
     ) -> LogReadResult:
+        """A consumer reads up to the HW; a follower (``for_follower``) up to the LEO. A
+        follower's ``last_fetched_epoch`` is checked against the leader epoch cache first
+        (KIP-320): where the follower's log diverges, the answer is the diverging epoch and its
+        end offset, with no records."""
         log_ = self._leader_log(current_leader_epoch)
         hw = log_.high_watermark
+        if last_fetched_epoch >= 0:
+            epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
+            if epoch == UNDEFINED_EPOCH or end < 0:
+                # Nothing this leader knows at or below that epoch: the follower must reset.
+                return LogReadResult(
+                    Errors.OFFSET_OUT_OF_RANGE, None, hw, hw, log_.log_start_offset, log_.log_end_offset
+                )
+            if end < fetch_offset or epoch < last_fetched_epoch:
+                return LogReadResult(
+                    Errors.NONE, b"", hw, hw, log_.log_start_offset, log_.log_end_offset, (epoch, end)
+                )
         # No transactions yet: the last stable offset is the high watermark.
-        max_offset = hw
+        max_offset = log_.log_end_offset if for_follower else hw
         try:
             data = log_.read(fetch_offset, max_bytes, max_offset, min_one_message)
             records: Any = data if data.regions else b""
@@ -270,3 +327,110 @@ class Partition:
             return log_.delete_records(offset)
         except OffsetOutOfRangeError as e:
             raise KafkaError(Errors.OFFSET_OUT_OF_RANGE, str(e)) from e
+
+    # -- the leader's view of its followers (Kafka's updateFollowerFetchState, ISR changes) -----
+
+    def update_follower_fetch_state(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int, broker_epoch: int = -1
+    ) -> bool:
+        """A follower fetched at ``fetch_offset``: record its LEO and caught-up time. True when
+        the HW moved (the caller completes what waits on it). A fetch from a broker that is not
+        a replica is refused with NOT_LEADER_OR_FOLLOWER."""
+        log_ = self._leader_log()
+        rep = self.remote_replicas.get(replica_id)
+        if rep is None:
+            raise KafkaError(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"Broker {replica_id} fetched {self} but is not one of its replicas {self.replicas}",
+            )
+        old_leo = rep.log_end_offset
+        rep.update_fetch_state(fetch_offset, log_start_offset, now_ms, log_.log_end_offset, broker_epoch)
+        if old_leo == fetch_offset:
+            return False
+        return self.maybe_increment_leader_hw()
+
+    def maybe_expand_isr(self, replica_id: int) -> tuple[int, ...] | None:
+        """The ISR to propose when ``replica_id`` has caught up (Kafka's maybeExpandIsr), marked
+        pending; None when nothing is to change or a change is already in flight."""
+        if self.log is None or not self.is_leader or self.pending_isr is not None:
+            return None
+        if replica_id in self.isr:
+            return None
+        rep = self.remote_replicas.get(replica_id)
+        if rep is None or not can_join_isr(rep, self.log.high_watermark, self.leader_epoch_start_offset):
+            return None
+        proposed = (*self.isr, replica_id)
+        self.pending_isr = proposed
+        log.info(
+            "%s: proposing to expand the ISR from %s to %s (follower %d reached %d, high watermark %d)",
+            self, self.isr, list(proposed), replica_id, rep.log_end_offset, self.log.high_watermark,
+        )
+        return proposed
+
+    def maybe_shrink_isr(self, now_ms: int, max_lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR to propose without the followers that fell behind for more than
+        ``replica.lag.time.max.ms`` (Kafka's maybeShrinkIsr), marked pending; the HW may move
+        only once the controller has committed it."""
+        if self.log is None or not self.is_leader or self.pending_isr is not None:
+            return None
+        leo = self.log.log_end_offset
+        lagging = out_of_sync_replicas(
+            [r for r in self.isr if r != self.local_broker_id], self.remote_replicas, leo, now_ms, max_lag_ms
+        )
+        if not lagging:
+            return None
+        proposed = tuple(r for r in self.isr if r not in lagging)
+        self.pending_isr = proposed
+        for r in lagging:
+            rep = self.remote_replicas[r]
+            log.info(
+                "%s: shrinking the ISR from %s to %s: follower %d is at %d, the leader at %d; last "
+                "caught up %d ms ago", self, self.isr, list(proposed), r, rep.log_end_offset, leo,
+                now_ms - rep.last_caught_up_time_ms,
+            )
+        return proposed
+
+    def alter_isr_done(
+        self, proposed: tuple[int, ...], error: Errors, leader_epoch: int = -1, partition_epoch: int = -1,
+        isr: tuple[int, ...] = (),
+    ) -> bool:
+        """The controller's answer to the proposal ``proposed`` (Kafka's handleAlterPartition*).
+        NONE: its ISR is committed and in effect (unless the metadata already moved past it).
+        Any error: the proposal is dropped and the committed ISR stays; the next expand or shrink
+        check proposes again from the state the metadata brings. True when the HW moved."""
+        if self.pending_isr != proposed:
+            return False  # a newer state (metadata) replaced the proposal
+        self.pending_isr = None
+        if error != Errors.NONE:
+            level = logging.DEBUG if error == Errors.INVALID_UPDATE_VERSION else logging.INFO
+            log.log(level, "%s: the controller refused the ISR %s: %s", self, list(proposed), error.name)
+            return False
+        if leader_epoch != self.leader_epoch or partition_epoch <= self.partition_epoch:
+            return False  # the metadata got here first, or it is another leadership's answer
+        self.isr = list(isr)
+        self.partition_epoch = partition_epoch
+        log.info("%s: ISR updated to %s, partition epoch %d", self, list(isr), partition_epoch)
+        return self.maybe_increment_leader_hw()
+
+    # -- follower operations ---------------------------------------------------------------------
+
+    def _follower_log(self) -> Log:
+        if self.log is None or self.leader_id == self.local_broker_id or self.leader_id < 0:
+            raise KafkaError(Errors.NOT_LEADER_OR_FOLLOWER, f"This broker does not follow {self}")
+        return self.log
+
+    def append_records_as_follower(
+        self, records: bytes | bytearray | memoryview, leader_hw: int, leader_log_start_offset: int, now_ms: int
+    ) -> int:
+        """Append what the leader sent (its offsets and epochs kept, batches validated, the
+        leader epoch cache updated) and take its HW (never beyond this log's end) and log start
+        offset. Returns the bytes appended."""
+        log_ = self._follower_log()
+        n = 0
+        if len(records):
+            info = log_.append_as_follower(records, now_ms)
+            n = info.valid_bytes
+        log_.high_watermark = min(leader_hw, log_.log_end_offset)
+        if leader_log_start_offset > log_.log_start_offset:
+            log_.maybe_increment_log_start_offset(min(leader_log_start_offset, log_.high_watermark), now_ms)
+        return n

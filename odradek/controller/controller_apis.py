@@ -73,6 +73,7 @@ class ControllerApis:
             g.ALLOCATE_PRODUCER_IDS.api_key: self.handle_allocate_producer_ids,
             g.BROKER_REGISTRATION.api_key: self.handle_broker_registration,
             g.BROKER_HEARTBEAT.api_key: self.handle_broker_heartbeat,
+            g.ALTER_PARTITION.api_key: self.handle_alter_partition,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -124,7 +125,7 @@ class ControllerApis:
         apis = [
             m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS,
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
-            g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS,
+            g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
         ]
         return {api: served(api) for api in apis}
 
@@ -352,3 +353,16 @@ class ControllerApis:
             "is_fenced": reply.is_fenced,
             "should_shut_down": reply.should_shut_down,
         }
+
+    # -- AlterPartition -------------------------------------------------------------------------
+
+    async def handle_alter_partition(self, request: ControllerRequest) -> dict[str, Any]:
+        """A partition leader's ISR change (Kafka's handleAlterPartitionRequest)."""
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        try:
+            return await self.controller.alter_partition(request.data, request.api_version)
+        except KafkaError as e:
+            log.info("AlterPartition from broker %d refused: %s", request.data.get("broker_id", -1), e.message)
+            return error_response(request, e.code, e.message)

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from odradek.controller.alter_partition import alter_partition
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
 from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
@@ -379,6 +380,17 @@ class QuorumController(Listener[MetadataRecord]):
             return (block.first_producer_id, block.size), records
 
         return await self._write("allocateProducerIds", op)
+
+    async def alter_partition(self, request: dict[str, Any], version: int) -> dict[str, Any]:
+        """AlterPartition from a partition leader (Kafka's ReplicationControlManager
+        .alterPartition): the sender's broker epoch, then each partition (see
+        :mod:`odradek.controller.alter_partition`); answered once the ISR changes are committed."""
+
+        def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
+            self.cluster.check_broker_epoch(request["broker_id"], request["broker_epoch"])
+            return alter_partition(self.image, request, version)
+
+        return await self._write("alterPartition", op)
 
     async def create_topics(
         self, topics: list[dict[str, Any]], validate_only: bool, timeout_ms: int | None = None

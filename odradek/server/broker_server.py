@@ -29,6 +29,7 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.socket_server import SocketServer
 from odradek.server import config_defs
+from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.dir_lock import StartupError
@@ -36,6 +37,8 @@ from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
+from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
+from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
@@ -84,6 +87,8 @@ class BrokerServer:
         self.loader: MetadataLoader | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.replica_fetcher_manager: ReplicaFetcherManager | None = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
         self.controller_channel: ControllerChannel | None = None
         self.heartbeat_channel: ControllerChannel | None = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
@@ -168,10 +173,10 @@ class BrokerServer:
             for lg in lm.all_logs().values():
                 lg.close()
             raise
-        self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
         self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        self._start_replication(channel)
         image = self.metadata_cache.image
         initial = MetadataDelta(image)
         for t in image.topics.by_name.values():
@@ -198,14 +203,13 @@ class BrokerServer:
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         self.heartbeat_channel = heartbeat_channel
-        lifecycle = BrokerLifecycleManager(
+        lifecycle = self.lifecycle_manager = BrokerLifecycleManager(
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             channel=heartbeat_channel or channel,
             heartbeat_interval_ms=lambda: cfg.broker_heartbeat_interval_ms,
             metadata_offset=lambda: self.metadata_cache.image.offset,
         )
-        self.lifecycle_manager = lifecycle
         broker_apis = KafkaApis(
             producer_id_manager=ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel),
             node_id=self.node_id,
@@ -231,6 +235,12 @@ class BrokerServer:
         features = registration_features(self.metadata_cache.image.features.levels)
         lifecycle.start(endpoints, features, cfg.broker_rack)
         await lifecycle.wait_for_unfence()
+        # Only now is the metadata image caught up (the controller unfences a broker once it has
+        # replayed past its registration): before, a restarted broker-only node's image is
+        # still empty (an observer learns the committed offset from its first fetch), and every
+        # log would look stray. The replica manager has meanwhile taken up the partitions the
+        # replayed records give it, with their logs.
+        self._delete_stray_logs()
         broker_epoch = lifecycle.broker_epoch
 
         # 6. Background work: retention, flushing, checkpoints.
@@ -240,6 +250,8 @@ class BrokerServer:
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
+        rm = self.replica_manager
+        self._schedule_on_loop("isr-expiration", max(1, cfg.replica_lag_time_max_ms // 2), rm.maybe_shrink_isrs)
         self._schedule(
             "high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks
         )
@@ -249,6 +261,45 @@ class BrokerServer:
             "Odradek broker ready: node id %d, cluster id %s, listening on %s, data in %s, broker epoch %d",
             self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs), broker_epoch,
         )
+
+    def _start_replication(self, channel: ControllerChannel) -> None:
+        """Follower fetchers and ISR changes (AlterPartition through the controller channel)."""
+        rm = self.replica_manager
+        assert rm is not None
+        cfg = self.config
+
+        def broker_epoch() -> int:
+            return self.lifecycle_manager.broker_epoch if self.lifecycle_manager is not None else -1
+
+        fetcher_config = FetcherConfig(
+            node_id=self.node_id,
+            fetch_max_bytes=cfg._int("replica.fetch.max.bytes"),
+            fetch_response_max_bytes=cfg._int("replica.fetch.response.max.bytes"),
+            fetch_wait_max_ms=cfg._int("replica.fetch.wait.max.ms"),
+            fetch_min_bytes=cfg._int("replica.fetch.min.bytes"),
+            fetch_backoff_ms=cfg._int("replica.fetch.backoff.ms"),
+            socket_timeout_ms=cfg._int("replica.socket.timeout.ms"),
+        )
+        self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config, cfg._int("num.replica.fetchers"))
+        self.alter_partition_manager = AlterPartitionManager(channel, self.node_id, broker_epoch)
+        rm.replica_fetcher_manager = self.replica_fetcher_manager
+        rm.alter_partition_manager = self.alter_partition_manager
+        rm.inter_broker_listener = cfg.inter_broker_listener_name
+        rm.broker_epoch = broker_epoch
+        rm.replica_lag_time_max_ms = cfg.replica_lag_time_max_ms
+
+    def _schedule_on_loop(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the event loop every ``interval_ms`` (work on in-memory state)."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000.0)
+                try:
+                    fn()
+                except Exception:
+                    log.exception("Task %s failed", name)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(loop(), name=name))
 
     async def bind_listeners(self) -> None:
         """Bind (not yet serve) the broker listeners (every listener not a controller one)."""
@@ -271,23 +322,9 @@ class BrokerServer:
 
     def _refuse_unsupported_state(self) -> None:
         """Refuse data directories whose state this node cannot serve (typically Apache Kafka's,
-        before a migration): partitions replicated on other brokers, and records of features
-        Odradek does not have."""
+        before a migration): records of features Odradek does not have. (Partitions with
+        replicas on other brokers are served now: replication follows them.)"""
         assert self.log_manager is not None
-        elsewhere = sorted(
-            (t.name, pid, list(p.replicas))
-            for t in self.metadata_cache.image.topics.by_name.values()
-            for pid, p in t.partitions.items()
-            if any(r != self.node_id for r in p.replicas)
-        )
-        if elsewhere:
-            name, pid, replicas = elsewhere[0]
-            raise StartupError(
-                f"{len(elsewhere)} partition(s) have replicas on other brokers (e.g. {name}-{pid} "
-                f"on {replicas}); Odradek runs a single node: move every replica to broker "
-                f"{self.node_id} on Apache Kafka first (kafka-reassign-partitions), then stop it "
-                "and start Odradek on its log.dirs"
-            )
         for (topic, part), lg in self.log_manager.all_logs().items():
             what = self.UNSUPPORTED_INTERNAL_TOPICS.get(topic)
             if what is not None and lg.log_end_offset > lg.log_start_offset:
@@ -326,6 +363,10 @@ class BrokerServer:
             server.begin_shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
+        if self.replica_fetcher_manager is not None:
+            await self.replica_fetcher_manager.shutdown()
+        if self.alter_partition_manager is not None:
+            await self.alter_partition_manager.close()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         for server in self._servers:

@@ -23,6 +23,8 @@ class FetchPartitionRequest:
     fetch_offset: int
     partition_max_bytes: int
     current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1  # a follower's (KIP-320)
+    log_start_offset: int = -1  # a follower's
 
 
 @dataclass

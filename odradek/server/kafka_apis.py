@@ -360,8 +360,10 @@ class KafkaApis(ApiDispatcher):
 
         fetch_data, to_forget = parse_fetch_request(req, version, resolve)
         replica_id = req.get("replica_id", -1)
+        replica_epoch = -1
         if version >= 15:
-            replica_id = req.get("replica_state", {}).get("replica_id", -1)
+            state = req.get("replica_state") or {}
+            replica_id, replica_epoch = state.get("replica_id", -1), state.get("replica_epoch", -1)
         context = self.fetch_manager.new_context(
             version, req["session_id"], req["session_epoch"], replica_id >= 0, fetch_data, to_forget,
             resolve,
@@ -381,13 +383,13 @@ class KafkaApis(ApiDispatcher):
                 requests.append(
                     FetchPartitionRequest(
                         part.topic, part.partition, part.fetch_offset, part.max_bytes,
-                        part.current_leader_epoch,
+                        part.current_leader_epoch, part.last_fetched_epoch, part.fetcher_log_start_offset,
                     )
                 )
         max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
         isolation = req["isolation_level"] if version >= 4 else 0
         result = self.replica_manager.fetch_messages(
-            req["max_wait_ms"], req["min_bytes"], max_bytes, isolation, requests
+            req["max_wait_ms"], req["min_bytes"], max_bytes, isolation, requests, replica_id, replica_epoch
         )
 
         def body(results: list[FetchPartitionResult]) -> dict[str, Any]:
@@ -399,21 +401,19 @@ class KafkaApis(ApiDispatcher):
                     # whose compression.type is zstd answers them UNSUPPORTED_COMPRESSION_TYPE.
                     updates.append((part, _fetch_error(part.partition, Errors.UNSUPPORTED_COMPRESSION_TYPE)))
                     continue
-                updates.append(
-                    (
-                        part,
-                        {
-                            "partition_index": part.partition,
-                            "error_code": res.error,
-                            "high_watermark": res.high_watermark,
-                            "last_stable_offset": res.last_stable_offset,
-                            "log_start_offset": res.log_start_offset,
-                            "aborted_transactions": None,  # no transactions yet: nothing aborted
-                            "preferred_read_replica": -1,
-                            "records": res.records if res.records is not None else b"",
-                        },
-                    )
-                )
+                pentry: dict[str, Any] = {
+                    "partition_index": part.partition,
+                    "error_code": res.error,
+                    "high_watermark": res.high_watermark,
+                    "last_stable_offset": res.last_stable_offset,
+                    "log_start_offset": res.log_start_offset,
+                    "aborted_transactions": None,  # no transactions yet: nothing aborted
+                    "preferred_read_replica": -1,
+                    "records": res.records if res.records is not None else b"",
+                }
+                if res.diverging_epoch is not None:
+                    pentry["diverging_epoch"] = {"epoch": res.diverging_epoch[0], "end_offset": res.diverging_epoch[1]}
+                updates.append((part, pentry))
             for part, err in errors:
                 updates.append((part, _fetch_error(part.partition, err)))
             error, session_id, send = context.update_and_generate_response(updates)

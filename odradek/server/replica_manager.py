@@ -28,7 +28,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from odradek.cluster.partition import LogReadResult, Partition, PartitionState
 from odradek.log.errors import KafkaStorageError, LogError
@@ -40,6 +40,7 @@ from odradek.metadata.image import MetadataImage
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.errors import RecordError, RecordValidationError
+from odradek.server.alter_partition_manager import AlterPartitionItem
 from odradek.server.delayed_fetch import (
     DelayedFetch,
     FetchPartitionRequest,
@@ -48,7 +49,13 @@ from odradek.server.delayed_fetch import (
 )
 from odradek.server.delayed_produce import DelayedProduce, ProducePartitionStatus
 from odradek.server.purgatory import DelayedOperationPurgatory, Timer
+from odradek.server.replica_fetcher_manager import source_broker
+from odradek.server.replica_fetcher_thread import PartitionFetchState
 from odradek.server.system_timer import AsyncioTimer, completion_future
+
+if TYPE_CHECKING:
+    from odradek.server.alter_partition_manager import AlterPartitionManager
+    from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +123,13 @@ class ReplicaManager:
         self._queued_appends: dict[TopicPartition, asyncio.Future[None]] = {}
         self._shut_down = False
         self._announced_leader: dict[TopicPartition, int] = {}  # leader epoch told to listeners
+        # Replication (set by the broker server; None: no follower fetching, no ISR changes).
+        self.replica_fetcher_manager: ReplicaFetcherManager | None = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
+        self.inter_broker_listener = "PLAINTEXT"
+        self.broker_epoch: Callable[[], int] = lambda: -1
+        self.replica_lag_time_max_ms = 30000
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- metadata → partition states -------------------------------------------------------------
 
@@ -157,6 +171,8 @@ class ReplicaManager:
             self.make_leaders(leaders)
         if followers:
             self.make_followers(followers)
+        if leaders or followers or removed or delta.deleted_topics:
+            self._shutdown_idle_fetchers()
         for topic in delta.changed_topic_configs:
             if topic in image.topics.by_name:
                 cfg = self.log_config_for(topic)
@@ -177,8 +193,10 @@ class ReplicaManager:
                 p.make_leader(st, None)  # logs the refusal
                 out[tp] = Errors.STALE_CONTROLLER_EPOCH
                 continue
+            if self.replica_fetcher_manager is not None:
+                self.replica_fetcher_manager.remove_fetcher_for_partitions([tp])
             lg = self._ready_log(st)
-            p.make_leader(st, lg)
+            p.make_leader(st, lg, self.clock_ms())
             if lg is None:
                 self._submit_log_work(tp, self._create_log_job(st))
             self._after_change(tp, p)
@@ -187,9 +205,10 @@ class ReplicaManager:
 
     def make_followers(self, states: list[PartitionState]) -> dict[TopicPartition, Errors]:
         """Follow ``state.leader`` for these partitions: produce and fetch answer
-        NOT_LEADER_OR_FOLLOWER, the log is kept (created if missing). Without a replica fetcher
-        yet, a new follower keeps its log up to the high watermark (truncating the rest, and its
-        leader epoch cache with it), as Kafka did before fetching from the new leader.
+        NOT_LEADER_OR_FOLLOWER, the log is kept (created if missing) and a replica fetcher
+        fetches from the leader. The log is not truncated here (not to the HW either): the
+        fetcher's last fetched epoch tells the leader where the logs agree, and the diverging
+        epoch it answers says where to truncate (KIP-320), as Kafka's fetch-based truncation.
         Per partition: NONE or STALE_CONTROLLER_EPOCH (refused)."""
         out: dict[TopicPartition, Errors] = {}
         for st in states:
@@ -200,21 +219,48 @@ class ReplicaManager:
                 out[tp] = Errors.STALE_CONTROLLER_EPOCH
                 continue
             lg = self._ready_log(st)
-            # A follower serves nothing, so its log stays attached while the worker truncates
+            # A follower serves nothing, so its log stays attached while the worker works on
             # it; a later leadership waits for that work (_ready_log).
-            is_new = p.make_follower(st, lg)
-            if lg is None or (is_new and lg.log_end_offset > lg.high_watermark):
-                create = self._create_log_job(st)
-
-                def job(create: Callable[[], Log] = create, truncate: bool = is_new) -> None:
-                    lg = create()
-                    if truncate:
-                        lg.truncate_to(lg.high_watermark)
-
-                self._submit_log_work(tp, job)
+            if p.make_follower(st, lg) and self.replica_fetcher_manager is not None:
+                # Another leader or leader epoch: the fetcher starts again (in _after_change).
+                self.replica_fetcher_manager.remove_fetcher_for_partitions([tp])
+            if lg is None:
+                self._submit_log_work(tp, self._create_log_job(st))
             self._after_change(tp, p)
             out[tp] = Errors.NONE
         return out
+
+    def _shutdown_idle_fetchers(self) -> None:
+        """Stop the fetchers left without partitions (Kafka's shutdownIdleFetcherThreads)."""
+        fm = self.replica_fetcher_manager
+        if fm is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a unit test driving the replica manager by hand)
+        task = loop.create_task(fm.shutdown_idle_fetchers())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _maybe_add_fetcher(self, tp: TopicPartition, p: Partition) -> None:
+        """A follower with its log ready fetches from its leader (from its log end offset and
+        latest epoch), unless a fetcher already does at this leader epoch."""
+        fm = self.replica_fetcher_manager
+        if fm is None or p.log is None or p.leader_id < 0 or p.leader_id == self.node_id:
+            return
+        if tp in self._pending_log_work:
+            return
+        current = fm.fetch_state(tp)
+        if current is not None and current.current_leader_epoch == p.leader_epoch:
+            return
+        source = source_broker(self.metadata_cache.image, p.leader_id, self.inter_broker_listener)
+        if source is None:
+            log.warning("%s: leader %d has no registered endpoint yet; not fetching", p, p.leader_id)
+            return
+        lg = p.log
+        state = PartitionFetchState(p.topic_id, lg.log_end_offset, p.leader_epoch, lg.latest_epoch)
+        fm.add_fetcher_for_partitions({tp: (source, state)})
 
     def stop_replicas(self, tps: list[TopicPartition], delete: bool) -> None:
         """Stop hosting these replicas (Kafka's StopReplica); with ``delete`` their logs go."""
@@ -222,6 +268,8 @@ class ReplicaManager:
             p = self.partitions.pop(tp, None)
             if p is not None:
                 p.stop()
+            if self.replica_fetcher_manager is not None:
+                self.replica_fetcher_manager.remove_fetcher_for_partitions([tp])
             self._after_change(tp, p)
             if delete and (tp in self._pending_log_work or self.log_manager.get_log(*tp) is not None):
                 self._submit_log_work(tp, functools.partial(self.log_manager.delete_log, tp[0], tp[1]))
@@ -252,7 +300,19 @@ class ReplicaManager:
     def _create_log_job(self, st: PartitionState) -> Callable[[], Log]:
         config = self.log_config_for(st.topic)  # read on the event loop, used by the worker
         lm = self.log_manager
-        return lambda: lm.get_or_create_log(st.topic, st.partition, config, st.topic_id.bytes)
+        topic_id = st.topic_id.bytes
+
+        def job() -> Log:
+            old = lm.get_log(st.topic, st.partition)
+            if old is not None and old.topic_id is not None and old.topic_id != topic_id:
+                # A topic of the same name deleted and recreated while this broker was away:
+                # the log on disk is the old topic's (Kafka's stray log), not this one's.
+                log.info("Deleting the log of %s-%d: it belongs to an earlier topic of that name",
+                         st.topic, st.partition)
+                lm.delete_log(st.topic, st.partition)
+            return lm.get_or_create_log(st.topic, st.partition, config, topic_id)
+
+        return job
 
     def _submit_log_work(self, tp: TopicPartition, job: Callable[[], object]) -> None:
         if self._shut_down:  # the broker is stopping: its logs are closed, not changed
@@ -277,7 +337,7 @@ class ReplicaManager:
         lg = self.log_manager.get_log(*tp)
         if p is not None and p.log is None and lg is not None:
             lg.update_config(self.log_config_for(tp[0]))
-            p.attach_log(lg)
+            p.attach_log(lg, self.clock_ms())
         self._after_change(tp, p)
         for fut in self._ready_waiters.pop(tp, []):
             if not fut.done():
@@ -304,6 +364,10 @@ class ReplicaManager:
     def _after_change(self, tp: TopicPartition, p: Partition | None) -> None:
         """Tell the leadership listeners what changed, and retry what waits on ``tp``."""
         announced = self._announced_leader.get(tp)
+        if p is not None and p.log is not None and 0 <= p.leader_id != self.node_id:
+            self._maybe_add_fetcher(tp, p)
+        elif p is not None and p.leader_id < 0 and self.replica_fetcher_manager is not None:
+            self.replica_fetcher_manager.remove_fetcher_for_partitions([tp])  # no leader to follow
         if p is not None and p.is_leader:  # leads, with its log ready
             if announced != p.leader_epoch:
                 self._announced_leader[tp] = p.leader_epoch
@@ -464,6 +528,7 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         hard_max_bytes_limit: bool = False,
+        for_follower: bool = False,
     ) -> tuple[int, list[FetchPartitionResult]]:
         remaining = max_bytes
         total = 0
@@ -483,6 +548,8 @@ class ReplicaManager:
                     isolation_level,
                     min_one,
                     req.current_leader_epoch,
+                    req.last_fetched_epoch,
+                    for_follower,
                 )
             except KafkaError as e:
                 out.append(FetchPartitionResult(req, LogReadResult(e.code, None, -1, -1, -1, -1)))
@@ -502,17 +569,26 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         requests: list[FetchPartitionRequest],
+        replica_id: int = -1,
+        replica_epoch: int = -1,
     ) -> list[FetchPartitionResult] | Awaitable[list[FetchPartitionResult]]:
-        """The results, or an awaitable of them when the fetch waits in the purgatory."""
+        """The results, or an awaitable of them when the fetch waits in the purgatory.
+        ``replica_id`` >= 0: a follower's fetch, read up to the log end offset (not the HW, no
+        isolation level), which tells the leader the follower's log end offset."""
 
         loading = [(r.topic, r.partition) for r in requests if (r.topic, r.partition) in self._pending_log_work]
         if loading:
-            return self._fetch_when_ready(loading, max_wait_ms, min_bytes, max_bytes, isolation_level, requests)
+            return self._fetch_when_ready(
+                loading, max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch
+            )
+        follower = replica_id >= 0
 
         def read() -> tuple[int, list[FetchPartitionResult]]:
-            return self.read_from_local_log(requests, max_bytes, isolation_level)
+            return self.read_from_local_log(requests, max_bytes, 0 if follower else isolation_level, for_follower=follower)
 
         total, results = read()
+        if follower:
+            self._update_follower_fetch_state(replica_id, replica_epoch, results)
         if max_wait_ms <= 0 or not requests or fetch_can_complete(total, min_bytes, results):
             return results
         op = DelayedFetch(max_wait_ms, min_bytes, read, results)
@@ -520,6 +596,97 @@ class ReplicaManager:
             done: list[FetchPartitionResult] = op.result
             return done
         return completion_future(op)
+
+    def _update_follower_fetch_state(
+        self, replica_id: int, replica_epoch: int, results: list[FetchPartitionResult]
+    ) -> None:
+        """The leader's view of a follower after its fetch (Kafka's updateFollowerFetchState):
+        its LEO (the fetch offset, unless its log diverges), maybe a higher HW (what waits on it
+        completes), maybe a proposal to add it to the ISR."""
+        now = self.clock_ms()
+        for r in results:
+            res = r.result
+            if res.error != Errors.NONE or res.diverging_epoch is not None:
+                continue
+            tp = (r.request.topic, r.request.partition)
+            p = self.partitions.get(tp)
+            if p is None or not p.is_leader:
+                continue
+            try:
+                moved = p.update_follower_fetch_state(
+                    replica_id, r.request.fetch_offset, r.request.log_start_offset, now, replica_epoch
+                )
+            except KafkaError as e:
+                res.error = e.code
+                res.records = None
+                log.info("%s: %s", p, e.message)
+                continue
+            if moved:
+                self._complete_delayed(tp)
+                # The follower learns the HW its own fetch moved now, not a fetch later.
+                assert p.log is not None
+                res.high_watermark = res.last_stable_offset = p.log.high_watermark
+            if replica_id not in p.isr and self._is_eligible(replica_id, replica_epoch):
+                proposed = p.maybe_expand_isr(replica_id)
+                if proposed is not None:
+                    self._propose_isr(p, proposed)
+
+    def _is_eligible(self, broker_id: int, broker_epoch: int) -> bool:
+        """May ``broker_id`` join an ISR: registered, unfenced, not shutting down, and (when the
+        follower says) at its registered broker epoch (KIP-903)."""
+        reg = self.metadata_cache.image.brokers.get(broker_id)
+        if reg is None or reg.fenced or reg.in_controlled_shutdown:
+            return False
+        return broker_epoch < 0 or reg.epoch == broker_epoch
+
+    def _propose_isr(self, p: Partition, proposed: tuple[int, ...]) -> None:
+        """Send the ISR ``proposed`` (marked pending on ``p``) to the controller."""
+        apm = self.alter_partition_manager
+        if apm is None:
+            p.alter_isr_done(proposed, Errors.OPERATION_NOT_ATTEMPTED)
+            return
+        tp = (p.topic, p.partition)
+        leader_epoch = p.leader_epoch
+        brokers = self.metadata_cache.image.brokers
+
+        def done(error: Errors, l_epoch: int, p_epoch: int, isr: tuple[int, ...]) -> None:
+            if self.partitions.get(tp) is not p or p.leader_epoch != leader_epoch:
+                return
+            if p.alter_isr_done(proposed, error, l_epoch, p_epoch, isr):
+                self._complete_delayed(tp)
+
+        epochs = tuple(
+            self.broker_epoch() if b == self.node_id else (brokers[b].epoch if b in brokers else -1)
+            for b in proposed
+        )
+        item = AlterPartitionItem(tp, p.topic_id, leader_epoch, p.partition_epoch, proposed, epochs, done)
+        if not apm.submit(item):
+            p.alter_isr_done(proposed, Errors.OPERATION_NOT_ATTEMPTED)
+
+    def maybe_shrink_isrs(self) -> int:
+        """Propose an ISR without the followers that fell behind for more than
+        ``replica.lag.time.max.ms``, for every partition led here (Kafka's isr-expiration task).
+        Returns the number of proposals."""
+        now = self.clock_ms()
+        n = 0
+        for p in list(self.partitions.values()):
+            if not p.is_leader or len(p.isr) <= 1:
+                continue
+            proposed = p.maybe_shrink_isr(now, self.replica_lag_time_max_ms)
+            if proposed is not None:
+                self._propose_isr(p, proposed)
+                n += 1
+        return n
+
+    # -- the follower side (for the replica fetchers) -------------------------------------------
+
+    def follower_partition(self, tp: TopicPartition) -> Partition | None:
+        p = self.partitions.get(tp)
+        if p is None or p.log is None or p.leader_id < 0 or p.leader_id == self.node_id:
+            return None
+        if tp in self._pending_log_work:
+            return None
+        return p
 
     async def _fetch_when_ready(
         self,
@@ -529,9 +696,13 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         requests: list[FetchPartitionRequest],
+        replica_id: int = -1,
+        replica_epoch: int = -1,
     ) -> list[FetchPartitionResult]:
         await self.wait_for_log_work(loading)
-        result = self.fetch_messages(max_wait_ms, min_bytes, max_bytes, isolation_level, requests)
+        result = self.fetch_messages(
+            max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch
+        )
         return result if isinstance(result, list) else await result
 
     # -- misc -----------------------------------------------------------------------------------

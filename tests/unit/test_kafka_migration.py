@@ -290,12 +290,16 @@ def test_leaderless_partitions_after_kafka_controlled_shutdown_get_this_node() -
     assert p0 is not None and (p0.leader, p0.isr, p0.elr, p0.leader_epoch) == (1, (1,), (), 4)
 
 
-def test_broker_refuses_partitions_replicated_on_other_brokers(tmp_path: Path) -> None:
-    """Directories of one broker of a multi-broker Kafka cluster: refused, with the way out."""
+def test_broker_serves_partitions_replicated_on_other_brokers(tmp_path: Path) -> None:
+    """Directories of one broker of a multi-broker Kafka cluster: no longer refused (issue 12:
+    partitions replicate, so a replica on another broker is followed, not a reason to stop);
+    this node leads the partition the metadata gives it."""
     spread = [("PartitionRecord", dict(PARTITION[0][1], replicas=[1, 2], isr=[1, 2]))]
     d, end = _broker_dir_with_appended_metadata(tmp_path, lambda end: _data(TOPIC + spread, end))
-    with pytest.raises(Exception, match=r"orders-0 on \[1, 2\]\); Odradek runs a single node: move every replica"):
-        EmbeddedBroker(log_dir=str(d)).start()
+    with EmbeddedBroker(log_dir=str(d)) as broker:
+        server = broker.server
+        rm = server.broker.replica_manager if server is not None and server.broker is not None else None
+        assert rm is not None and rm.partitions[("orders", 0)].leader_id == 1
 
 
 def test_kafka_4_consumer_offsets_records_load(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -36,7 +36,8 @@ def test_make_leader_takes_the_state_and_serves(log_: Log) -> None:
     p = Partition("t", 0, TOPIC_ID, ME)
     assert p.make_leader(state(ME, 3, 5), log_) is True
     assert (p.is_leader, p.leader_id, p.leader_epoch, p.partition_epoch) == (True, ME, 3, 5)
-    assert (p.isr, p.replicas, p.remote_leos) == ([1, 2], [1, 2], {2: -1})
+    assert (p.isr, p.replicas, list(p.remote_replicas)) == ([1, 2], [1, 2], [2])
+    assert p.remote_replicas[2].log_end_offset == -1  # must fetch before it counts for the HW
     assert produce(p, 2) == 0
     assert log_.leader_epoch_cache.latest_epoch == 3  # appends are stamped with the leader epoch
     # The same state again is no new leadership; an ISR change (partition epoch) is not either.

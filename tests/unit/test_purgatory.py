@@ -156,8 +156,7 @@ def test_delayed_produce_waits_for_the_followers_then_completes(tmp_path: Path) 
     partitions = {("t", 0): p}
     op = DelayedProduce(1000, statuses, partitions.get)
     assert purgatory.try_complete_else_watch(op, [("t", 0)]) is False
-    p.remote_leos[2] = required  # the follower reports it reached the end
-    assert p.maybe_increment_leader_hw()
+    assert p.update_follower_fetch_state(2, required, 0, 0)  # the follower reached the end
     assert purgatory.check_and_complete(("t", 0)) == 1
     assert op.result[("t", 0)].error == Errors.NONE
 

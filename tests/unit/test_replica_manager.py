@@ -132,7 +132,10 @@ def test_other_requests_answer_not_leader_while_the_log_is_made(s: Setup) -> Non
     assert e.value.code == Errors.NOT_LEADER_OR_FOLLOWER
 
 
-def test_make_followers_stops_produce_keeps_the_log_and_truncates_to_the_hw(s: Setup) -> None:
+def test_make_followers_stops_produce_and_keeps_the_log_untruncated(s: Setup) -> None:
+    """A new follower no longer truncates to its HW (issue 12: the replica fetcher's last fetched
+    epoch and the leader's diverging epoch say where, KIP-320); the old test asserted the
+    truncation to the HW."""
     s.rm.make_leaders([state(leader_epoch=0)])
     s.worker.run_all()
     produce(s, 2)  # epoch 0, offsets 0-1; the ISR is this replica alone: HW 2
@@ -146,18 +149,19 @@ def test_make_followers_stops_produce_keeps_the_log_and_truncates_to_the_hw(s: S
     p = s.rm.partitions[TP]
     assert (p.is_leader, p.leader_id, p.leader_epoch) == (False, 2, 2)
     assert s.events[-1] == ("t", 0, False, 2)
-    assert lg.log_end_offset == 3  # truncation is the worker's job
-    assert s.rm.is_loading(TP)
-    assert s.worker.run_all() == 1
+    assert not s.rm.is_loading(TP) and s.worker.run_all() == 0
     assert produce(s)[TP].error == Errors.NOT_LEADER_OR_FOLLOWER
-    assert s.lm.get_log(*TP) is lg and p.log is lg  # the log is kept
-    assert (lg.log_end_offset, lg.leader_epoch_cache.entries) == (2, [(0, 0)])
+    assert s.lm.get_log(*TP) is lg and p.log is lg  # the log is kept, whole
+    assert (lg.log_end_offset, lg.leader_epoch_cache.entries) == (3, [(0, 0), (1, 2)])
     # A follower again at the same epoch: nothing to do.
     s.rm.make_followers([state(leader=2, leader_epoch=2, partition_epoch=3)])
     assert s.worker.jobs == []
 
 
-def test_leader_again_waits_for_a_pending_truncation(s: Setup) -> None:
+def test_follower_then_leader_keeps_what_it_replicated(s: Setup) -> None:
+    """Records a follower holds above its HW stay when it becomes leader (Kafka's new leader
+    keeps its log; the followers truncate to it). The old test asserted a truncation to the HW
+    on becoming follower."""
     s.rm.make_leaders([state(isr=(1, 2))])
     s.worker.run_all()
     lg = s.lm.get_log(*TP)
@@ -166,9 +170,9 @@ def test_leader_again_waits_for_a_pending_truncation(s: Setup) -> None:
     s.rm.make_followers([state(leader=2, leader_epoch=1, partition_epoch=1)])
     s.rm.make_leaders([state(leader_epoch=2, partition_epoch=2)])
     p = s.rm.partitions[TP]
-    assert not p.is_leader  # not before the truncation queued ahead of it is done
-    assert s.worker.run_all() == 2
-    assert p.is_leader and lg.log_end_offset == 0
+    assert s.worker.run_all() == 0
+    assert p.is_leader and lg.log_end_offset == 2
+    assert lg.leader_epoch_cache.latest_epoch == 2  # the new epoch starts at its log end
     assert s.events == [("t", 0, True, 0), ("t", 0, False, 1), ("t", 0, True, 2)]
 
 
@@ -232,8 +236,7 @@ def test_acks_all_waits_in_the_purgatory_until_the_hw_or_the_timeout(s: Setup) -
         await asyncio.sleep(0)
         assert not waiting.done() and s.rm.produce_purgatory.watched() == 1
         p = s.rm.partitions[TP]
-        p.remote_leos[2] = 1
-        p.maybe_increment_leader_hw()
+        p.update_follower_fetch_state(2, 1, 0, 0)
         s.rm.produce_purgatory.check_and_complete(TP)
         assert (await waiting)[TP].error == Errors.NONE
 
