@@ -292,10 +292,14 @@ class LocalCluster:
         """Start one (stopped) node's process, its output appended to its log file."""
         if node.running():
             raise ClusterError(f"{node.name} is already running")
+        # The children run the same odradek as this process, whatever their working directory.
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         with open(node.log_path, "ab") as logf:
             node.proc = subprocess.Popen(
                 [sys.executable, "-m", "odradek.cli.main", "server", "--config", str(node.config_path)],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if self.die_with_parent else None,
             )

@@ -168,6 +168,7 @@ class BrokerServer:
             for lg in lm.all_logs().values():
                 lg.close()
             raise
+        await self._catch_up_metadata(loader)
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
@@ -296,6 +297,25 @@ class BrokerServer:
                     "does not support; refusing to start rather than lose that state. Copy the "
                     "topics over with a replicating tool (e.g. MirrorMaker 2) instead"
                 )
+
+    async def _catch_up_metadata(self, loader: MetadataLoader) -> None:
+        """Until the image holds the metadata the quorum has committed (Kafka decides which logs
+        are stray only from such an image): a broker following a remote quorum waits for its
+        first fetches, else every log on disk would look stray and be deleted at restart."""
+        client = self.shared.raft_client
+        if client is None or client.voters == {self.node_id}:
+            return  # a quorum of this node alone: the whole committed log is already replayed
+        waited = 0
+        while True:
+            hw = client.core.high_watermark
+            delivered = client.delivered_offset(loader)
+            if hw is not None and delivered is not None and delivered >= hw:
+                return
+            if waited % 200 == 0 and waited:
+                log.info("Broker %d waiting for the metadata log to catch up (at %s, high watermark %s)",
+                         self.node_id, delivered, hw)
+            waited += 1
+            await asyncio.sleep(0.05)
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None
