@@ -466,7 +466,7 @@ def _request(port: int, api: Any, version: int, body: dict[str, Any], timeout: f
         client = NetworkClient("127.0.0.1", port, "odradek-cluster")
         try:
             return await asyncio.wait_for(client.send(api, version, body), timeout)
-        except (OSError, TimeoutError, asyncio.TimeoutError):
+        except (OSError, TimeoutError):
             return None
         finally:
             await client.close()
