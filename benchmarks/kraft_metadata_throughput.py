@@ -13,11 +13,14 @@ and 1 broker-only process on loopback, default settings) and runs, one after the
    (ProducerIdsRecord), answered once the quorum has committed it: this measures the write path
    (event queue, Raft append, replication to a majority, commit) per record, with nothing else
    to do for the broker but replay it.
-2. **create-topics (controller)** — CreateTopics sent straight to the active controller,
+2. **topic-configs** — IncrementalAlterConfigs of one topic sent straight to the active
+   controller, 10 numeric configs set to new values per request (``--config-requests``): ten
+   ConfigRecords per write, which the broker applies to that topic's one log.
+3. **create-topics (controller)** — CreateTopics sent straight to the active controller,
    ``--topics-per-request`` topics of ``--partitions`` partitions each per request, pipelined
    the same way (``--topics`` topics in all): one TopicRecord and one PartitionRecord per
    partition per topic, several records per write.
-3. **create-topics (AdminClient)** — ``--admin-topics`` 1-partition topics created through the
+4. **create-topics (AdminClient)** — ``--admin-topics`` 1-partition topics created through the
    broker with confluent-kafka's AdminClient, one ``create_topics`` call per topic, all issued
    before any is waited for (librdkafka pipelines them; the broker forwards each to the active
    controller); topics per second from the first call to the last answer.
@@ -56,6 +59,14 @@ from odradek.protocol.errors import Errors  # noqa: E402
 from odradek.protocol.messages import generated as g  # noqa: E402
 
 log = make_log("kraft_metadata")
+CONFIG_TOPIC = "configs-target"
+# Numeric topic configs, set to base + i by the i-th request (values change with every write).
+CONFIG_KEYS = (
+    ("retention.ms", 604_800_000), ("retention.bytes", 1 << 30), ("segment.ms", 604_800_000),
+    ("max.message.bytes", 1_048_588), ("flush.ms", 1_000_000), ("flush.messages", 1_000_000),
+    ("delete.retention.ms", 86_400_000), ("min.compaction.lag.ms", 0), ("file.delete.delay.ms", 60_000),
+    ("segment.jitter.ms", 0),
+)
 
 
 @dataclass
@@ -173,6 +184,8 @@ def measure(cluster: LocalCluster, leader: Node, name: str, run: Any, idle_rate:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pid-requests", type=int, default=5000, help="AllocateProducerIds requests")
+    ap.add_argument("--config-requests", type=int, default=500,
+                    help="IncrementalAlterConfigs requests (10 topic configs each)")
     ap.add_argument("--topics", type=int, default=1000, help="topics created straight on the controller")
     ap.add_argument("--topics-per-request", type=int, default=50)
     ap.add_argument("--partitions", type=int, default=1, help="partitions per topic (controller phase)")
@@ -202,6 +215,27 @@ def main() -> int:
             return len(bodies), secs, errs, 0
 
         phases.append(measure(cluster, leader, "producer-ids (1 record per write)", producer_ids, idle_rate))
+
+        def topic_configs() -> tuple[int, float, dict[str, int], int]:
+            def body(i: int) -> dict[str, Any]:
+                return {"validate_only": False, "resources": [{
+                    "resource_type": 2, "resource_name": CONFIG_TOPIC,
+                    "configs": [{"name": k, "config_operation": 0, "value": str(base + i)}
+                                for k, base in CONFIG_KEYS],
+                }]}
+
+            bodies = [body(i) for i in range(args.config_requests)]
+            secs, errs = asyncio.run(pipelined(leader.port, m.INCREMENTAL_ALTER_CONFIGS, 1, bodies, args.in_flight,
+                                               lambda r: [x["error_code"] for x in r["responses"]]))
+            return len(bodies), secs, errs, 0
+
+        setup = asyncio.run(pipelined(leader.port, m.CREATE_TOPICS, 7, [{
+            "topics": [{"name": CONFIG_TOPIC, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                        "configs": []}], "timeout_ms": 30000, "validate_only": False}], 1,
+            lambda r: [t["error_code"] for t in r["topics"]]))
+        assert not setup[1], setup
+        phases.append(measure(cluster, leader, f"topic-configs ({len(CONFIG_KEYS)} ConfigRecords per write)",
+                              topic_configs, idle_rate))
 
         def create_direct() -> tuple[int, float, dict[str, int], int]:
             bodies = []
