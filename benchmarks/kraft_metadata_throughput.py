@@ -101,9 +101,14 @@ def cpu_of(cluster: LocalCluster) -> dict[str, float]:
 
 
 def high_watermark(cluster: LocalCluster, leader: Node) -> int:
+    """The high watermark the active controller reports (another one than ``leader`` if the
+    leadership moved: the committed offset carries over)."""
     part = cluster.describe_quorum(leader)
     if part is None or part["error_code"] != 0:
-        raise RuntimeError(f"controller {leader.node_id} no longer leads: {part}")
+        now = cluster.wait_active_controller(30)
+        log(f"controller {leader.node_id} no longer leads; controller {now.node_id} does")
+        part = cluster.describe_quorum(now)
+        assert part is not None and part["error_code"] == 0, part
     return int(part["high_watermark"])
 
 
