@@ -219,6 +219,7 @@ def main() -> int:
                                                lambda r: [r["error_code"]]))
             return len(bodies), secs, errs, 0
 
+        leader = cluster.wait_active_controller()  # it may have moved
         phases.append(measure(cluster, leader, "producer-ids (1 record per write)", producer_ids, idle_rate))
 
         def topic_configs() -> tuple[int, float, dict[str, int], int]:
@@ -239,6 +240,7 @@ def main() -> int:
                         "configs": []}], "timeout_ms": 30000, "validate_only": False}], 1,
             lambda r: [t["error_code"] for t in r["topics"]]))
         assert not setup[1], setup
+        leader = cluster.wait_active_controller()  # it may have moved
         phases.append(measure(cluster, leader, f"topic-configs ({len(CONFIG_KEYS)} ConfigRecords per write)",
                               topic_configs, idle_rate))
 
@@ -255,6 +257,7 @@ def main() -> int:
                                                lambda r: [t["error_code"] for t in r["topics"]]))
             return len(bodies), secs, errs, args.topics
 
+        leader = cluster.wait_active_controller()  # it may have moved
         phases.append(measure(
             cluster, leader,
             f"create-topics on the controller ({args.topics_per_request} topics x {args.partitions} partitions per write)",
@@ -279,6 +282,7 @@ def main() -> int:
                     errors[key] = errors.get(key, 0) + 1
             return len(futures), time.monotonic() - start, errors, args.admin_topics
 
+        leader = cluster.wait_active_controller()  # it may have moved
         phases.append(measure(cluster, leader, "create-topics through the AdminClient (1 topic per call)",
                               create_admin, idle_rate))
     finally:
