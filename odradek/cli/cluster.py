@@ -148,6 +148,10 @@ class LocalCluster:
     unfenced; ``stop()`` shuts the brokers down, then the controllers. ``kill``, ``terminate``,
     ``pause``/``resume`` and ``restart`` act on one node; ``active_controller()`` asks the
     controllers (DescribeQuorum) which one leads. Usable as a context manager.
+
+    ``die_with_parent``: the children get SIGKILL when the thread that started them ends
+    (``PR_SET_PDEATHSIG`` follows the thread, not the process): start nodes from the main
+    thread, or pass False and rely on :meth:`stop`.
     """
 
     def __init__(
