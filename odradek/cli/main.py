@@ -16,6 +16,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.storage",
     "odradek.cli.dump_log",
     "odradek.cli.metadata_quorum",
+    "odradek.cli.cluster",
 )
 
 

@@ -241,6 +241,14 @@ class KafkaRaftClient(RaftClient[T]):
             self._listeners.remove(ctx)
             raise
 
+    def delivered_offset(self, listener: Listener[T]) -> int | None:
+        """The offset after the last committed record (control records included) handed to
+        ``listener``; None when it is not registered."""
+        for ctx in self._listeners:
+            if ctx.listener is listener:
+                return ctx.next_offset
+        return None
+
     def unregister(self, listener: Listener[T]) -> None:
         self._listeners = [c for c in self._listeners if c.listener is not listener]
 

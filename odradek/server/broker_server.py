@@ -173,6 +173,8 @@ class BrokerServer:
             for lg in lm.all_logs().values():
                 lg.close()
             raise
+        await self._catch_up_metadata(loader)
+        self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
         self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
@@ -235,11 +237,9 @@ class BrokerServer:
         features = registration_features(self.metadata_cache.image.features.levels)
         lifecycle.start(endpoints, features, cfg.broker_rack)
         await lifecycle.wait_for_unfence()
-        # Only now is the metadata image caught up (the controller unfences a broker once it has
-        # replayed past its registration): before, a restarted broker-only node's image is
-        # still empty (an observer learns the committed offset from its first fetch), and every
-        # log would look stray. The replica manager has meanwhile taken up the partitions the
-        # replayed records give it, with their logs.
+        # Once more now that the controller has unfenced us (it does so once this broker has
+        # replayed past its registration): records committed while we caught up may have deleted
+        # topics whose logs the first pass still kept.
         self._delete_stray_logs()
         broker_epoch = lifecycle.broker_epoch
 
@@ -333,6 +333,25 @@ class BrokerServer:
                     "does not support; refusing to start rather than lose that state. Copy the "
                     "topics over with a replicating tool (e.g. MirrorMaker 2) instead"
                 )
+
+    async def _catch_up_metadata(self, loader: MetadataLoader) -> None:
+        """Until the image holds the metadata the quorum has committed (Kafka decides which logs
+        are stray only from such an image): a broker following a remote quorum waits for its
+        first fetches, else every log on disk would look stray and be deleted at restart."""
+        client = self.shared.raft_client
+        if client is None or client.voters == {self.node_id}:
+            return  # a quorum of this node alone: the whole committed log is already replayed
+        waited = 0
+        while True:
+            hw = client.core.high_watermark
+            delivered = client.delivered_offset(loader)
+            if hw is not None and delivered is not None and delivered >= hw:
+                return
+            if waited % 200 == 0 and waited:
+                log.info("Broker %d waiting for the metadata log to catch up (at %s, high watermark %s)",
+                         self.node_id, delivered, hw)
+            waited += 1
+            await asyncio.sleep(0.05)
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None

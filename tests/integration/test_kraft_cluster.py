@@ -16,27 +16,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.cli.cluster import LocalCluster
+
 from .test_raft_quorum import Controller, _free_ports, find_leader
-
-
-class Broker(Controller):
-    """A broker-only node; reuses the controller's process handling with its own config."""
-
-    def __init__(self, node_id: int, port: int, voters: str, base: Path) -> None:
-        super().__init__(node_id, port, voters, base)
-        self.config.write_text(
-            "process.roles=broker\n"
-            f"node.id={node_id}\n"
-            f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
-            "controller.listener.names=CONTROLLER\n"
-            f"controller.quorum.voters={voters}\n"
-            f"log.dirs={self.data}\n"
-            "offsets.topic.replication.factor=1\n"
-        )
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
 
 def _create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 15) -> None:
@@ -45,59 +27,26 @@ def _create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: flo
     fut.result(timeout=timeout_s + 5)
 
 
-def _wait_for_brokers(broker: Broker, ids: set[int], deadline_s: float, others: list[Controller]) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    end = time.monotonic() + deadline_s
-    seen: set[int] = set()
-    while time.monotonic() < end:
-        try:
-            seen = set(admin.list_topics(timeout=2).brokers)
-        except KafkaException:
-            seen = set()
-        if seen == ids:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"broker {broker.node_id} sees brokers {seen}, expected {ids}:\n"
-                         + "\n".join(n.log_tail() for n in others))
-
-
-def _stop_all(brokers: list[Controller], controllers: list[Controller]) -> None:
-    """SIGTERM the brokers together (their controlled shutdown needs a controller), then the
-    controllers together."""
-    for group in (brokers, controllers):
-        for n in group:
-            if n.proc is not None:
-                n.proc.terminate()
-        for n in group:
-            n.stop()
-
-
 @pytest.mark.timeout(240)
 def test_three_controllers_two_brokers(tmp_path: Path) -> None:
-    ports = _free_ports(5)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports[:3]))
-    controllers = [Controller(i + 1, p, voters, tmp_path) for i, p in enumerate(ports[:3])]
-    broker_a = Broker(101, ports[3], voters, tmp_path)
-    broker_b = Broker(102, ports[4], voters, tmp_path)
-    nodes: list[Controller] = [*controllers, broker_a, broker_b]
-    for n in nodes:
-        n.format()
-    for n in nodes:
-        n.start()
+    cluster = LocalCluster(3, 2, tmp_path, die_with_parent=True)
+    broker_a, broker_b = cluster.brokers
     try:
         started = time.monotonic()
+        # start() returns once the Metadata of both brokers lists both (registered, unfenced).
+        cluster.start(timeout=90)
         for b in (broker_a, broker_b):
-            _wait_for_brokers(b, {101, 102}, 90, nodes)
+            assert set(AdminClient({"bootstrap.servers": b.address}).list_topics(timeout=10).brokers) == {101, 102}
         print(f"both brokers registered and serving after {time.monotonic() - started:.2f}s")
 
         topic = "kraft-cluster"
-        admin_a = AdminClient({"bootstrap.servers": broker_a.bootstrap})
+        admin_a = AdminClient({"bootstrap.servers": broker_a.address})
         _create_topic(admin_a, topic, 2)
 
         # Both brokers list the topic with a live leader for each partition.
         leaders: dict[int, int] = {}
         for b in (broker_a, broker_b):
-            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            admin = AdminClient({"bootstrap.servers": b.address})
             end = time.monotonic() + 30
             parts: dict[int, int] = {}
             while time.monotonic() < end:
@@ -115,7 +64,7 @@ def test_three_controllers_two_brokers(tmp_path: Path) -> None:
 
         # Produce through broker A (librdkafka sends each partition to its leader, whichever
         # broker that is), consume back through bootstrap broker B.
-        producer = Producer({"bootstrap.servers": broker_a.bootstrap, "acks": "all"})
+        producer = Producer({"bootstrap.servers": broker_a.address, "acks": "all"})
         sent = {(p, f"v{p}-{i}".encode()) for p in (0, 1) for i in range(10)}
         errors: list[str] = []
 
@@ -128,7 +77,7 @@ def test_three_controllers_two_brokers(tmp_path: Path) -> None:
         assert producer.flush(30) == 0
         assert errors == []
 
-        consumer = Consumer({"bootstrap.servers": broker_b.bootstrap, "group.id": "kraft-cluster",
+        consumer = Consumer({"bootstrap.servers": broker_b.address, "group.id": "kraft-cluster",
                              "enable.auto.commit": False})
         try:
             consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
@@ -144,10 +93,10 @@ def test_three_controllers_two_brokers(tmp_path: Path) -> None:
 
         # kill -9 the active controller: CreateTopics through a broker succeeds again once the
         # other voters elect a new leader and the brokers follow it.
-        leader = asyncio.run(find_leader(controllers, 30))
-        controllers[leader["leader_id"] - 1].kill()
+        leader = cluster.wait_active_controller(30)
+        cluster.kill(leader)
         killed_at = time.monotonic()
-        admin_b = AdminClient({"bootstrap.servers": broker_b.bootstrap})
+        admin_b = AdminClient({"bootstrap.servers": broker_b.address})
         last: Exception | None = None
         created = False
         while time.monotonic() < killed_at + 45 and not created:
@@ -159,8 +108,8 @@ def test_three_controllers_two_brokers(tmp_path: Path) -> None:
                 if "TOPIC_ALREADY_EXISTS" in str(e):
                     created = True
                 time.sleep(0.5)
-        assert created, f"CreateTopics after failover: {last}\n" + "\n".join(n.log_tail() for n in nodes)
-        print(f"CreateTopics after kill -9 of controller {leader['leader_id']} succeeded after "
+        assert created, f"CreateTopics after failover: {last}\n" + "\n".join(n.log_tail() for n in cluster.nodes)
+        print(f"CreateTopics after kill -9 of controller {leader.node_id} succeeded after "
               f"{time.monotonic() - killed_at:.2f}s")
         md = admin_a.list_topics(topic="after-failover", timeout=10).topics["after-failover"]
         end = time.monotonic() + 15
@@ -169,7 +118,7 @@ def test_three_controllers_two_brokers(tmp_path: Path) -> None:
             md = admin_a.list_topics(topic="after-failover", timeout=10).topics["after-failover"]
         assert md.error is None and len(md.partitions) == 1
     finally:
-        _stop_all([broker_a, broker_b], controllers)
+        cluster.stop()
 
 
 @pytest.mark.timeout(240)
