@@ -1,5 +1,6 @@
 """The admin APIs whose changes the controller makes: CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs and IncrementalAlterConfigs, and DescribeQuorum, forwarded to the controller as a
+CreatePartitions, AlterConfigs and IncrementalAlterConfigs, ElectLeaders, Alter/List
+PartitionReassignments, and DescribeQuorum, forwarded to the controller as a
 Kafka broker forwards them (the controller's ControllerApis validates them, writes the records and
 answers; a forward that finds no controller in time is answered REQUEST_TIMED_OUT); and
 DescribeConfigs, answered here.
@@ -39,6 +40,10 @@ class AdminApis:
     def _forward(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         client = RequestClient(ctx.header.client_id, ctx.conn.peer)
         return self.forwarding.forward(ControllerRequest(ctx.header.api_key, ctx.version, req, client))
+
+    def forward(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: forwarded."""
+        return self._forward(ctx, req)
 
     def handle_create_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         return self._forward(ctx, req)
