@@ -193,6 +193,8 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     m.CREATE_PARTITIONS.api_key, m.ALTER_CONFIGS.api_key,
                     m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
                     g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key, g.ALLOCATE_PRODUCER_IDS.api_key,
+                    m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key,
+                    m.LIST_PARTITION_REASSIGNMENTS.api_key,
                     # the quorum's RaftApis: Fetch (of __cluster_metadata), Vote,
                     # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
                     m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,
