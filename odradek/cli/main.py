@@ -16,6 +16,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.storage",
     "odradek.cli.dump_log",
     "odradek.cli.metadata_quorum",
+    "odradek.cli.topics",
+    "odradek.cli.leader_election",
+    "odradek.cli.reassign",
 )
 
 
