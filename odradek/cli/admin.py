@@ -166,4 +166,26 @@ class AdminClient:
         })
 
     async def incremental_alter_configs(self, resources: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self.send(m.INCREMENTAL_ALTER_CONFIGS, {"resources": resources, "validate_only": False}, top_error=None)
+        """As Kafka's Admin: a BROKER resource naming a broker goes to that broker, the others to
+        any broker. The responses come back in the order of ``resources``."""
+        routed: dict[int | None, list[int]] = {}
+        for i, r in enumerate(resources):
+            node = int(r["resource_name"]) if r["resource_type"] == 4 and r["resource_name"].isdigit() else None
+            routed.setdefault(node, []).append(i)
+        out: list[dict[str, Any] | None] = [None] * len(resources)
+        brokers: dict[int, tuple[str, int]] = {}
+        if any(node is not None for node in routed):
+            md = await self.metadata([])
+            brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+        for node, idx in routed.items():
+            body = {"resources": [resources[i] for i in idx], "validate_only": False}
+            if node is None:
+                resp = await self.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
+            elif node not in brokers:
+                raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: incrementalAlterConfigs")
+            else:
+                async with AdminClient(f"{brokers[node][0]}:{brokers[node][1]}", self.timeout_ms) as direct:
+                    resp = await direct.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
+            for i, r in zip(idx, resp["responses"], strict=True):
+                out[i] = r
+        return {"throttle_time_ms": 0, "responses": out}

