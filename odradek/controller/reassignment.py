@@ -28,6 +28,7 @@ from odradek.controller.partition_change_builder import (
     maybe_complete_reassignment,
     reassignment_replicas,
 )
+from odradek.controller.replication_control import manual_assignment_error
 from odradek.metadata.image import MetadataImage, PartitionRegistration
 from odradek.protocol.errors import Errors
 
@@ -51,23 +52,9 @@ def is_reassignment_in_progress(p: PartitionRegistration) -> bool:
 
 def validate_manual_partition_assignment(image: MetadataImage, replicas: list[int]) -> None:
     """Kafka's validateManualPartitionAssignment (messages included)."""
-    if not replicas:
-        raise ReassignmentError(
-            Errors.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
-        )
-    prev: int | None = None
-    for b in sorted(replicas):
-        if b not in image.brokers:
-            raise ReassignmentError(
-                Errors.INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment includes broker {b}, but no such broker is registered.",
-            )
-        if b == prev:
-            raise ReassignmentError(
-                Errors.INVALID_REPLICA_ASSIGNMENT,
-                f"The manual partition assignment includes the broker {b} more than once.",
-            )
-        prev = b
+    msg = manual_assignment_error(image, replicas, None)
+    if msg is not None:
+        raise ReassignmentError(Errors.INVALID_REPLICA_ASSIGNMENT, msg)
 
 
 def change_partition_reassignment(

@@ -468,3 +468,59 @@ def test_cancel_keeps_the_order_of_the_assignment_during_the_move() -> None:
     assert reassign(c, 0, None) == (Errors.NONE, None)
     p = partition(c)
     assert (p.replicas, p.isr, p.leader) == ((2, 1), (1, 2), 1)
+
+
+# -- manual assignments of CreateTopics / CreatePartitions (Kafka's messages) --------------------
+
+
+def test_manual_assignments_are_validated_as_kafka() -> None:
+    from odradek.controller.replication_control import ReplicationControlManager
+
+    c = cluster(1, 2, 3)
+    fence(c, 3)
+    mgr = ReplicationControlManager(
+        c.image, default_partitions=1, default_replication_factor=1, validate_config=lambda _k, _v: None
+    )
+
+    def create(assignments: list[tuple[int, list[int]]], parts: int = -1, rf: int = -1) -> tuple[int, str | None]:
+        res, _ = mgr.create_topic(
+            "m", parts, rf, [{"partition_index": p, "broker_ids": r} for p, r in assignments], [], pending_names=set()
+        )
+        return res.error, res.message
+
+    inv = Errors.INVALID_REPLICA_ASSIGNMENT
+    assert create([(0, [1])], rf=1) == (
+        Errors.INVALID_REQUEST, "A manual partition assignment was specified, but replication factor was not set to -1."
+    )
+    assert create([(0, [1])], parts=1) == (
+        Errors.INVALID_REQUEST, "A manual partition assignment was specified, but numPartitions was not set to -1."
+    )
+    assert create([(0, [1]), (0, [2])]) == (inv, "Found multiple manual partition assignments for partition 0")
+    assert create([(0, [1, 9])]) == (
+        inv, "The manual partition assignment includes broker 9, but no such broker is registered."
+    )
+    assert create([(0, [2, 1, 2])]) == (inv, "The manual partition assignment includes the broker 2 more than once.")
+    assert create([(0, [1, 2]), (1, [1])]) == (inv, (
+        "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with "
+        "previous partitions, which have 2 replica(s)."
+    ))
+    assert create([(0, [3])]) == (
+        inv, "All brokers specified in the manual partition assignment for partition 0 are fenced or in controlled shutdown."
+    )
+    assert create([(0, [1]), (2, [2])]) == (inv, "partitions should be a consecutive 0-based integer sequence")
+    assert create([(0, [1, 3]), (1, [2, 1])]) == (Errors.NONE, None)
+    # CreatePartitions with explicit assignments: the same rules, the topic's replication factor.
+    res, records = mgr.create_topic("m", -1, -1, [{"partition_index": 0, "broker_ids": [1, 3]}], [], pending_names=set())
+    c.commit(records)
+    mgr.image = c.image
+    assert mgr.create_partitions("m", 3, [{"broker_ids": [2, 1]}])[:2] == (
+        inv, "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
+    )
+    assert mgr.create_partitions("m", 2, [{"broker_ids": [2]}])[:2] == (inv, (
+        "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with "
+        "previous partitions, which have 2 replica(s)."
+    ))
+    code, msg, recs = mgr.create_partitions("m", 2, [{"broker_ids": [3, 2]}])
+    assert (code, msg) == (Errors.NONE, None)
+    (name, rec), = recs
+    assert (name, rec["replicas"], rec["isr"], rec["leader"]) == ("PartitionRecord", [3, 2], [2], 2)
