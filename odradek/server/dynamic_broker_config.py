@@ -12,8 +12,7 @@ actually applies when it changes:
 
 * the broker defaults of topic configs (Kafka's ``DynamicLogConfig.ReconfigurableConfigs``: the
   first broker synonym of each topic config), except those whose topic config Odradek accepts but
-  does not act on (``unclean.leader.election.enable``, ``log.preallocate``,
-  ``log.roll.jitter.ms``); every log of a topic without its own value is reconfigured;
+  does not act on (``log.preallocate``, ``log.roll.jitter.ms``); every log of a topic without its own value is reconfigured;
 * ``log.cleaner.backoff.ms`` and ``log.cleaner.dedupe.buffer.size`` (Kafka's
   ``LogCleaner.ReconfigurableConfigs``; the others of that list (``log.cleaner.threads``, the I/O
   buffer and throttle settings) have no counterpart in Odradek's single cleaner thread).
@@ -44,7 +43,9 @@ if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
 # Topic configs Odradek accepts but does not act on: their broker defaults are not dynamic here.
-_UNAPPLIED_TOPIC_CONFIGS = frozenset({"unclean.leader.election.enable", "preallocate", "segment.jitter.ms"})
+# (unclean.leader.election.enable is applied: the controller reads the cluster-wide default and
+# elects the leaderless partitions when it is enabled.)
+_UNAPPLIED_TOPIC_CONFIGS = frozenset({"preallocate", "segment.jitter.ms"})
 
 DYNAMIC_LOG_CONFIGS: frozenset[str] = frozenset(
     d.broker_keys[0]

@@ -103,7 +103,8 @@ def test_validation_messages() -> None:
     err = validate_dynamic_configs(cfg, "", {"log.cleanup.policy": "shred"})
     assert err is not None and "log.cleanup.policy" in err
     # each accepted key is one Kafka can change dynamically, and none Odradek would ignore
-    assert "log.cleaner.threads" not in DYNAMIC_CONFIGS and "unclean.leader.election.enable" not in DYNAMIC_CONFIGS
+    # (unclean.leader.election.enable is one now: the controller applies the cluster default)
+    assert "log.cleaner.threads" not in DYNAMIC_CONFIGS and "unclean.leader.election.enable" in DYNAMIC_CONFIGS
     assert {"log.retention.ms", "log.segment.bytes", "message.max.bytes", "compression.type"} <= DYNAMIC_CONFIGS
 
 

@@ -524,3 +524,53 @@ def test_manual_assignments_are_validated_as_kafka() -> None:
     assert (code, msg) == (Errors.NONE, None)
     (name, rec), = recs
     assert (name, rec["replicas"], rec["isr"], rec["leader"]) == ("PartitionRecord", [3, 2], [2], 2)
+
+
+def test_quorum_controller_elects_leaderless_partitions_when_unclean_election_is_enabled() -> None:
+    """Kafka 3.x+: enabling unclean.leader.election.enable (here the cluster-wide dynamic default)
+    elects the partitions left without a leader, without waiting for a broker change."""
+    import asyncio
+
+    from test_quorum_controller import FakeRaft, _settle
+
+    from odradek.controller.quorum_controller import QuorumController
+    from odradek.raft.raft_client import LeaderAndEpoch
+
+    raft = FakeRaft()
+    c = QuorumController(
+        1, raft, default_partitions=1, default_replication_factor=1, delete_topic_enable=True,
+        validate_config=lambda _k, _v: None, cluster_id="q1Sh-9_ISia_zwGINzRvyQ",
+        replication_options={"auto_leader_rebalance_enable": False},
+    )
+    offsets = iter(range(100, 1000))
+
+    def replay(*records: tuple[str, dict[str, Any]]) -> None:
+        c.replay([(next(offsets), name, fields) for name, fields in records])
+
+    async def run() -> None:
+        raft.leader = LeaderAndEpoch(1, 7)
+        c.handle_leader_change(raft.leader)
+        await _settle()
+        c.handle_commit([raft.proposed[0]])
+        for b, fenced in ((1, True), (2, False)):
+            replay(("RegisterBrokerRecord", {
+                "broker_id": b, "broker_epoch": b, "incarnation_id": uuid.UUID(int=b), "fenced": fenced,
+                "end_points": [{"name": "PLAINTEXT", "host": "h", "port": 9090 + b, "security_protocol": 0}],
+            }))
+        replay(
+            ("TopicRecord", {"name": "t", "topic_id": TOPIC_ID}),
+            ("PartitionRecord", {"partition_id": 0, "topic_id": TOPIC_ID, "replicas": [1, 2], "isr": [1],
+                                 "leader": -1, "leader_epoch": 3, "partition_epoch": 3}),
+        )
+        replay(("ConfigRecord", {"resource_type": BROKER_RESOURCE, "resource_name": "", "name": "log.retention.ms",
+                                 "value": "1000"}))
+        await _settle()
+        assert len(raft.proposed) == 1  # nothing to do yet
+        replay(("ConfigRecord", {"resource_type": BROKER_RESOURCE, "resource_name": "",
+                                 "name": "unclean.leader.election.enable", "value": "true"}))
+        await _settle()
+        (name, rec), = raft.proposed[-1].records
+        assert (name, rec["leader"], rec["isr"]) == ("PartitionChangeRecord", 2, [2])
+        await c.close()
+
+    asyncio.run(run())
