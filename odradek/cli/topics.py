@@ -12,7 +12,7 @@ partition ``\\tTopic: T\\tPartition: P\\tLeader: L|none\\tReplicas: ...\\tIsr: .
 LastKnownElr: N/A`` (what Kafka 4's tool prints for a cluster without DescribeTopicPartitions,
 which Odradek does not serve: the partitions come from Metadata). With the report options only
 the matching partitions are printed, without the topic lines. ``--topic`` is a regular
-expression, as Kafka's include list.
+expression, as Kafka's include list. Topics come in Kafka's order (its Admin client's HashMap).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.java_order import java_hash_map_order
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.message_json import uuid_to_kafka
@@ -111,8 +112,10 @@ async def _describe(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
     names = _select([t["name"] for t in md["topics"]], opts.topic, opts.exclude_internal)
     if opts.topic is not None and not names:
         raise AdminError(f"Topic '{opts.topic}' does not exist as expected")
-    wanted = [t for t in md["topics"] if t["name"] in set(names)]
-    wanted.sort(key=lambda t: t["name"])
+    # Kafka's tool prints the topics in the order of the Admin client's result: a HashMap sized
+    # for them (DescribeTopicsResult.all).
+    by_name = {t["name"]: t for t in md["topics"]}
+    wanted = [by_name[n] for n in java_hash_map_order(names, initial_capacity=len(names))]
     configs = await admin.describe_topic_configs(names)
     live = {b["node_id"] for b in md["brokers"]}
     reassignments: dict[tuple[str, int], dict[str, Any]] = {}

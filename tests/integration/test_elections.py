@@ -158,6 +158,11 @@ def test_offline_partition_needs_an_unclean_election(tmp_path: Path) -> None:
                                       "--unavailable-partitions").stdout
         assert "\tTopic: unc\tPartition: 0\tLeader: none\tReplicas: 1,2,3\tIsr: 3" in unavailable
         assert "\tTopic: unc2\tPartition: 0\tLeader: none" in unavailable
+        kafka = find_kafka_tools()
+        for report in ("--unavailable-partitions", "--under-replicated-partitions", "--under-min-isr-partitions"):
+            ours = cluster.odradek("topics", "--bootstrap-server", bs, "--describe", report).stdout
+            theirs = kafka.run("kafka-topics", "--bootstrap-server", bs, "--describe", report).stdout
+            assert ours == theirs, report
 
         preferred = cluster.odradek("leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED",
                                     "--topic", "unc", "--partition", "0", check=False)

@@ -111,3 +111,12 @@ def test_topics_describe_lines_and_report_filters() -> None:
     assert [line.split("\t")[2] for line in under_min] == ["Partition: 1", "Partition: 2"]
     at_min = describe_lines(topics, configs, reassign, live, _opts(at_min_isr_partitions=True))
     assert [line.split("\t")[2] for line in at_min] == ["Partition: 0"]
+
+
+def test_topics_come_in_the_order_of_kafkas_admin_result() -> None:
+    """kafka-topics.sh --describe printed unc2 before unc (a HashMap of capacity 4 for two
+    topics: buckets 2 and 3); with the default capacity 16 it would be the other way round."""
+    from odradek.java_order import java_hash_map_order
+
+    assert java_hash_map_order(["unc", "unc2"], initial_capacity=2) == ["unc2", "unc"]
+    assert java_hash_map_order(["unc", "unc2"]) == ["unc", "unc2"]
