@@ -120,3 +120,26 @@ def test_topics_come_in_the_order_of_kafkas_admin_result() -> None:
 
     assert java_hash_map_order(["unc", "unc2"], initial_capacity=2) == ["unc2", "unc"]
     assert java_hash_map_order(["unc", "unc2"]) == ["unc", "unc2"]
+
+
+def test_forwarding_error_responses_encode_for_every_version() -> None:
+    """A forward that finds no controller answers ElectLeaders / Alter- / ListPartitionReassignments
+    with the error in every entry (Kafka's getErrorResponse), encodable at each version."""
+    from odradek.protocol import messages as m
+    from odradek.server.controller_channel import ControllerRequest, error_response
+
+    cases = [
+        (m.ELECT_LEADERS, {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 1]}],
+                           "timeout_ms": 1}),
+        (m.ELECT_LEADERS, {"election_type": 1, "topic_partitions": None, "timeout_ms": 1}),
+        (m.ALTER_PARTITION_REASSIGNMENTS, {"timeout_ms": 1, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "replicas": [1]}]}]}),
+        (m.LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": 1, "topics": None}),
+    ]
+    for api, data in cases:
+        for v in range(api.min_version, api.max_version + 1):
+            body = error_response(ControllerRequest(api.api_key, v, data), Errors.REQUEST_TIMED_OUT, "no controller")
+            assert b"".join(bytes(p) for p in api.encode_response(v, body))
+            if api is m.ELECT_LEADERS and data["topic_partitions"]:
+                codes = [r["error_code"] for t in body["replica_election_results"] for r in t["partition_result"]]
+                assert codes == [Errors.REQUEST_TIMED_OUT] * 2
