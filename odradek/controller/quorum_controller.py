@@ -11,6 +11,10 @@ records (the abort of a metadata transaction left open, the bootstrap metadata.v
 log), and checks for brokers whose session ran out with a tagged deferred event that each
 heartbeat and registration reschedules.
 
+Elections (ElectLeaders, unclean election when enabled, the automatic preferred-leader balancing
+as a deferred event) and reassignments run through :class:`ReplicationOps`
+(:mod:`odradek.controller.replication_ops`), which also reacts to each commit.
+
 The managers: ReplicationControlManager (topics, partitions), ConfigurationControlManager,
 ClusterControlManager (broker registrations, heartbeats, fencing, controlled shutdown, with its
 BrokerHeartbeatManager), FeatureControlManager, ProducerIdControlManager.

@@ -39,7 +39,9 @@ class Node(Controller):
 class ReplicationCluster:
     """Controller 0 and brokers 1, 2, 3. ``controller_extra``: more controller properties."""
 
-    def __init__(self, base: Path, controller_extra: str = "", broker_extra: str = "") -> None:
+    def __init__(
+        self, base: Path, controller_extra: str = "", broker_extra: str = "", racks: dict[int, str] | None = None
+    ) -> None:
         ports = _free_ports(4)
         voters = f"0@127.0.0.1:{ports[0]}"
         common = (
@@ -58,6 +60,7 @@ class ReplicationCluster:
                 f"listeners=PLAINTEXT://127.0.0.1:{ports[i]}\n"
                 f"log.dirs={base / f'c{i}'}\n"
                 "offsets.topic.replication.factor=1\n" + common + broker_extra
+                + (f"broker.rack={racks[i]}\n" if racks and i in racks else "")
             ))
             for i in (1, 2, 3)
         }

@@ -211,3 +211,28 @@ def test_reassign_tool_and_kafka_tool_on_the_metadata_side(tmp_path: Path) -> No
         assert cluster.odradek("reassign", "--bootstrap-server", bs, "--list").stdout == "No partition reassignments found.\n"
     finally:
         cluster.stop()
+
+
+@pytest.mark.timeout(300)
+def test_rack_aware_placement_and_generate(tmp_path: Path) -> None:
+    """Brokers register their broker.rack; new topics and --generate proposals put the replicas
+    of each partition on different racks."""
+    racks = {1: "a", 2: "b", 3: "a"}
+    cluster = ReplicationCluster(tmp_path, racks=racks)
+    cluster.start()
+    try:
+        admin = cluster.admin()
+        admin.create_topics([NewTopic("racked", 6, 2)], request_timeout=20)["racked"].result(timeout=30)
+        state = cluster.wait_for("racked", lambda s: len(s) == 6, what="created")
+        for _leader, replicas, _isr in state.values():
+            assert {racks[b] for b in replicas} == {"a", "b"}, state
+        topics = tmp_path / "topics.json"
+        topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "racked"}]}))
+        out = cluster.odradek("reassign", "--bootstrap-server", cluster.bootstrap, "--generate",
+                              "--topics-to-move-json-file", str(topics), "--broker-list", "1,2,3").stdout
+        proposed = json.loads(out.splitlines()[4])["partitions"]
+        assert len(proposed) == 6
+        for p in proposed:
+            assert {racks[b] for b in p["replicas"]} == {"a", "b"}, proposed
+    finally:
+        cluster.stop()
