@@ -93,7 +93,8 @@ def elect_leader(
     elif outcome is not None:
         log.info(
             "%s election of broker %d as leader of %s-%d (was %d)",
-            "Preferred" if preferred else "Unclean-type (clean)", outcome.leader, topic, partition_id, p.leader,
+            "Preferred" if preferred else "Clean (UNCLEAN requested, an ISR member could lead)",
+            outcome.leader, topic, partition_id, p.leader,
         )
     return Errors.NONE, None, ("PartitionChangeRecord", record)
 
