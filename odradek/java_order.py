@@ -17,10 +17,15 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def java_hash_map_order(keys: list[str]) -> list[str]:
+def java_hash_map_order(keys: list[str], initial_capacity: int | None = None) -> list[str]:
     """``keys`` (in insertion order) in the order a ``java.util.HashMap`` iterates them: Kafka's
-    tool prints its per-file reports from HashMaps, so this is the order it prints them in."""
+    tool prints its per-file reports from HashMaps, so this is the order it prints them in.
+    ``initial_capacity``: the map was made with ``new HashMap<>(initial_capacity)``."""
     capacity = 16
+    if initial_capacity is not None:
+        capacity = 1
+        while capacity < initial_capacity:  # HashMap.tableSizeFor
+            capacity *= 2
     while len(keys) > capacity * 3 // 4:
         capacity *= 2
 

@@ -17,6 +17,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.dump_log",
     "odradek.cli.metadata_quorum",
     "odradek.cli.cluster",
+    "odradek.cli.topics",
+    "odradek.cli.leader_election",
+    "odradek.cli.reassign",
 )
 
 

@@ -48,11 +48,19 @@ def has_leaderships(image: MetadataImage, broker_id: int) -> bool:
     return any(p.leader == broker_id for _t, _pid, p in _partitions(image))
 
 
-def _unclean_enabled(image: MetadataImage, topic: str) -> bool:
-    return image.topic_config(topic).get("unclean.leader.election.enable", "false").lower() == "true"
+def _unclean_enabled(image: MetadataImage, topic: str, static_default: bool = False) -> bool:
+    """The topic's ``unclean.leader.election.enable``, else the cluster-wide dynamic broker
+    default, else the static broker config (``static_default``)."""
+    for layer in (image.topic_config(topic), image.broker_config("")):
+        value = layer.get("unclean.leader.election.enable")
+        if value is not None:
+            return value.strip().lower() == "true"
+    return static_default
 
 
-def _remove_broker(image: MetadataImage, broker_id: int, shutdown: bool) -> list[MetadataRecord]:
+def _remove_broker(
+    image: MetadataImage, broker_id: int, shutdown: bool, unclean_default: bool = False
+) -> list[MetadataRecord]:
     """The broker leaves every ISR; the partitions it leads get another leader (or none)."""
     records: list[MetadataRecord] = []
     others = active_brokers(image) - {broker_id}
@@ -67,7 +75,9 @@ def _remove_broker(image: MetadataImage, broker_id: int, shutdown: bool) -> list
                 selector = ControlledShutdownLeaderSelector(frozenset({broker_id}))
                 live: set[int] = others | {broker_id}
             else:
-                selector = OfflinePartitionLeaderSelector(unclean_enabled=_unclean_enabled(image, t.name))
+                selector = OfflinePartitionLeaderSelector(
+                    unclean_enabled=_unclean_enabled(image, t.name, unclean_default)
+                )
                 live = others
             chosen = selector.select(PartitionLeadership(p.replicas, target_isr, p.leader), live)
             record["leader"] = chosen.leader_or_none
@@ -75,8 +85,9 @@ def _remove_broker(image: MetadataImage, broker_id: int, shutdown: bool) -> list
                 target_isr = chosen.isr or target_isr
             if chosen.unclean:
                 log.warning(
-                    "Partition %s-%d: unclean election of broker %d after broker %d left",
-                    t.name, pid, chosen.leader_or_none, broker_id,
+                    "Partition %s-%d: UNCLEAN election of broker %d after broker %d left (ISR was "
+                    "%s): records only the old ISR held are lost",
+                    t.name, pid, chosen.leader_or_none, broker_id, list(p.isr),
                 )
         if target_isr != list(p.isr):
             record["isr"] = target_isr
@@ -85,10 +96,10 @@ def _remove_broker(image: MetadataImage, broker_id: int, shutdown: bool) -> list
     return records
 
 
-def handle_broker_fenced(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+def handle_broker_fenced(image: MetadataImage, broker_id: int, unclean_default: bool = False) -> list[MetadataRecord]:
     """Partition changes for fencing ``broker_id`` (Kafka's ``handleBrokerFenced``), before the
-    fencing record itself."""
-    records = _remove_broker(image, broker_id, shutdown=False)
+    fencing record itself. ``unclean_default``: the static ``unclean.leader.election.enable``."""
+    records = _remove_broker(image, broker_id, shutdown=False, unclean_default=unclean_default)
     if records:
         log.info("handleBrokerFenced: changing %d partition(s) of broker %d", len(records), broker_id)
     return records
@@ -103,20 +114,22 @@ def handle_broker_in_controlled_shutdown(image: MetadataImage, broker_id: int) -
     return records
 
 
-def handle_broker_unfenced(image: MetadataImage, broker_id: int) -> list[MetadataRecord]:
+def handle_broker_unfenced(image: MetadataImage, broker_id: int, unclean_default: bool = False) -> list[MetadataRecord]:
     """Leaders for the partitions without one that ``broker_id``, being unfenced, may lead.
 
     Apache Kafka's controlled shutdown of its last broker leaves partitions leaderless
     (``leader=-1``, and with KIP-966 ``isr=[]`` with the broker kept in the eligible leader
     replicas); as Kafka's controller does when such a broker is unfenced, it takes over the ones
     where it is in the ISR (or ELR, or the last known ELR once both are empty). Never an unclean
-    election, except for a partition whose only replica is this broker."""
+    election, except for a partition whose only replica is this broker or whose topic enables
+    unclean election (as Kafka's handleBrokerUnfenced, which elects UNCLEAN for such topics)."""
     records: list[MetadataRecord] = []
     for t, pid, p in _partitions(image):
         if p.leader != NO_LEADER or broker_id not in p.replicas:
             continue
         eligible = list(dict.fromkeys([*p.isr, *p.elr] if p.isr or p.elr else p.last_known_elr))
-        chosen = OfflinePartitionLeaderSelector(unclean_enabled=p.replicas == (broker_id,)).select(
+        unclean = p.replicas == (broker_id,) or _unclean_enabled(image, t.name, unclean_default)
+        chosen = OfflinePartitionLeaderSelector(unclean_enabled=unclean).select(
             PartitionLeadership(p.replicas, eligible, p.leader), {broker_id}
         )
         if chosen.leader != broker_id:
@@ -125,6 +138,11 @@ def handle_broker_unfenced(image: MetadataImage, broker_id: int) -> list[Metadat
                 "eligible leader replicas %s: left offline", t.name, pid, broker_id, p.isr, p.elr,
             )
             continue
+        if chosen.unclean and p.replicas != (broker_id,):
+            log.warning(
+                "Partition %s-%d: UNCLEAN election of broker %d (ISR was %s): records only the old "
+                "ISR held are lost", t.name, pid, broker_id, list(p.isr),
+            )
         records.append((
             "PartitionChangeRecord",
             {

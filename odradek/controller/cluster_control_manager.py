@@ -80,6 +80,8 @@ class ClusterControlManager:
         self.feature_control = feature_control
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_manager: BrokerHeartbeatManager | None = None
+        # The static unclean.leader.election.enable (topics and the dynamic default override it).
+        self.unclean_leader_election_default = False
         # Offset of each broker's latest RegisterBrokerRecord (what it must have caught up with
         # to be unfenced), from the records replayed through replay().
         self._register_offsets: dict[int, int] = {}
@@ -259,7 +261,7 @@ class ClusterControlManager:
                 records.extend(self._fence(b))
             elif nxt is BrokerControlState.UNFENCED:
                 records.append(_registration_change(b, fenced=UNFENCE))
-                records.extend(handle_broker_unfenced(self.image, broker_id))
+                records.extend(handle_broker_unfenced(self.image, broker_id, self.unclean_leader_election_default))
             elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
                 if not b.in_controlled_shutdown:
                     records.append(_registration_change(b, in_controlled_shutdown=IN_CONTROLLED_SHUTDOWN))
@@ -310,7 +312,7 @@ class ClusterControlManager:
         return self._fence(b)
 
     def _fence(self, b: BrokerRegistration) -> list[MetadataRecord]:
-        records = handle_broker_fenced(self.image, b.broker_id)
+        records = handle_broker_fenced(self.image, b.broker_id, self.unclean_leader_election_default)
         records.append(_registration_change(b, fenced=FENCE))
         return records
 

@@ -74,6 +74,9 @@ class ControllerApis:
             g.BROKER_REGISTRATION.api_key: self.handle_broker_registration,
             g.BROKER_HEARTBEAT.api_key: self.handle_broker_heartbeat,
             g.ALTER_PARTITION.api_key: self.handle_alter_partition,
+            m.ELECT_LEADERS.api_key: self.handle_elect_leaders,
+            m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.handle_alter_partition_reassignments,
+            m.LIST_PARTITION_REASSIGNMENTS.api_key: self.handle_list_partition_reassignments,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -126,6 +129,7 @@ class ControllerApis:
             m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS,
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
+            m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
         ]
         return {api: served(api) for api in apis}
 
@@ -366,3 +370,23 @@ class ControllerApis:
         except KafkaError as e:
             log.info("AlterPartition from broker %d refused: %s", request.data.get("broker_id", -1), e.message)
             return error_response(request, e.code, e.message)
+
+    # -- ElectLeaders / reassignments (odradek.controller.replication_ops) ----------------------
+
+    async def handle_elect_leaders(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return await self.controller.replication_ops.elect_leaders(request.data)
+
+    async def handle_alter_partition_reassignments(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return await self.controller.replication_ops.alter_partition_reassignments(request.data)
+
+    async def handle_list_partition_reassignments(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return self.controller.replication_ops.list_partition_reassignments(request.data)

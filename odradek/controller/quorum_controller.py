@@ -11,6 +11,10 @@ records (the abort of a metadata transaction left open, the bootstrap metadata.v
 log), and checks for brokers whose session ran out with a tagged deferred event that each
 heartbeat and registration reschedules.
 
+Elections (ElectLeaders, unclean election when enabled, the automatic preferred-leader balancing
+as a deferred event) and reassignments run through :class:`ReplicationOps`
+(:mod:`odradek.controller.replication_ops`), which also reacts to each commit.
+
 The managers: ReplicationControlManager (topics, partitions), ConfigurationControlManager,
 ClusterControlManager (broker registrations, heartbeats, fencing, controlled shutdown, with its
 BrokerHeartbeatManager), FeatureControlManager, ProducerIdControlManager.
@@ -45,6 +49,7 @@ from odradek.controller.replication_control import (
     ReplicationControlManager,
     TopicResult,
 )
+from odradek.controller.replication_ops import ReplicationOps
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
 from odradek.metadata.transactions import MetadataTransactions
@@ -93,6 +98,7 @@ class QuorumController(Listener[MetadataRecord]):
         clock_ms: Callable[[], int] = _monotonic_ms,
         bootstrap_metadata_version: int = METADATA_VERSION,
         colocated_broker: bool = False,
+        replication_options: dict[str, Any] | None = None,
     ) -> None:
         """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines).
         ``colocated_broker``: this process is also broker ``node_id`` (process.roles=broker,
@@ -127,6 +133,8 @@ class QuorumController(Listener[MetadataRecord]):
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
+        self.replication_ops = ReplicationOps(self, **(replication_options or {}))
+        self.cluster.unclean_leader_election_default = self.replication_ops.unclean_leader_election_enable
 
     @property
     def is_active(self) -> bool:
@@ -194,6 +202,7 @@ class QuorumController(Listener[MetadataRecord]):
         """No longer active: the soft broker state goes, and the fencing check with it."""
         self.cluster.deactivate()
         self.queue.cancel_deferred(MAYBE_FENCE_REPLICAS)
+        self.replication_ops.cancel()
 
     # -- the one place records reach the controller's image ------------------------------------
 
@@ -210,6 +219,7 @@ class QuorumController(Listener[MetadataRecord]):
         self.image = delta.apply()
         for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
             manager.image = self.image
+        self.replication_ops.after_replay(delta, full=base is not None)
         return delta
 
     # -- activation -----------------------------------------------------------------------------
@@ -241,6 +251,7 @@ class QuorumController(Listener[MetadataRecord]):
         try:
             await self._write("activate", lambda: (None, []), prepend=True)
             self._reschedule_maybe_fence_stale_brokers()
+            self.replication_ops.reschedule_balance()
         except KafkaError as e:
             log.info("Controller activation did not complete: %s", e)
         except Exception:

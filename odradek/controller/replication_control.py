@@ -57,6 +57,26 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
+def manual_assignment_error(image: MetadataImage, replicas: list[int], replication_factor: int | None) -> str | None:
+    """Kafka's validateManualPartitionAssignment (its messages), or None when fine."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    prev: int | None = None
+    ordered = sorted(replicas)
+    for b in ordered:
+        if b not in image.brokers:
+            return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        if b == prev:
+            return f"The manual partition assignment includes the broker {b} more than once."
+        prev = b
+    if replication_factor is not None and len(ordered) != replication_factor:
+        return (
+            f"The manual partition assignment includes a partition with {len(ordered)} replica(s), but "
+            f"this is not consistent with previous partitions, which have {replication_factor} replica(s)."
+        )
+    return None
+
+
 def collision_key(name: str) -> str:
     return name.replace(".", "_")
 
@@ -158,22 +178,9 @@ class ReplicationControlManager:
             )
         return records
 
-    def _check_assignment(self, assignment: list[list[int]]) -> str | None:
-        registered = set(self.image.brokers)
-        if not assignment:
-            return "Replica assignment is empty"
-        rf = len(assignment[0])
-        for p, replicas in enumerate(assignment):
-            if not replicas:
-                return f"The manual partition assignment for partition {p} is empty"
-            if len(replicas) != rf:
-                return "All partitions should have the same number of replicas"
-            if len(set(replicas)) != len(replicas):
-                return f"The manual partition assignment for partition {p} contains duplicates"
-            for r in replicas:
-                if r not in registered:
-                    return f"The manual partition assignment includes broker {r}, which is not registered"
-        return None
+    def _active(self) -> set[int]:
+        """Kafka's ClusterControlManager.isActive: unfenced and not in controlled shutdown."""
+        return {b.broker_id for b in self.image.brokers.values() if not b.fenced and not b.in_controlled_shutdown}
 
     # -- CreateTopics ---------------------------------------------------------------------------
 
@@ -225,25 +232,41 @@ class ReplicationControlManager:
         # Partitions and replicas
         live = self._usable_brokers()
         if assignments:
-            if num_partitions != -1 or replication_factor != -1:
+            if replication_factor != -1:
                 res.error = Errors.INVALID_REQUEST
-                res.message = (
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                    "Both cannot be used at the same time."
-                )
+                res.message = "A manual partition assignment was specified, but replication factor was not set to -1."
+                return res, []
+            if num_partitions != -1:
+                res.error = Errors.INVALID_REQUEST
+                res.message = "A manual partition assignment was specified, but numPartitions was not set to -1."
                 return res, []
             if 1 + len(overrides) + len(assignments) > room:
                 raise ExcessiveBatchError(EXCESSIVE_BATCH_MESSAGE)
-            by_index = {a["partition_index"]: list(a["broker_ids"]) for a in assignments}
-            if sorted(by_index) != list(range(len(by_index))):
+            by_index: dict[int, list[int]] = {}
+            manual_rf: int | None = None
+            active = self._active()
+            for a in assignments:
+                pid, replicas = a["partition_index"], list(a["broker_ids"])
+                msg = None
+                if pid in by_index:
+                    msg = f"Found multiple manual partition assignments for partition {pid}"
+                else:
+                    msg = manual_assignment_error(self.image, replicas, manual_rf)
+                if msg is None and not any(r in active for r in replicas):
+                    msg = (
+                        f"All brokers specified in the manual partition assignment for partition {pid} "
+                        "are fenced or in controlled shutdown."
+                    )
+                if msg is not None:
+                    res.error, res.message = Errors.INVALID_REPLICA_ASSIGNMENT, msg
+                    return res, []
+                manual_rf = len(replicas)
+                by_index[pid] = replicas
+            if any(i not in by_index for i in range(len(by_index))):
                 res.error = Errors.INVALID_REPLICA_ASSIGNMENT
-                res.message = "Partitions should be a consecutive 0-based integer sequence"
+                res.message = "partitions should be a consecutive 0-based integer sequence"
                 return res, []
             assignment = [by_index[i] for i in range(len(by_index))]
-            msg = self._check_assignment(assignment)
-            if msg is not None:
-                res.error, res.message = Errors.INVALID_REPLICA_ASSIGNMENT, msg
-                return res, []
         else:
             parts = self.default_partitions if num_partitions == -1 else num_partitions
             rf = self.default_replication_factor if replication_factor == -1 else replication_factor
@@ -320,11 +343,16 @@ class ReplicationControlManager:
                     f"Attempted to add {new} additional partition(s), but only {len(assignment)} assignment(s) were specified.",
                     [],
                 )
-            msg = self._check_assignment(assignment)
-            if msg is None and len(assignment[0]) != rf:
-                msg = f"The manual partition assignment includes a partition with {len(assignment[0])} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s)."
-            if msg is not None:
-                return Errors.INVALID_REPLICA_ASSIGNMENT, msg, []
+            active = self._active()
+            for i, replicas in enumerate(assignment):
+                msg = manual_assignment_error(self.image, replicas, rf)
+                if msg is None and not any(r in active for r in replicas):
+                    msg = (
+                        f"All brokers specified in the manual partition assignment for partition {current + i} "
+                        "are fenced or in controlled shutdown."
+                    )
+                if msg is not None:
+                    return Errors.INVALID_REPLICA_ASSIGNMENT, msg, []
         else:
             if rf > len(self._usable_brokers()):
                 return (

@@ -1,5 +1,6 @@
 """The admin APIs whose changes the controller makes: CreateTopics, DeleteTopics,
-CreatePartitions, AlterConfigs and IncrementalAlterConfigs, and DescribeQuorum, forwarded to the controller as a
+CreatePartitions, AlterConfigs and IncrementalAlterConfigs, ElectLeaders, Alter/List
+PartitionReassignments, and DescribeQuorum, forwarded to the controller as a
 Kafka broker forwards them (the controller's ControllerApis validates them, writes the records and
 answers; a forward that finds no controller in time is answered REQUEST_TIMED_OUT); and
 DescribeConfigs, answered here.
@@ -18,7 +19,7 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
 from odradek.server import config_defs
 from odradek.server.controller_channel import ControllerRequest, ForwardingManager, RequestClient
-from odradek.server.dynamic_broker_config import describe_broker_config
+from odradek.server.dynamic_broker_config import check_broker_resource, describe_broker_config
 from odradek.server.kafka_config import KafkaConfig
 
 if TYPE_CHECKING:
@@ -40,6 +41,10 @@ class AdminApis:
         client = RequestClient(ctx.header.client_id, ctx.conn.peer)
         return self.forwarding.forward(ControllerRequest(ctx.header.api_key, ctx.version, req, client))
 
+    def forward(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: forwarded."""
+        return self._forward(ctx, req)
+
     def handle_create_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         return self._forward(ctx, req)
 
@@ -50,10 +55,36 @@ class AdminApis:
         return self._forward(ctx, req)
 
     def handle_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        return self._forward(ctx, req)
+        return self._forward_configs(ctx, req)
 
     def handle_incremental_alter_configs(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        return self._forward(ctx, req)
+        return self._forward_configs(ctx, req)
+
+    async def _forward_configs(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        """As Kafka's ConfigAdminManager.preprocess: a BROKER resource must name this broker (or
+        be the cluster default); those that do not are answered here, the rest forwarded."""
+        refused: dict[int, str] = {}
+        for i, r in enumerate(req["resources"]):
+            if r["resource_type"] == BROKER_RESOURCE:
+                msg = check_broker_resource(r["resource_name"], self.node_id)
+                if msg is not None:
+                    refused[i] = msg
+        if not refused:
+            return await self._forward(ctx, req)
+        rest = [r for i, r in enumerate(req["resources"]) if i not in refused]
+        answered: list[dict[str, Any]] = []
+        if rest:
+            answered = list((await self._forward(ctx, {**req, "resources": rest}))["responses"])
+        responses = []
+        for i, r in enumerate(req["resources"]):
+            if i in refused:
+                responses.append({
+                    "error_code": Errors.INVALID_REQUEST, "error_message": refused[i],
+                    "resource_type": r["resource_type"], "resource_name": r["resource_name"],
+                })
+            else:
+                responses.append(answered.pop(0))
+        return {"throttle_time_ms": 0, "responses": responses}
 
     def handle_describe_quorum(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         return self._forward(ctx, req)

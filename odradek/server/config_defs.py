@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,22 @@ class RangeOrValue(Validator):
         if value is None or value == self.value or self.min <= value <= self.max:
             return None
         return f"Value must be between {self.min} and {self.max} or equal to {self.value}"
+
+
+@dataclass(frozen=True)
+class ThrottledReplicaList(Validator):
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partitionId:brokerId`` pairs."""
+
+    key: str
+
+    def check(self, value: Any) -> str | None:
+        items = value if isinstance(value, list) else [value]
+        if "".join(items) == "*" or all(re.fullmatch(r"([0-9]+:[0-9]+)?", str(i).strip()) for i in items):
+            return None
+        return (
+            f"{self.key} must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        )
 
 
 def _num(x: float) -> str:
@@ -261,9 +278,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     C("flush.messages", "long", _S, at_least(1), "Force fsync after this many messages",
       "log.flush.interval.messages"),
     C("flush.ms", "long", _S, at_least(0), "Force fsync after this much time", "log.flush.interval.ms"),
-    C("follower.replication.throttled.replicas", "list", "", None,
+    C("follower.replication.throttled.replicas", "list", "", ThrottledReplicaList("follower.replication.throttled.replicas"),
       "Replicas throttled on the follower side", None),
-    C("leader.replication.throttled.replicas", "list", "", None,
+    C("leader.replication.throttled.replicas", "list", "", ThrottledReplicaList("leader.replication.throttled.replicas"),
       "Replicas throttled on the leader side", None),
     C("index.interval.bytes", "int", "4096", at_least(0),
       "Bytes between offset index entries", "log.index.interval.bytes"),
@@ -372,6 +389,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("controlled.shutdown.max.retries", "int", "3", at_least(0), "Controlled shutdown retries"),
     C("controlled.shutdown.retry.backoff.ms", "long", "5000", at_least(0), "Retry backoff"),
     C("auto.leader.rebalance.enable", "boolean", "true", None, "Preferred leader balancing"),
+    # Replication throttles (Kafka's QuotaConfig), set by kafka-reassign-partitions --throttle.
+    C("leader.replication.throttled.rate", "long", _S, at_least(0), "Leader replication throttle (B/s)"),
+    C("follower.replication.throttled.rate", "long", _S, at_least(0), "Follower replication throttle (B/s)"),
+    C("replica.alter.log.dirs.io.max.bytes.per.second", "long", _S, at_least(0), "Log dir move throttle (B/s)"),
     C("leader.imbalance.check.interval.seconds", "long", "300", at_least(1), "Imbalance check"),
     C("leader.imbalance.per.broker.percentage", "int", "10", at_least(0), "Imbalance ratio"),
     # --- topics ---

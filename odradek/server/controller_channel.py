@@ -318,4 +318,33 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         }
     if key == g.DESCRIBE_QUORUM.api_key:  # a top-level error (DescribeQuorumRequest.getErrorResponse)
         return {"error_code": error, "error_message": message, "topics": [], "nodes": []}
+    if key == m.ELECT_LEADERS.api_key:
+        return {
+            "throttle_time_ms": 0, "error_code": error,
+            "replica_election_results": [
+                {
+                    "topic": tp["topic"],
+                    "partition_result": [
+                        {"partition_id": p, "error_code": error, "error_message": message} for p in tp["partitions"]
+                    ],
+                }
+                for tp in data.get("topic_partitions") or []
+            ],
+        }
+    if key == m.ALTER_PARTITION_REASSIGNMENTS.api_key:
+        return {
+            "throttle_time_ms": 0, "error_code": error, "error_message": message,
+            "responses": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": error, "error_message": message}
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in data["topics"]
+            ],
+        }
+    if key == m.LIST_PARTITION_REASSIGNMENTS.api_key:
+        return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "topics": []}
     raise ValueError(f"no error response for API {key}")

@@ -83,6 +83,12 @@ class ControllerServer:
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
             colocated_broker="broker" in cfg.process_roles,
+            replication_options={
+                "auto_leader_rebalance_enable": bool(cfg.get("auto.leader.rebalance.enable")),
+                "leader_imbalance_check_interval_ms": int(cfg.get("leader.imbalance.check.interval.seconds")) * 1000,
+                "leader_imbalance_per_broker_percentage": int(cfg.get("leader.imbalance.per.broker.percentage")),
+                "unclean_leader_election_enable": cfg.unclean_leader_election_enable,
+            },
         )
         self.shared.register(controller)
         self.controller = controller

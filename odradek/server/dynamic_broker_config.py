@@ -12,8 +12,7 @@ actually applies when it changes:
 
 * the broker defaults of topic configs (Kafka's ``DynamicLogConfig.ReconfigurableConfigs``: the
   first broker synonym of each topic config), except those whose topic config Odradek accepts but
-  does not act on (``unclean.leader.election.enable``, ``log.preallocate``,
-  ``log.roll.jitter.ms``); every log of a topic without its own value is reconfigured;
+  does not act on (``log.preallocate``, ``log.roll.jitter.ms``); every log of a topic without its own value is reconfigured;
 * ``log.cleaner.backoff.ms`` and ``log.cleaner.dedupe.buffer.size`` (Kafka's
   ``LogCleaner.ReconfigurableConfigs``; the others of that list (``log.cleaner.threads``, the I/O
   buffer and throttle settings) have no counterpart in Odradek's single cleaner thread).
@@ -44,7 +43,9 @@ if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
 # Topic configs Odradek accepts but does not act on: their broker defaults are not dynamic here.
-_UNAPPLIED_TOPIC_CONFIGS = frozenset({"unclean.leader.election.enable", "preallocate", "segment.jitter.ms"})
+# (unclean.leader.election.enable is applied: the controller reads the cluster-wide default and
+# elects the leaderless partitions when it is enabled.)
+_UNAPPLIED_TOPIC_CONFIGS = frozenset({"preallocate", "segment.jitter.ms"})
 
 DYNAMIC_LOG_CONFIGS: frozenset[str] = frozenset(
     d.broker_keys[0]
@@ -54,7 +55,13 @@ DYNAMIC_LOG_CONFIGS: frozenset[str] = frozenset(
 DYNAMIC_CLEANER_CONFIGS: frozenset[str] = frozenset(
     {"log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size"}
 )
-DYNAMIC_CONFIGS: frozenset[str] = DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS
+# Kafka's replication quotas (QuotaConfig), set per broker by kafka-reassign-partitions
+# --throttle and removed by --verify: accepted and validated; the follower fetching applies them.
+DYNAMIC_QUOTA_CONFIGS: frozenset[str] = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+})
+DYNAMIC_CONFIGS: frozenset[str] = DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS | DYNAMIC_QUOTA_CONFIGS
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: names of one setting, highest precedence first.
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -93,16 +100,17 @@ def _java_set(names: Iterable[str]) -> str:
     return "[" + ", ".join(names) + "]"
 
 
-def check_broker_resource(name: str, node_id: int) -> str | None:
+def check_broker_resource(name: str, node_id: int | None) -> str | None:
     """Kafka's ConfigAdminManager check of a BROKER resource name on an alter: empty (cluster
-    default) or this node's id."""
+    default) or this node's id (the broker that receives it checks; the controller, which gets
+    every broker's changes forwarded, checks only that it is an id: ``node_id`` None)."""
     if name == "":
         return None
     try:
         broker_id = int(name)
     except ValueError:
         return f"Node id must be an integer, but it is: {name}"
-    if broker_id != node_id:
+    if node_id is not None and broker_id != node_id:
         return f"Unexpected broker id, expected {node_id}, but received {name}"
     return None
 
@@ -143,7 +151,8 @@ class DynamicBrokerConfigPolicy:
         self.config = config
 
     def check_resource(self, name: str) -> str | None:
-        return check_broker_resource(name, self.config.node_id)
+        # Any broker's id: the broker a client sent the change to checked it was its own.
+        return check_broker_resource(name, None)
 
     def validate(self, name: str, new_configs: dict[str, str]) -> str | None:
         return validate_dynamic_configs(self.config, name, new_configs)

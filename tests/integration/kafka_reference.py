@@ -42,6 +42,8 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-metadata-shell": "org.apache.kafka.shell.MetadataShell",
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
+    "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
 }
 
 

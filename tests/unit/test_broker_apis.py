@@ -194,6 +194,8 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
                     g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key, g.ALLOCATE_PRODUCER_IDS.api_key,
                     g.FETCH_SNAPSHOT.api_key, g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
+                    m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key,
+                    m.LIST_PARTITION_REASSIGNMENTS.api_key,
                     # the quorum's RaftApis: Fetch (of __cluster_metadata), Vote,
                     # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
                     m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,

@@ -184,9 +184,10 @@ def test_an_api_defined_but_not_implemented_is_neither_advertised_nor_served(tmp
                 resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
                 advertised = {a["api_key"] for a in resp["api_keys"]}
                 assert advertised == set(m.APIS)
-                # Of the cluster APIs only DescribeQuorum, which a broker forwards to the
-                # controller (its schema's listeners are broker and controller, as in Kafka).
-                assert advertised & {key for key in CLUSTER_APIS.values()} == {CLUSTER_APIS["DescribeQuorum"]}
+                # Of the cluster APIs only those a broker forwards to the controller (their
+                # schemas' listeners are broker and controller, as in Kafka).
+                forwarded = {"DescribeQuorum", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments"}
+                assert advertised & {key for key in CLUSTER_APIS.values()} == {CLUSTER_APIS[n] for n in forwarded}
                 # A well-formed Vote request: Kafka closes the connection of an API the
                 # listener does not serve, as for an unknown key.
                 with pytest.raises(ConnectionClosed):

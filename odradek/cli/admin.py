@@ -1,0 +1,191 @@
+"""A small admin client for the ``odradek`` tools (topics, leader-election, reassign).
+
+What the tools need of Kafka's Admin client, over :class:`~odradek.network.client.NetworkClient`:
+the first reachable bootstrap broker answers everything (a broker forwards controller-bound
+requests to the controller itself); requests that fail with a retriable error (NOT_CONTROLLER,
+REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout. Only PLAINTEXT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from odradek.network.client import NetworkClient
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors, error_name
+from odradek.protocol.schema import Api
+
+DEFAULT_API_TIMEOUT_MS = 60_000
+RETRY_BACKOFF_S = 0.1
+_ERRORS_PKG = "org.apache.kafka.common.errors."
+_EXCEPTION_NAMES = {
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException",
+    Errors.ELECTION_NOT_NEEDED: "ElectionNotNeededException",
+    Errors.PREFERRED_LEADER_NOT_AVAILABLE: "PreferredLeaderNotAvailableException",
+    Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE: "EligibleLeadersNotAvailableException",
+    Errors.NO_REASSIGNMENT_IN_PROGRESS: "NoReassignmentInProgressException",
+    Errors.INVALID_REPLICA_ASSIGNMENT: "InvalidReplicaAssignmentException",
+    Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
+}
+
+
+class AdminError(Exception):
+    """A failure the tool reports (its message is the line printed)."""
+
+
+def kafka_exception(code: int, message: str | None) -> str:
+    """``org.apache.kafka.common.errors.XxxException: message``, as Java's Throwable.toString."""
+    try:
+        err = Errors(code)
+    except ValueError:
+        return f"{_ERRORS_PKG}UnknownServerException: The server experienced an unexpected error code {code}"
+    name = _EXCEPTION_NAMES.get(err) or "".join(w.capitalize() for w in err.name.split("_"))
+    if not name.endswith("Exception"):
+        name += "Exception"
+    return f"{_ERRORS_PKG}{name}: {message if message is not None else error_name(code)}"
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise AdminError(f"Invalid url in bootstrap.servers: {item}")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise AdminError("No resolvable bootstrap urls given in bootstrap.servers")
+    return out
+
+
+_RETRIABLE = frozenset({
+    Errors.NOT_CONTROLLER, Errors.REQUEST_TIMED_OUT, Errors.LEADER_NOT_AVAILABLE, Errors.NETWORK_EXCEPTION,
+})
+
+
+class AdminClient:
+    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin") -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.timeout_ms = timeout_ms
+        self.client_id = client_id
+        self._client: NetworkClient | None = None
+        self._versions: dict[int, int] = {}
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _connect(self) -> NetworkClient:
+        if self._client is not None and self._client.connected:
+            return self._client
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        last: Exception | None = None
+        for host, port in self.bootstrap:
+            try:
+                client = await NetworkClient(host, port, client_id=self.client_id).connect()
+                resp = await client.send(
+                    m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
+                )
+                self._versions = {a["api_key"]: a["max_version"] for a in resp["api_keys"]}
+                self._client = client
+                return client
+            except (TimeoutError, OSError, ConnectionError) as e:
+                last = e
+        raise ConnectionError(f"no bootstrap server reachable: {last}")
+
+    def version(self, api: Api) -> int:
+        v = min(api.max_version, self._versions.get(api.api_key, -1))
+        if v < api.min_version:
+            raise AdminError(
+                f"{_ERRORS_PKG}UnsupportedVersionException: The broker does not support {api.name}"
+            )
+        return v
+
+    async def send(self, api: Api, body: dict[str, Any], top_error: str | None = "error_code") -> dict[str, Any]:
+        """Send ``body`` at the highest common version; retries connection losses and retriable
+        top-level errors (``top_error``: the response field holding one) until the timeout."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            try:
+                client = await self._connect()
+                resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.timeout_ms / 1000)
+            except (TimeoutError, OSError, ConnectionError) as e:
+                if time.monotonic() >= deadline:
+                    raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}") from e
+                await self.close()
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            code = resp.get(top_error, 0) if top_error else 0
+            if code in _RETRIABLE and time.monotonic() < deadline:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            return resp
+
+    # -- the calls the tools make ---------------------------------------------------------------
+
+    async def metadata(self, topics: list[str] | None) -> dict[str, Any]:
+        body = {
+            "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+        return await self.send(m.METADATA, body, top_error=None)
+
+    async def describe_topic_configs(self, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+        if not names:
+            return {}
+        resp = await self.send(m.DESCRIBE_CONFIGS, {
+            "resources": [{"resource_type": 2, "resource_name": n, "configuration_keys": None} for n in names],
+            "include_synonyms": False, "include_documentation": False,
+        }, top_error=None)
+        return {r["resource_name"]: r["configs"] for r in resp["results"]}
+
+    async def list_reassignments(self, topics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        return await self.send(m.LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics})
+
+    async def alter_reassignments(self, topics: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self.send(m.ALTER_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics})
+
+    async def elect_leaders(self, election_type: int, topic_partitions: list[dict[str, Any]] | None) -> dict[str, Any]:
+        return await self.send(m.ELECT_LEADERS, {
+            "election_type": election_type, "topic_partitions": topic_partitions, "timeout_ms": self.timeout_ms,
+        })
+
+    async def incremental_alter_configs(self, resources: list[dict[str, Any]]) -> dict[str, Any]:
+        """As Kafka's Admin: a BROKER resource naming a broker goes to that broker, the others to
+        any broker. The responses come back in the order of ``resources``."""
+        routed: dict[int | None, list[int]] = {}
+        for i, r in enumerate(resources):
+            node = int(r["resource_name"]) if r["resource_type"] == 4 and r["resource_name"].isdigit() else None
+            routed.setdefault(node, []).append(i)
+        out: list[dict[str, Any] | None] = [None] * len(resources)
+        brokers: dict[int, tuple[str, int]] = {}
+        if any(node is not None for node in routed):
+            md = await self.metadata([])
+            brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+        for node, idx in routed.items():
+            body = {"resources": [resources[i] for i in idx], "validate_only": False}
+            if node is None:
+                resp = await self.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
+            elif node not in brokers:
+                raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: incrementalAlterConfigs")
+            else:
+                async with AdminClient(f"{brokers[node][0]}:{brokers[node][1]}", self.timeout_ms) as direct:
+                    resp = await direct.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
+            for i, r in zip(idx, resp["responses"], strict=True):
+                out[i] = r
+        return {"throttle_time_ms": 0, "responses": out}
