@@ -320,7 +320,8 @@ class LeaderState(EpochState):
             state = self.observer_states.setdefault(replica_id, ReplicaState(replica_id))
         state.end_offset = fetch_offset
         state.last_fetch_ms = now_ms
-        leader_end = self.voter_states[self.local_id].end_offset
+        local = self.voter_states.get(self.local_id)  # absent: the leader removed itself
+        leader_end = local.end_offset if local is not None else self.high_watermark
         if leader_end is not None and fetch_offset >= leader_end:
             state.last_caught_up_ms = now_ms
         return replica_id in self.voters and self._maybe_update_high_watermark()

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from odradek.raft import raft_messages as msgs
+from odradek.raft.dynamic_quorum import UPDATE_RAFT_VOTER, VOTER_CHANGE_APIS, DynamicQuorum
 from odradek.raft.epoch_state import (
     NO_ID,
     CandidateState,
@@ -74,13 +75,20 @@ class RaftCore:
         max_fetch_batches: int = MAX_FETCH_BATCHES,
         pre_vote: bool = True,
         log_start: OffsetAndEpoch | None = None,
+        dynamic: DynamicQuorum | None = None,
+        bootstrap_ids: Sequence[int] = (),
     ) -> None:
         """``election`` is what the ``quorum-state`` file holds (None: no file yet),
         ``batches`` the durable log read at start-up, ``log_start`` where it begins when a
         snapshot stands for the records below. ``pre_vote`` False: an election timeout makes
         the node a candidate at once (Kafka 3.9; Vote v0-v1 cannot carry a pre-vote)."""
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        # KIP-853: the voter set is what the log says (``dynamic``), else the static ``voters``;
+        # ``bootstrap_ids`` name controller.quorum.bootstrap.servers for an observer.
+        self.dynamic = dynamic if dynamic is not None else DynamicQuorum.static(node_id, voters)
+        self.dynamic.load(batches)
+        self.voters = self.dynamic.voters.ids
+        self.bootstrap_ids = tuple(bootstrap_ids)
         self.cluster_id = cluster_id
         self.config = config
         self.random = rng
@@ -207,10 +215,31 @@ class RaftCore:
     def _append(self, batch: LogBatch) -> None:
         self.log.append(batch)
         self._ready.log_ops.append(Append(batch))
+        self.dynamic.on_append(batch)
 
     def _truncate(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self._ready.log_ops.append(Truncate(offset))
+        self.dynamic.on_truncate(offset)
+
+    # -- for the dynamic quorum (KIP-853) ------------------------------------------------------
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown_deadline_ms is not None
+
+    def respond(self, request: RaftMessage, data: dict[str, Any]) -> None:
+        self._respond(request, data)
+
+    def append_control(self, records: Sequence[Any], now_ms: int) -> int:
+        """Append a control batch on the leader; the offset of its last record."""
+        batch = LogBatch(self.log.end_offset, self.epoch, tuple(records), now_ms, control=True)
+        self._append(batch)
+        self._complete_parked_fetches(now_ms)
+        return batch.last_offset
+
+    def on_leader_high_watermark(self, state: LeaderState, now_ms: int) -> None:
+        self._on_leader_high_watermark(state, now_ms)
 
     def _send(self, destination: int, api_key: int, data: dict[str, Any], now_ms: int) -> None:
         self._next_correlation += 1
@@ -238,6 +267,8 @@ class RaftCore:
         if self._high_watermark is None or high_watermark > self._high_watermark:
             self._high_watermark = high_watermark
         end = min(self._high_watermark, self.log.end_offset)
+        if isinstance(self.quorum.state, LeaderState):
+            self.dynamic.on_high_watermark(self, self.quorum.state)
         if end > self._next_commit_offset:
             self._ready.committed.extend(self.log.batches_between(self._next_commit_offset, end))
             self._next_commit_offset = end
@@ -307,7 +338,9 @@ class RaftCore:
         # The high watermark moves only once a record of this epoch is committed: write the
         # LeaderChangeMessage control record now so that nothing waits for the next append.
         record = msgs.leader_change_message(self.node_id, self.voters, granting)
-        self._append(LogBatch(self.log.end_offset, state.epoch, (record,), now_ms, control=True))
+        records = (record, *self.dynamic.start_of_epoch_records())
+        self._append(LogBatch(self.log.end_offset, state.epoch, records, now_ms, control=True))
+        self.dynamic.apply_voter_set(self, now_ms)
         state.update_local_state(self.log.durable_end_offset)
 
     def _resign(self, now_ms: int) -> None:
@@ -327,6 +360,9 @@ class RaftCore:
 
     def _handle_request(self, request: RaftMessage, now_ms: int) -> None:
         data = request.data
+        if request.api_key in VOTER_CHANGE_APIS:
+            self.dynamic.handle_request(self, request, now_ms)
+            return
         if request.api_key == msgs.DESCRIBE_QUORUM:
             self._respond(request, self._describe_quorum(data, now_ms))
             return
@@ -524,6 +560,7 @@ class RaftCore:
             self._respond(request, self._try_complete_fetch(request, partition, now_ms))
 
     def _fail_parked_fetches(self) -> None:
+        self.dynamic.on_leadership_lost(self)
         leader = self.quorum.leader_id_or_nil
         for request in self.fetch_purgatory.take(0, expired_only=False):
             error = msgs.fetch_response(NOT_LEADER_OR_FOLLOWER, self.epoch, leader, -1)
@@ -544,6 +581,10 @@ class RaftCore:
             log.debug("node %d: ignoring unexpected %r", self.node_id, response)
             return
         data = response.data
+        if response.api_key == UPDATE_RAFT_VOTER:
+            ok = self.dynamic.handle_update_voter_response(response.source, data)
+            self.requests.on_response(response.source, ok, now_ms)
+            return
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
             log.warning("node %d: %r failed with error %d", self.node_id, response, top_error)
@@ -733,6 +774,7 @@ class RaftCore:
     # -- time ---------------------------------------------------------------------------------
 
     def _poll(self, now_ms: int) -> None:
+        self.dynamic.apply_voter_set(self, now_ms)
         for _ in range(8):  # a transition may make the new state act at once
             state = self.quorum.state
             self._poll_once(now_ms)
@@ -745,6 +787,7 @@ class RaftCore:
         if isinstance(state, LeaderState):
             moved, self._high_watermark_moved = self._high_watermark_moved, False
             self._complete_parked_fetches(now_ms, expired_only=not moved)
+            self.dynamic.poll_leader(self, now_ms)
             if shutting_down or state.resign_requested or state.has_check_quorum_expired(now_ms):
                 self._resign(now_ms)
                 return
@@ -762,6 +805,9 @@ class RaftCore:
                     )
                     self._send(voter, msgs.END_QUORUM_EPOCH, data, now_ms)
             if not shutting_down and state.has_election_timeout_expired(now_ms):
+                if self.quorum.is_observer:  # removed from the voters: Kafka bumps the epoch
+                    self._transition_to_unattached(self.epoch + 1, now_ms)
+                    return
                 # No leader can exist in the epoch this node resigned: no pre-vote needed.
                 self._transition_to_candidate(now_ms)
         elif isinstance(state, (ProspectiveState, CandidateState)):
@@ -786,6 +832,9 @@ class RaftCore:
     def _poll_nominee(
         self, state: ProspectiveState | CandidateState, now_ms: int, shutting_down: bool
     ) -> None:
+        if self.quorum.is_observer:  # the voter set changed under the election (truncation)
+            self._transition_to_unattached(self.epoch + 1, now_ms)
+            return
         if state.is_backing_off:
             if state.is_backoff_complete(now_ms) and not shutting_down:
                 # A candidate that lost asks again with a pre-vote (KIP-996) rather than
@@ -811,15 +860,22 @@ class RaftCore:
             return
         if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
             return  # the fetch offset tells the leader what is durable here: wait for fsync
+        update = self.dynamic.update_voter_request(self)
+        if update is not None:
+            self._send(leader_id, UPDATE_RAFT_VOTER, update, now_ms)
+            return
         data = msgs.fetch_request(
             self.cluster_id, self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch
         )
         self._send(leader_id, msgs.FETCH, data, now_ms)
 
     def _send_fetch_to_any_voter(self, now_ms: int) -> None:
-        if self.requests.has_inflight(self.voters, now_ms):
+        targets = frozenset(self.voters) or frozenset(self.bootstrap_ids)
+        if self.requests.has_inflight(targets, now_ms):
             return
-        voters = sorted(self.voters)
+        voters = sorted(targets)
+        if not voters:
+            return
         for _ in range(len(voters)):
             voter = voters[self._observer_fetch_index % len(voters)]
             self._observer_fetch_index += 1
