@@ -160,6 +160,10 @@ class DynamicQuorum:
         state = core.quorum.state
         if isinstance(state, LeaderState):
             _leader_set_voters(state, ids)
+            # The check-quorum timer counts fetches of the new set from now (a quorum of one
+            # never ran it).
+            state.fetched_voters.clear()
+            state.check_quorum_deadline_ms = now_ms + state.check_quorum_timeout_ms
             if state.local_id in ids and state.update_local_state(core.log.durable_end_offset):
                 core.on_leader_high_watermark(state, now_ms)
             elif state._maybe_update_high_watermark():  # noqa: SLF001 - a voter left the count
