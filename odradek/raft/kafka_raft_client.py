@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
+from odradek.raft.dynamic_quorum import DynamicQuorum
 from odradek.raft.epoch_state import Election, LeaderState, ResignedState
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.raft.quorum import QuorumConfig
@@ -87,6 +88,8 @@ class KafkaRaftClient(RaftClient[T]):
         config: QuorumConfig | None = None,
         rng: random.Random | None = None,
         pre_vote: bool = False,
+        dynamic: DynamicQuorum | None = None,
+        bootstrap_ids: Sequence[int] = (),
     ) -> None:
         """``voters`` None: this node alone. ``pre_vote`` is off on the network: the Vote
         versions Odradek speaks (v0-v1, Kafka 3.9) cannot carry it."""
@@ -96,6 +99,8 @@ class KafkaRaftClient(RaftClient[T]):
         self.config = config or QuorumConfig()
         self._rng = rng or random.Random()
         self._pre_vote = pre_vote
+        self._dynamic = dynamic  # KIP-853: the voter set from the log (None: static voters)
+        self._bootstrap_ids = tuple(bootstrap_ids)
         self._log = metadata_log
         self._store = quorum_state
         self._clock_ms = clock_ms
@@ -139,7 +144,10 @@ class KafkaRaftClient(RaftClient[T]):
             batches=batches,
             pre_vote=self._pre_vote,
             log_start=start,
+            dynamic=self._dynamic,
+            bootstrap_ids=self._bootstrap_ids,
         )
+        self.voters = self._core.voters
 
     @property
     def core(self) -> RaftCore:
@@ -245,7 +253,7 @@ class KafkaRaftClient(RaftClient[T]):
         if ready.election is not None:
             e = ready.election
             self._store.write_election_state(
-                ElectionState(e.epoch, e.leader_id, e.voted_id, self.voters)
+                ElectionState(e.epoch, e.leader_id, e.voted_id, self.core.voters)
             )
         if ready.log_ops:
             for op in ready.log_ops:

@@ -109,6 +109,10 @@ class ControllerServer:
             controller_apis.listener_endpoints[lst] = (
                 socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
             )
+        dynamic = raft_client.core.dynamic
+        controller_apis.voter_endpoints = lambda: {
+            v: ep for v in raft_client.core.voters if (ep := dynamic.endpoint(v)) is not None
+        }
         self.controller_apis = controller_apis
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
         for server in self._servers:
