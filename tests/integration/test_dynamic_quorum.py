@@ -1,0 +1,151 @@
+"""Dynamic KRaft quorum (KIP-853) with real ``odradek server`` processes on loopback: controller 1
+formatted with ``storage format --standalone``, controllers 2 and 3 with
+``--no-initial-controllers`` and only ``controller.quorum.bootstrap.servers``; they join as
+observers, ``metadata-quorum add-controller`` makes them voters one at a time, kill -9 of
+controller 1 leaves a quorum of 2 + 3 that elects a leader, ``remove-controller`` removes
+controller 1 from the voters, and ``describe --status`` shows every change."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_raft_quorum import CLUSTER_ID, Controller, _free_ports, describe_quorum, find_leader
+
+
+def _odradek(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+class DynamicController(Controller):
+    def __init__(self, node_id: int, port: int, bootstrap: str, base: Path) -> None:
+        super().__init__(node_id, port, "unused", base)
+        self.config.write_text(
+            "process.roles=controller\n"
+            f"node.id={node_id}\n"
+            f"listeners=CONTROLLER://127.0.0.1:{port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            f"controller.quorum.bootstrap.servers={bootstrap}\n"
+            f"log.dirs={self.data}\n"
+        )
+
+    def format_dynamic(self, flag: str) -> None:
+        r = _odradek("storage", "format", "--config", str(self.config), "--cluster-id", CLUSTER_ID, flag)
+        assert r.returncode == 0, r.stderr
+
+    @property
+    def directory_id(self) -> str:
+        text = (self.data / "meta.properties").read_text()
+        match = re.search(r"^directory\.id=(\S+)$", text, re.M)
+        assert match, text
+        return match.group(1)
+
+
+def _status(bootstrap: str) -> str:
+    r = _odradek("metadata-quorum", "--bootstrap-controller", bootstrap, "describe", "--status")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _voter_ids(status: str) -> list[int]:
+    line = next(x for x in status.splitlines() if x.startswith("CurrentVoters:"))
+    return [int(i) for i in re.findall(r'"id": (\d+)', line)]
+
+
+async def _wait_caught_up_observer(port: int, node_id: int, deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        part: dict[str, Any] | None = await describe_quorum(port)
+        if part is not None and part["error_code"] == 0:
+            mine = [o for o in part["observers"] if o["replica_id"] == node_id]
+            if mine and mine[0]["log_end_offset"] >= part["high_watermark"] > 0:
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"controller {node_id} never caught up as an observer")
+
+
+def _add_controller(bootstrap: str, node: DynamicController) -> str:
+    out = ""
+    for _ in range(10):  # REQUEST_TIMED_OUT while the previous change commits: try again
+        r = _odradek("metadata-quorum", "--bootstrap-controller", bootstrap, "--command-config", str(node.config),
+                     "add-controller")
+        if r.returncode == 0:
+            return r.stdout
+        out = r.stderr
+        assert "TimeoutException" in r.stderr, r.stderr
+        time.sleep(1)
+    raise AssertionError(out)
+
+
+@pytest.mark.timeout(300)
+def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_path: Path) -> None:
+    ports = _free_ports(3)
+    first = f"127.0.0.1:{ports[0]}"
+    nodes = [DynamicController(i + 1, p, first, tmp_path) for i, p in enumerate(ports)]
+    nodes[0].format_dynamic("--standalone")
+    for n in nodes[1:]:
+        n.format_dynamic("--no-initial-controllers")
+    try:
+        for n in nodes:
+            n.start()
+
+        async def run() -> None:
+            leader = await find_leader(nodes, 60)
+            assert leader["leader_id"] == 1
+            status = _status(first)
+            assert _voter_ids(status) == [1], status
+            assert f'"directoryId": "{nodes[0].directory_id}"' in status
+            for n in nodes[1:]:
+                await _wait_caught_up_observer(ports[0], n.node_id, 60)
+                out = _add_controller(first, n)
+                assert out == (
+                    f"Added controller {n.node_id} with directory id {n.directory_id} and endpoints: "
+                    f"CONTROLLER://127.0.0.1:{n.port}\n"
+                )
+            status = _status(first)
+            assert _voter_ids(status) == [1, 2, 3], status
+            assert "CurrentObservers:       []" in status
+            # Adding a voter twice: Kafka's DuplicateVoterException.
+            r = _odradek("metadata-quorum", "--bootstrap-controller", first, "--command-config",
+                         str(nodes[1].config), "add-controller")
+            assert r.returncode == 1 and "DuplicateVoterException" in r.stderr, r.stderr
+            epoch = (await find_leader(nodes, 10))["leader_epoch"]
+
+            # kill -9 of the first controller: 2 and 3 are a majority of the three voters.
+            nodes[0].kill()
+            second = await find_leader(nodes, 30, above_epoch=epoch)
+            assert second["leader_id"] in (2, 3)
+            others = ",".join(f"127.0.0.1:{p}" for p in ports[1:])
+            status = _status(others)
+            assert _voter_ids(status) == [1, 2, 3], status
+
+            # remove-controller takes the dead controller out of the voter set.
+            r = _odradek("metadata-quorum", "--bootstrap-controller", others, "remove-controller",
+                         "--controller-id", "1", "--controller-directory-id", nodes[0].directory_id)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout == f"Removed  KRaft controller 1 with directory id {nodes[0].directory_id}\n"
+            status = _status(others)
+            assert _voter_ids(status) == [2, 3], status
+            r = _odradek("metadata-quorum", "--bootstrap-controller", others, "remove-controller",
+                         "--controller-id", "1", "--controller-directory-id", nodes[0].directory_id)
+            assert r.returncode == 1 and "VoterNotFoundException" in r.stderr, r.stderr
+
+            # Two voters left: the leader still commits (DescribeQuorum's high watermark moves
+            # with the VotersRecord the removal wrote).
+            part = await describe_quorum(nodes[second["leader_id"] - 1].port)
+            assert part is not None and part["error_code"] == 0
+            assert sorted(v["replica_id"] for v in part["current_voters"]) == [2, 3]
+
+        asyncio.run(run())
+    finally:
+        for n in nodes:
+            n.stop()
