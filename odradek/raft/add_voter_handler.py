@@ -3,8 +3,8 @@
 One voter change at a time: a request while another is pending, before the leader committed an
 offset of its epoch, or while the last VotersRecord is not committed yet fails with
 REQUEST_TIMED_OUT; ``kraft.version`` 0 with UNSUPPORTED_VERSION; a voter id already in the set
-with DUPLICATE_VOTER. The new voter must be caught up: an observer whose last fetch reached the
-high watermark within ``controller.quorum.fetch.timeout.ms`` (else REQUEST_TIMED_OUT). Then
+with DUPLICATE_VOTER. The new voter must be caught up: an observer whose fetches reached the
+leader's log end within ``controller.quorum.fetch.timeout.ms`` (else REQUEST_TIMED_OUT). Then
 the leader appends a VotersRecord with the new voter, which counts toward the high watermark at
 once, and answers once that record is committed (or REQUEST_TIMED_OUT after the request's
 ``timeout_ms``).
@@ -35,16 +35,16 @@ if TYPE_CHECKING:
 
 
 def is_replica_caught_up(state: LeaderState, replica_id: int, now_ms: int, window_ms: int) -> bool:
-    """An observer whose last fetch reached the high watermark, and not long ago."""
+    """An observer that fetches and whose fetches reached the leader's end offset (as it was
+    at its previous fetch) within ``window_ms``; Kafka's ``isReplicaCaughtUp`` with a window of
+    ``controller.quorum.fetch.timeout.ms`` rather than an hour."""
     replica = state.observer_states.get(replica_id)
-    hw = state.high_watermark
     return (
         replica is not None
-        and hw is not None
-        and replica.end_offset is not None
-        and replica.end_offset >= hw
         and replica.last_fetch_ms >= 0
+        and replica.last_caught_up_ms >= 0
         and now_ms - replica.last_fetch_ms <= window_ms
+        and now_ms - replica.last_caught_up_ms <= window_ms
     )
 
 

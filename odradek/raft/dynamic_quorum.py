@@ -106,6 +106,12 @@ class DynamicQuorum:
     def kraft_version(self) -> int:
         return self.state_machine.last_kraft_version()
 
+    @property
+    def is_dynamic(self) -> bool:
+        """kraft.version 1, or no ``controller.quorum.voters`` (a node that joins a dynamic
+        quorum learns the set from the leader)."""
+        return self.kraft_version > 0 or self.state_machine.static_voters is None
+
     def endpoint(self, node_id: int) -> tuple[str, int] | None:
         return self.voters.endpoint(node_id, self.controller_listener)
 
@@ -146,19 +152,33 @@ class DynamicQuorum:
             cr.ControlRecord(cr.KRAFT_VOTERS, updated.to_voters_record()),
         )
 
+    def election_voters(self, core: RaftCore) -> frozenset[int]:
+        """The voters elections count. Normally the set in effect; but a replica that the last,
+        not yet committed VotersRecord removed still campaigns with the set before it (Raft
+        thesis, 4.2.2: a leader that removed itself and restarted may hold the only complete
+        log, and the others wait for its vote). The two sets differ by one voter, so their
+        majorities overlap."""
+        ids = self.voters.ids
+        if self.node_id in ids:
+            return ids
+        entries = self.state_machine.voter_history()
+        if len(entries) < 2:
+            return ids
+        offset, _ = entries[-1]
+        previous = entries[-2][1].ids
+        hw = core.high_watermark
+        if self.node_id in previous and (hw is None or hw <= offset):
+            return previous
+        return ids
+
     def apply_voter_set(self, core: RaftCore, now_ms: int) -> None:
-        """Put the voter set in effect in the core's states (after the log changed)."""
-        if not self._voters_dirty:
-            return
+        """Put the voter set in effect in the core's states (after the log or the high
+        watermark changed)."""
         self._voters_dirty = False
         ids = self.voters.ids
-        if ids == core.voters:
-            return
-        log.info("node %d: voters %s -> %s", self.node_id, sorted(core.voters), sorted(ids))
-        core.voters = ids
-        core.quorum.voters = ids
+        electing = self.election_voters(core)
         state = core.quorum.state
-        if isinstance(state, LeaderState):
+        if isinstance(state, LeaderState) and state.voters != ids:
             _leader_set_voters(state, ids)
             # The check-quorum timer counts fetches of the new set from now (a quorum of one
             # never ran it).
@@ -168,10 +188,16 @@ class DynamicQuorum:
                 core.on_leader_high_watermark(state, now_ms)
             elif state._maybe_update_high_watermark():  # noqa: SLF001 - a voter left the count
                 core.on_leader_high_watermark(state, now_ms)
-        elif isinstance(state, (ProspectiveState, CandidateState)):
-            state.voters = ids
-            state.granted &= ids | {state.local_id}
-            state.rejected &= ids
+        if ids == core.voters and electing == core.quorum.voters:
+            return
+        if ids != core.voters:
+            log.info("node %d: voters %s -> %s", self.node_id, sorted(core.voters), sorted(ids))
+        core.voters = ids
+        core.quorum.voters = electing
+        if isinstance(state, (ProspectiveState, CandidateState)):
+            state.voters = electing
+            state.granted &= electing | {state.local_id}
+            state.rejected &= electing
         elif isinstance(state, UnattachedState) and core.quorum.is_voter:
             if state.deadline_ms - now_ms > 10 * core.config.election_timeout_ms + 1000:
                 state.deadline_ms = now_ms + core.quorum.random_election_timeout_ms()
@@ -263,11 +289,14 @@ class DynamicQuorum:
     def on_high_watermark(self, core: RaftCore, state: LeaderState) -> None:
         pending = self.pending
         hw = state.high_watermark
-        if pending is None or hw is None or hw <= pending.last_offset:
+        if hw is None:
             return
-        self.pending = None
-        core.respond(pending.request, voter_change_response(pending.request.api_key, NONE))
-        if not self.voters.is_voter(self.node_id):
+        if pending is not None and hw > pending.last_offset:
+            self.pending = None
+            core.respond(pending.request, voter_change_response(pending.request.api_key, NONE))
+        offset = self.state_machine.last_voter_set_offset()
+        committed = offset is None or hw > offset
+        if committed and not state.resign_requested and not self.voters.is_voter(self.node_id):
             log.info(
                 "node %d: not in the committed voter set %s: resigning epoch %d",
                 self.node_id,

@@ -73,6 +73,10 @@ class KRaftControlRecordStateMachine:
         snapshot; None when none (the static voters)."""
         return self._voters[-1][0] if self._voters else None
 
+    def voter_history(self) -> list[tuple[int, VoterSet]]:
+        """(offset, voter set) of each VotersRecord still in the log, the snapshot's first."""
+        return list(self._voters)
+
     def voter_set_at(self, offset: int) -> VoterSet:
         """The voter set in effect at ``offset`` (a snapshot ending there includes it)."""
         found: VoterSet | None = None

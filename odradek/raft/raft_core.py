@@ -403,6 +403,10 @@ class RaftCore:
             return FENCED_LEADER_EPOCH
         if remote_id < 0:
             return INVALID_REQUEST
+        if self.dynamic.is_dynamic:
+            # KIP-853: voter sets differ while a change replicates (a new voter may not have its
+            # VotersRecord yet): Kafka no longer checks the sender against the local set.
+            return None
         if remote_id not in self.voters or self.quorum.is_observer:
             return INCONSISTENT_VOTER_SET
         return None
@@ -819,7 +823,13 @@ class RaftCore:
                 and state.has_fetch_timeout_expired(now_ms)
             ):
                 self._transition_to_prospective(now_ms)
-            elif self.quorum.is_observer and state.has_fetch_timeout_expired(now_ms):
+            elif (
+                self.quorum.is_observer
+                and state.has_fetch_timeout_expired(now_ms)
+                and not self.requests.is_ready(state.leader_id, now_ms)
+            ):
+                # Kafka's pollFollowerAsObserver: another voter (or bootstrap server) only
+                # while the leader backs off; the bootstrap servers may none of them lead.
                 self._send_fetch_to_any_voter(now_ms)
             else:
                 self._maybe_send_fetch(state.leader_id, now_ms)
@@ -858,8 +868,10 @@ class RaftCore:
     def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
         if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
             return
-        if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
-            return  # the fetch offset tells the leader what is durable here: wait for fsync
+        if self.log.durable_end_offset < self.log.end_offset:
+            # The fetch offset tells the leader what is durable here: wait for fsync (observers
+            # too: KIP-853 may make an observer a voter whose fetch offsets then count).
+            return
         update = self.dynamic.update_voter_request(self)
         if update is not None:
             self._send(leader_id, UPDATE_RAFT_VOTER, update, now_ms)
@@ -873,6 +885,8 @@ class RaftCore:
         targets = frozenset(self.voters) or frozenset(self.bootstrap_ids)
         if self.requests.has_inflight(targets, now_ms):
             return
+        if self.log.durable_end_offset < self.log.end_offset:
+            return  # as _maybe_send_fetch: only durable offsets are fetched from
         voters = sorted(targets)
         if not voters:
             return
