@@ -46,6 +46,7 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                     m.DESCRIBE_CLUSTER.api_key, g.BROKER_REGISTRATION.api_key, g.BROKER_HEARTBEAT.api_key,
                     g.ALLOCATE_PRODUCER_IDS.api_key, m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,
                     g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key,
+                    g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key, g.UPDATE_RAFT_VOTER.api_key,
                 ])
                 quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
                     {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
