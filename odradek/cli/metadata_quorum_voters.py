@@ -94,10 +94,10 @@ def controller_endpoints(props: dict[str, str]) -> list[tuple[str, str, int]]:
     out = []
     for name in props["controller.listener.names"].split(","):
         name = name.strip().upper()
-        lst = listeners.get(name)
-        if lst is None:
+        found = listeners.get(name)
+        if found is None:
             raise _terse(f"Cannot find information about controller listener name: {name}")
-        out.append((name, lst.host or "localhost", lst.port))
+        out.append((name, found.host or "localhost", found.port))
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,10 @@ from odradek.protocol.errors import Errors
 from odradek.raft import control_records as cr
 from odradek.raft.epoch_state import (
     NO_ID,
+    CandidateState,
     FollowerState,
     LeaderState,
     ProspectiveState,
-    CandidateState,
     ReplicaState,
     UnattachedState,
 )
@@ -117,7 +118,7 @@ class DynamicQuorum:
 
     # -- the log --------------------------------------------------------------------------------
 
-    def load(self, batches: list[LogBatch]) -> None:
+    def load(self, batches: Sequence[LogBatch]) -> None:
         self.state_machine.update(batches)
 
     def on_append(self, batch: LogBatch) -> None:

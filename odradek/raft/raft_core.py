@@ -826,7 +826,7 @@ class RaftCore:
             elif (
                 self.quorum.is_observer
                 and state.has_fetch_timeout_expired(now_ms)
-                and not self.requests.is_ready(state.leader_id, now_ms)
+                and not self.requests.is_ready(state.leader_id or NO_ID, now_ms)
             ):
                 # Kafka's pollFollowerAsObserver: another voter (or bootstrap server) only
                 # while the leader backs off; the bootstrap servers may none of them lead.

@@ -43,8 +43,8 @@ from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.raft.raft_client import Listener
 from odradek.raft.record_batches import BatchCodec
 from odradek.raft.snapshot import SnapshotId
-from odradek.server.dynamic_quorum_config import quorum_bootstrap
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
+from odradek.server.dynamic_quorum_config import quorum_bootstrap
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.kafka_config import Listener as ListenerConfig
 
@@ -200,6 +200,7 @@ class SharedServer:
         others = {n: e for n, e in self._voter_endpoints.items() if n != self.node_id}
         channel = None
         voters = client.core.voters
+        assert self.dynamic_quorum is not None
         if others or voters != {self.node_id} or self.dynamic_quorum.kraft_version > 0:
             channel = KafkaNetworkChannel(
                 self.node_id,

@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_raft_quorum import CLUSTER_ID, Controller, _free_ports, describe_quorum, find_leader
+from tests.integration.test_raft_quorum import (
+    CLUSTER_ID,
+    Controller,
+    _free_ports,
+    describe_quorum,
+    find_leader,
+)
 
 
 def _odradek(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:

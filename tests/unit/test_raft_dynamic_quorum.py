@@ -15,7 +15,6 @@ from odradek.raft import raft_messages as msgs
 from odradek.raft.dynamic_quorum import (
     ADD_RAFT_VOTER,
     REMOVE_RAFT_VOTER,
-    UPDATE_RAFT_VOTER,
     DynamicQuorum,
 )
 from odradek.raft.epoch_state import FollowerState, LeaderState, ResignedState
