@@ -3,7 +3,9 @@ formatted with ``storage format --standalone``, controllers 2 and 3 with
 ``--no-initial-controllers`` and only ``controller.quorum.bootstrap.servers``; they join as
 observers, ``metadata-quorum add-controller`` makes them voters one at a time, kill -9 of
 controller 1 leaves a quorum of 2 + 3 that elects a leader, ``remove-controller`` removes
-controller 1 from the voters, and ``describe --status`` shows every change."""
+controller 1 from the voters, and ``describe --status`` shows every change. A broker configured
+with bootstrap servers only registers and creates topics (an AdminClient) before and after the
+controller 1 is killed."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
+from tests.integration.test_kraft_cluster import _create_topic, _stop_all, _wait_for_brokers
 from tests.integration.test_raft_quorum import (
     CLUSTER_ID,
     Controller,
@@ -54,6 +58,26 @@ class DynamicController(Controller):
         match = re.search(r"^directory\.id=(\S+)$", text, re.M)
         assert match, text
         return match.group(1)
+
+
+class DynamicBroker(DynamicController):
+    """A broker-only node that knows only ``controller.quorum.bootstrap.servers``."""
+
+    def __init__(self, node_id: int, port: int, bootstrap: str, base: Path) -> None:
+        super().__init__(node_id, port, bootstrap, base)
+        self.config.write_text(
+            "process.roles=broker\n"
+            f"node.id={node_id}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            f"controller.quorum.bootstrap.servers={bootstrap}\n"
+            f"log.dirs={self.data}\n"
+            "offsets.topic.replication.factor=1\n"
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
 def _status(bootstrap: str) -> str:
@@ -94,15 +118,20 @@ def _add_controller(bootstrap: str, node: DynamicController) -> str:
 
 @pytest.mark.timeout(300)
 def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_path: Path) -> None:
-    ports = _free_ports(3)
+    ports = _free_ports(4)
     first = f"127.0.0.1:{ports[0]}"
-    nodes = [DynamicController(i + 1, p, first, tmp_path) for i, p in enumerate(ports)]
+    nodes = [DynamicController(i + 1, p, first, tmp_path) for i, p in enumerate(ports[:3])]
+    all_controllers = ",".join(f"127.0.0.1:{p}" for p in ports[:3])
+    broker = DynamicBroker(10, ports[3], all_controllers, tmp_path)
     nodes[0].format_dynamic("--standalone")
     for n in nodes[1:]:
         n.format_dynamic("--no-initial-controllers")
+    r = _odradek("storage", "format", "--config", str(broker.config), "--cluster-id", CLUSTER_ID)
+    assert r.returncode == 0, r.stderr
     try:
         for n in nodes:
             n.start()
+        broker.start()
 
         async def run() -> None:
             leader = await find_leader(nodes, 60)
@@ -119,7 +148,9 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
                 )
             status = _status(first)
             assert _voter_ids(status) == [1, 2, 3], status
-            assert "CurrentObservers:       []" in status
+            assert "CurrentObservers:       [{\"id\": 10}]" in status, status
+            _wait_for_brokers(broker, {10}, 60, [*nodes, broker])
+            _create_topic(AdminClient({"bootstrap.servers": broker.bootstrap}), "before-kill", 2)
             # Adding a voter twice: Kafka's DuplicateVoterException.
             r = _odradek("metadata-quorum", "--bootstrap-controller", first, "--command-config",
                          str(nodes[1].config), "add-controller")
@@ -133,6 +164,8 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
             others = ",".join(f"127.0.0.1:{p}" for p in ports[1:])
             status = _status(others)
             assert _voter_ids(status) == [1, 2, 3], status
+            # The broker reaches the new active controller (its endpoint from the voter set).
+            _create_topic(AdminClient({"bootstrap.servers": broker.bootstrap}), "after-kill", 1, 30)
 
             # remove-controller takes the dead controller out of the voter set.
             r = _odradek("metadata-quorum", "--bootstrap-controller", others, "remove-controller",
@@ -153,5 +186,4 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
 
         asyncio.run(run())
     finally:
-        for n in nodes:
-            n.stop()
+        _stop_all([broker], nodes)
