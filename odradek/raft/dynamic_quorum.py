@@ -129,6 +129,17 @@ class DynamicQuorum:
         if self.state_machine.truncate_new_entries(offset):
             self._voters_dirty = True
 
+    def snapshot_control_records(self, end_offset: int) -> list[tuple[int, dict[str, object]]]:
+        """The KRaftVersion and Voters records a snapshot ending at ``end_offset`` holds, as
+        Kafka's snapshot writer adds them (kraft.version 1)."""
+        sm = self.state_machine
+        version = sm.kraft_version_at(end_offset)
+        out: list[tuple[int, dict[str, object]]] = [(cr.KRAFT_VERSION, {"version": 0, "k_raft_version": version})]
+        voters = sm.voter_set_at(end_offset)
+        if voters.voters:
+            out.append((cr.KRAFT_VOTERS, voters.to_voters_record()))
+        return out
+
     def start_of_epoch_records(self) -> tuple[Any, ...]:
         """Kafka's ``appendStartOfEpochControlRecords``: with kraft.version 1, a new leader
         writes the KRaftVersion and Voters records into the log when the set comes only from

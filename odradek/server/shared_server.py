@@ -247,7 +247,10 @@ class SharedServer:
 
     def _emit_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, self._write_snapshot, image, epoch, last_contained_log_time_ms)
+        control = None
+        if self.dynamic_quorum is not None and self.dynamic_quorum.kraft_version > 0:
+            control = self.dynamic_quorum.snapshot_control_records(image.offset + 1)
+        fut = loop.run_in_executor(None, self._write_snapshot, image, epoch, last_contained_log_time_ms, control)
         self._snapshot_work.add(fut)
 
         def done(f: asyncio.Future[None]) -> None:
@@ -259,12 +262,21 @@ class SharedServer:
 
         fut.add_done_callback(done)
 
-    def _write_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
-        """Blocking: in the executor."""
+    def _write_snapshot(
+        self,
+        image: MetadataImage,
+        epoch: int,
+        last_contained_log_time_ms: int,
+        control: list[tuple[int, dict[str, object]]] | None = None,
+    ) -> None:
+        """Blocking: in the executor. ``control``: the KRaftVersion and Voters records at the
+        snapshot's end offset (a dynamic quorum), else those of the previous snapshot."""
         mlog = self.metadata_log
         if mlog is None:
             return
-        mlog.create_snapshot(SnapshotId(image.offset + 1, epoch), write_image(image), now_ms(), last_contained_log_time_ms)
+        mlog.create_snapshot(
+            SnapshotId(image.offset + 1, epoch), write_image(image), now_ms(), last_contained_log_time_ms, control
+        )
         self._clean(mlog)
 
     def _clean(self, mlog: MetadataLog[MetadataRecord]) -> None:
