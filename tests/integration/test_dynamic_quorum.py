@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from odradek.network.client import NetworkClient
+from odradek.protocol import messages as m
 from tests.integration.test_kraft_cluster import _create_topic, _stop_all, _wait_for_brokers
 from tests.integration.test_raft_quorum import (
     CLUSTER_ID,
@@ -138,6 +140,13 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
             assert leader["leader_id"] == 1
             status = _status(first)
             assert _voter_ids(status) == [1], status
+            # kraft.version 1 is finalized (ApiVersions' features, as Kafka's controller reports).
+            async with NetworkClient("127.0.0.1", ports[0]) as client:
+                versions = await client.send(m.API_VERSIONS, 3, {
+                    "client_software_name": "t", "client_software_version": "1"})
+            finalized = {f["name"]: f["max_version_level"] for f in versions["finalized_features"]}
+            supported = {f["name"]: (f["min_version"], f["max_version"]) for f in versions["supported_features"]}
+            assert finalized["kraft.version"] == 1 and supported["kraft.version"] == (0, 1)
             assert f'"directoryId": "{nodes[0].directory_id}"' in status
             for n in nodes[1:]:
                 await _wait_caught_up_observer(ports[0], n.node_id, 60)
