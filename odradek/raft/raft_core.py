@@ -28,7 +28,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from odradek.raft import raft_messages as msgs
-from odradek.raft.dynamic_quorum import UPDATE_RAFT_VOTER, VOTER_CHANGE_APIS, DynamicQuorum
+from odradek.raft.dynamic_quorum import (
+    UPDATE_RAFT_VOTER,
+    VOTER_CHANGE_APIS,
+    DynamicQuorum,
+    voter_change_response,
+)
 from odradek.raft.epoch_state import (
     NO_ID,
     CandidateState,
@@ -284,6 +289,8 @@ class RaftCore:
             return msgs.fetch_response(NONE, epoch, leader, -1, top_error=error)
         if api_key == msgs.DESCRIBE_QUORUM:
             return msgs.describe_quorum_response(error)
+        if api_key in VOTER_CHANGE_APIS:
+            return voter_change_response(api_key, error)
         return msgs.quorum_epoch_response(NONE, epoch, leader, top_error=error)
 
     # -- transitions --------------------------------------------------------------------------

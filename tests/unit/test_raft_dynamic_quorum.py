@@ -269,6 +269,11 @@ def test_voter_change_errors_are_kafkas() -> None:
     other = dict(add_voter(node(2)), cluster_id="another")
     cluster.call(ADD_RAFT_VOTER, other, 38)
     assert cluster.responses[38]["error_code"] == Errors.INCONSISTENT_CLUSTER_ID
+    garbage = {"cluster_id": CLUSTER, "voter_id": "x", "listeners": None}  # not decodable
+    cluster.call(ADD_RAFT_VOTER, garbage, 39)
+    assert cluster.responses[39]["error_code"] == Errors.INVALID_REQUEST
+    cluster.call(REMOVE_RAFT_VOTER, {"cluster_id": CLUSTER}, 40)
+    assert cluster.responses[40]["error_code"] == Errors.INVALID_REQUEST
     assert cluster.leader().voters == {1}
 
 
