@@ -98,6 +98,7 @@ class KafkaNetworkChannel(Generic[T]):
         self.endpoints = dict(endpoints)
         self._resolve = resolve
         self._learnt: dict[int, tuple[str, int]] = {}
+        self._client_endpoints: dict[int, tuple[str, int]] = {}
         self.codec = codec
         self._clients: dict[int, NetworkClient] = {}
         self._on_response: Callable[[RaftMessage], None] = lambda _m: None
@@ -108,16 +109,28 @@ class KafkaNetworkChannel(Generic[T]):
     def start(self, on_response: Callable[[RaftMessage], None]) -> None:
         self._on_response = on_response
 
+    def _endpoint(self, node: int) -> tuple[str, int] | None:
+        endpoint = self.endpoints.get(node)
+        if endpoint is None and self._resolve is not None:
+            endpoint = self._resolve(node)
+        if endpoint is None:
+            endpoint = self._learnt.get(node)
+        return endpoint
+
     def _client(self, node: int) -> NetworkClient | None:
+        endpoint = self._endpoint(node)
         client = self._clients.get(node)
+        if client is not None and endpoint is not None and self._client_endpoints.get(node) != endpoint:
+            # The voter moved (UpdateRaftVoter, KIP-853): connect to where it is now.
+            stale = self._clients.pop(node)
+            task = asyncio.get_running_loop().create_task(stale.close())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            client = None
         if client is None:
-            endpoint = self.endpoints.get(node)
-            if endpoint is None and self._resolve is not None:
-                endpoint = self._resolve(node)
-            if endpoint is None:
-                endpoint = self._learnt.get(node)
             if endpoint is None:
                 return None
+            self._client_endpoints[node] = endpoint
             client = NetworkClient(
                 endpoint[0],
                 endpoint[1],

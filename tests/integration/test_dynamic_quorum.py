@@ -41,6 +41,11 @@ def _odradek(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str
 class DynamicController(Controller):
     def __init__(self, node_id: int, port: int, bootstrap: str, base: Path) -> None:
         super().__init__(node_id, port, "unused", base)
+        self.bootstrap_servers = bootstrap
+        self.write_config()
+
+    def write_config(self) -> None:
+        port, bootstrap, node_id = self.port, self.bootstrap_servers, self.node_id
         self.config.write_text(
             "process.roles=controller\n"
             f"node.id={node_id}\n"
@@ -65,8 +70,8 @@ class DynamicController(Controller):
 class DynamicBroker(DynamicController):
     """A broker-only node that knows only ``controller.quorum.bootstrap.servers``."""
 
-    def __init__(self, node_id: int, port: int, bootstrap: str, base: Path) -> None:
-        super().__init__(node_id, port, bootstrap, base)
+    def write_config(self) -> None:
+        port, bootstrap, node_id = self.port, self.bootstrap_servers, self.node_id
         self.config.write_text(
             "process.roles=broker\n"
             f"node.id={node_id}\n"
@@ -192,6 +197,26 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
             part = await describe_quorum(nodes[second["leader_id"] - 1].port)
             assert part is not None and part["error_code"] == 0
             assert sorted(v["replica_id"] for v in part["current_voters"]) == [2, 3]
+
+            # The follower restarts from disk on another port: it is a voter by the log's voter
+            # set (no controller.quorum.voters), and tells the leader its new endpoint with
+            # UpdateRaftVoter.
+            follower = nodes[(2 if second["leader_id"] == 3 else 3) - 1]
+            follower.kill()
+            follower.port = _free_ports(1)[0]
+            follower.write_config()
+            follower.start()
+            moved = f'"id": {follower.node_id}, "directoryId": "{follower.directory_id}", ' \
+                f'"endpoints": ["CONTROLLER://127.0.0.1:{follower.port}"]'
+            leader_port = nodes[second["leader_id"] - 1].port
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                status = _status(f"127.0.0.1:{leader_port}")
+                if moved in status:
+                    break
+                await asyncio.sleep(0.5)
+            assert moved in status, status + follower.log_tail()
+            assert _voter_ids(status) == [2, 3], status
 
         asyncio.run(run())
     finally:
