@@ -88,7 +88,6 @@ class DynamicQuorum:
         self.local_node = local_node
         self.controller_listener = controller_listener
         self.pending: PendingVoterChange | None = None
-        self._voters_dirty = False
         self._update_sent_epoch = -1
 
     @classmethod
@@ -122,12 +121,13 @@ class DynamicQuorum:
         self.state_machine.update(batches)
 
     def on_append(self, batch: LogBatch) -> None:
-        if batch.control and self.state_machine.update([batch]):
-            self._voters_dirty = True
+        """A batch appended to the log: the core's states follow at the next
+        :meth:`apply_voter_set`."""
+        if batch.control:
+            self.state_machine.update([batch])
 
     def on_truncate(self, offset: int) -> None:
-        if self.state_machine.truncate_new_entries(offset):
-            self._voters_dirty = True
+        self.state_machine.truncate_new_entries(offset)
 
     def snapshot_control_records(self, end_offset: int) -> list[tuple[int, dict[str, object]]]:
         """The KRaftVersion and Voters records a snapshot ending at ``end_offset`` holds, as
@@ -186,7 +186,6 @@ class DynamicQuorum:
     def apply_voter_set(self, core: RaftCore, now_ms: int) -> None:
         """Put the voter set in effect in the core's states (after the log or the high
         watermark changed)."""
-        self._voters_dirty = False
         ids = self.voters.ids
         electing = self.election_voters(core)
         state = core.quorum.state

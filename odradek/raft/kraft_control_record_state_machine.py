@@ -12,7 +12,7 @@ VotersRecord, the set comes from the snapshot (or the ``bootstrap.checkpoint`` t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from odradek.raft import control_records as cr
@@ -73,9 +73,10 @@ class KRaftControlRecordStateMachine:
         snapshot; None when none (the static voters)."""
         return self._voters[-1][0] if self._voters else None
 
-    def voter_history(self) -> list[tuple[int, VoterSet]]:
-        """(offset, voter set) of each VotersRecord still in the log, the snapshot's first."""
-        return list(self._voters)
+    def voter_history(self) -> Sequence[tuple[int, VoterSet]]:
+        """(offset, voter set) of each VotersRecord still in the log, the snapshot's first
+        (read only)."""
+        return self._voters
 
     def voter_set_at(self, offset: int) -> VoterSet:
         """The voter set in effect at ``offset`` (a snapshot ending there includes it)."""

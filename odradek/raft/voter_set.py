@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -132,7 +133,7 @@ class VoterSet:
 
     # -- queries --------------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def ids(self) -> frozenset[int]:
         return frozenset(self.voters)
 
