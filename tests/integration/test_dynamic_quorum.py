@@ -221,3 +221,45 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
         asyncio.run(run())
     finally:
         _stop_all([broker], nodes)
+
+
+@pytest.mark.timeout(180)
+def test_three_initial_controllers_elect_and_remove_one(tmp_path: Path) -> None:
+    """``storage format --initial-controllers`` on three controllers with only bootstrap
+    servers: the voters come from the bootstrap checkpoint; a leader is elected, a follower is
+    removed and the two others go on committing."""
+    ports = _free_ports(3)
+    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
+    nodes = [DynamicController(i + 1, p, bootstrap, tmp_path) for i, p in enumerate(ports)]
+    dirs = [_odradek("storage", "random-uuid").stdout.strip() for _ in nodes]
+    initial = ",".join(f"{n.node_id}@127.0.0.1:{n.port}:{d}" for n, d in zip(nodes, dirs, strict=True))
+    for n in nodes:
+        n.format_dynamic(f"--initial-controllers={initial}")
+        assert n.directory_id in dirs
+    try:
+        for n in nodes:
+            n.start()
+
+        async def run() -> None:
+            leader = await find_leader(nodes, 60)
+            status = _status(bootstrap)
+            assert _voter_ids(status) == [1, 2, 3], status
+            for n, d in zip(nodes, dirs, strict=True):
+                assert f'"id": {n.node_id}, "directoryId": "{d}", "endpoints": ["CONTROLLER://127.0.0.1:{n.port}"]' \
+                    in status, status
+            gone = max({1, 2, 3} - {leader["leader_id"]})
+            r = _odradek("metadata-quorum", "--bootstrap-controller", bootstrap, "remove-controller",
+                         "--controller-id", str(gone), "--controller-directory-id", dirs[gone - 1])
+            assert r.returncode == 0, r.stderr
+            status = _status(bootstrap)
+            assert _voter_ids(status) == sorted({1, 2, 3} - {gone}), status
+            # The removed controller keeps following as an observer.
+            assert f'"id": {gone}' in next(x for x in status.splitlines() if x.startswith("CurrentObservers")), status
+            nodes[gone - 1].kill()
+            part = await describe_quorum(nodes[leader["leader_id"] - 1].port)
+            assert part is not None and part["error_code"] == 0 and part["leader_id"] == leader["leader_id"]
+
+        asyncio.run(run())
+    finally:
+        for n in nodes:
+            n.stop()
