@@ -18,7 +18,8 @@ tests/integration/test_metadata_quorum_tool.py); so are the messages and the exi
 bad command line, a missing ``--command-config`` file, and a server that cannot be reached
 within ``default.api.timeout.ms`` (60 s by default; set it in ``--command-config``). Only the
 first line of Kafka's report of a failure is printed (there is no Java stack trace to add).
-``add-controller`` and ``remove-controller`` are not implemented; only PLAINTEXT connections.
+``add-controller`` and ``remove-controller`` (KIP-853) are in
+:mod:`odradek.cli.metadata_quorum_voters`; only PLAINTEXT connections.
 """
 
 from __future__ import annotations
@@ -428,6 +429,26 @@ async def _describe(args: argparse.Namespace, props: dict[str, str]) -> str:
         await admin.close()
 
 
+async def _change_voters(args: argparse.Namespace, props: dict[str, str]) -> str:
+    from odradek.cli import metadata_quorum_voters as mqv
+
+    if args.quorum_command == "add-controller" and args.command_config is None:
+        raise TerseError(
+            "You must supply the configuration file of the controller you are adding when using "
+            "add-controller."
+        )
+    controllers = args.bootstrap_controller is not None
+    admin = _Admin(parse_bootstrap(args.bootstrap_controller or args.bootstrap_server), controllers, props)
+    try:
+        if args.quorum_command == "add-controller":
+            return await mqv.add_controller(admin, props, args.dry_run)
+        return await mqv.remove_controller(
+            admin, args.controller_id, args.controller_directory_id, args.dry_run
+        )
+    finally:
+        await admin.close()
+
+
 def _usage_error(args: argparse.Namespace, message: str) -> int:
     parser: argparse.ArgumentParser = args.metadata_quorum_parser
     print(f"{parser.format_usage()}{parser.prog}: error: {message}", file=sys.stderr)
@@ -451,6 +472,11 @@ def run(args: argparse.Namespace) -> int:
             protocol = props.get("security.protocol", "PLAINTEXT").upper()
             if protocol != "PLAINTEXT":
                 raise TerseError(f"security.protocol={protocol} is not supported by odradek metadata-quorum")
+        if args.quorum_command in ("add-controller", "remove-controller"):
+            out = asyncio.run(_change_voters(args, props))
+            sys.stdout.write(out)
+            sys.stdout.flush()
+            return 0
         if args.status and args.replication:
             raise TerseError("Only one of --status or --replication should be specified with describe sub-command")
         if not args.status and not args.replication:
@@ -484,7 +510,9 @@ def add_parser(sub: Any) -> None:
         "to the Kafka controllers.",
     )
     p.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client.")
-    commands = p.add_subparsers(dest="quorum_command", metavar="{describe}")
+    commands = p.add_subparsers(
+        dest="quorum_command", metavar="{describe,add-controller,remove-controller}"
+    )
     describe = commands.add_parser("describe", help="Describe the metadata quorum info")
     status = describe.add_argument_group("Status")
     status.add_argument(
@@ -498,5 +526,13 @@ def add_parser(sub: Any) -> None:
         "--replication", action="store_true", help="Detailed information about the status of replication"
     )
     replication.add_argument("--human-readable", action="store_true", help="Human-readable output")
+    add = commands.add_parser("add-controller", help="Add a controller to the KRaft controller cluster")
+    add.add_argument("--dry-run", action="store_true", help="True if we should print what would be done, but not do it.")
+    remove = commands.add_parser("remove-controller", help="Remove a controller from the KRaft controller cluster")
+    remove.add_argument("--controller-id", "-i", type=int, required=True, help="The id of the controller to remove.")
+    remove.add_argument(
+        "--controller-directory-id", "-d", required=True, help="The directory ID of the controller to remove."
+    )
+    remove.add_argument("--dry-run", action="store_true", help="True if we should print what would be done, but not do it.")
     p.set_defaults(func=run, metadata_quorum_parser=p, status=False, replication=False, human_readable=False)
 

@@ -63,6 +63,8 @@ class ControllerApis:
         # The controller listener's advertised endpoints (name -> host, port), for
         # DescribeCluster with the controller endpoint type (KIP-919).
         self.listener_endpoints: dict[str, tuple[str, int]] = {}
+        # The other voters' controller endpoints (the Raft voter set; KIP-853 changes it).
+        self.voter_endpoints: Callable[[], dict[int, tuple[str, int]]] = dict
         self._handlers: dict[int, ControllerHandler] = {
             m.CREATE_TOPICS.api_key: self.handle_create_topics,
             m.DELETE_TOPICS.api_key: self.handle_delete_topics,
@@ -305,6 +307,9 @@ class ControllerApis:
         endpoint = self.listener_endpoints.get(listener)
         if endpoint is not None:
             body["brokers"].append({"broker_id": self.node_id, "host": endpoint[0], "port": endpoint[1], "rack": None})
+        for voter, (host, port) in sorted(self.voter_endpoints().items()):
+            if voter != self.node_id:
+                body["brokers"].append({"broker_id": voter, "host": host, "port": port, "rack": None})
         leader = self.leader_id()
         if any(b["broker_id"] == leader for b in body["brokers"]):
             body["controller_id"] = leader

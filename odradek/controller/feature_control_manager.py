@@ -25,6 +25,7 @@ MIN_METADATA_VERSION = 7  # 3.3-IV3, the oldest metadata.version Kafka 4.x runs
 MINIMUM_KRAFT_METADATA_VERSION = 1
 # KIP-584 features a node of this version can run: name -> (min, max) level.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    KRAFT_VERSION_FEATURE: (0, 1),  # 1: KIP-853 dynamic quorums
     METADATA_VERSION_FEATURE: (MIN_METADATA_VERSION, METADATA_VERSION),
 }
 
@@ -61,6 +62,10 @@ class FeatureControlManager:
 
     def kraft_version(self) -> int:
         return self._kraft_version()
+
+    def set_kraft_version_source(self, kraft_version: Callable[[], int]) -> None:
+        """Where the finalized kraft.version comes from: the Raft layer's control records."""
+        self._kraft_version = kraft_version
 
     def finalized_features(self) -> Mapping[str, int]:
         """Every finalized feature level, metadata.version and kraft.version included."""

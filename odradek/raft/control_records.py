@@ -163,3 +163,27 @@ def decode_end_txn_marker(value: Buffer) -> tuple[int, int]:
         raise SchemaError(f"invalid end transaction marker of {len(value)} bytes")
     version, epoch = _END_TXN_MARKER.unpack_from(value, 0)
     return int(version), int(epoch)
+
+
+class ControlRecord:
+    """A control record the Raft core writes other than the LeaderChangeMessage (which it
+    appends as a plain dict): KRaftVersionRecord and VotersRecord (KIP-853)."""
+
+    __slots__ = ("control_type", "data")
+
+    def __init__(self, control_type: int, data: dict[str, Any]) -> None:
+        self.control_type = control_type
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ControlRecord)
+            and other.control_type == self.control_type
+            and other.data == self.data
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.control_type)
+
+    def __repr__(self) -> str:
+        return f"ControlRecord({CONTROL_TYPE_NAMES.get(self.control_type)}, {self.data})"

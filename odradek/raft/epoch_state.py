@@ -40,6 +40,7 @@ class ReplicaState:
     end_offset: int | None = None
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    last_fetch_leader_end: int = -1  # the leader's end offset at the replica's previous fetch
 
 
 class EpochState:
@@ -318,11 +319,17 @@ class LeaderState(EpochState):
             self._update_check_quorum(replica_id, now_ms)
         else:
             state = self.observer_states.setdefault(replica_id, ReplicaState(replica_id))
-        state.end_offset = fetch_offset
-        state.last_fetch_ms = now_ms
-        leader_end = self.voter_states[self.local_id].end_offset
+        local = self.voter_states.get(self.local_id)  # absent: the leader removed itself
+        leader_end = local.end_offset if local is not None else self.high_watermark
+        # Kafka's ReplicaState.updateFollowerState: caught up now, or at the previous fetch if
+        # this one reaches what the leader had then.
         if leader_end is not None and fetch_offset >= leader_end:
             state.last_caught_up_ms = now_ms
+        elif state.last_fetch_leader_end >= 0 and fetch_offset >= state.last_fetch_leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.end_offset = fetch_offset
+        state.last_fetch_ms = now_ms
+        state.last_fetch_leader_end = -1 if leader_end is None else leader_end
         return replica_id in self.voters and self._maybe_update_high_watermark()
 
     def update_check_quorum_for_following_voter(self, voter_id: int, now_ms: int) -> None:

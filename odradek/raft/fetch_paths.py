@@ -8,9 +8,10 @@ comes back. Split out of ``raft_core.py`` to keep each module short; the state l
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.raft import raft_messages as msgs
+from odradek.raft.dynamic_quorum import UPDATE_RAFT_VOTER
 from odradek.raft.epoch_state import FollowerState, LeaderState
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
 from odradek.raft.raft_messages import (
@@ -25,7 +26,9 @@ from odradek.raft.raft_messages import (
 from odradek.raft.snapshot_fetch import SnapshotFetchPaths
 
 if TYPE_CHECKING:
+    from odradek.raft.dynamic_quorum import DynamicQuorum
     from odradek.raft.quorum import QuorumConfig, QuorumState
+    from odradek.raft.raft_core import RaftCore
     from odradek.raft.raft_log import RaftLog
     from odradek.raft.request_manager import FetchPurgatory, RequestManager
 
@@ -39,6 +42,8 @@ class FetchPaths(SnapshotFetchPaths):
     if TYPE_CHECKING:
         node_id: int
         voters: frozenset[int]
+        bootstrap_ids: tuple[int, ...]
+        dynamic: DynamicQuorum
         cluster_id: str
         config: QuorumConfig
         log: RaftLog
@@ -150,6 +155,7 @@ class FetchPaths(SnapshotFetchPaths):
             self._respond(request, self._try_complete_fetch(request, partition, now_ms))
 
     def _fail_parked_fetches(self) -> None:
+        self.dynamic.on_leadership_lost(cast("RaftCore", self))
         leader = self.quorum.leader_id_or_nil
         for request in self.fetch_purgatory.take(0, expired_only=False):
             error = msgs.fetch_response(NOT_LEADER_OR_FOLLOWER, self.epoch, leader, -1)
@@ -228,17 +234,28 @@ class FetchPaths(SnapshotFetchPaths):
             return
         if self._maybe_send_fetch_snapshot(leader_id, now_ms):
             return
-        if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
-            return  # the fetch offset tells the leader what is durable here: wait for fsync
+        if self.log.durable_end_offset < self.log.end_offset:
+            # The fetch offset tells the leader what is durable here: wait for fsync (observers
+            # too: KIP-853 may make an observer a voter whose fetch offsets then count).
+            return
+        update = self.dynamic.update_voter_request(cast("RaftCore", self))
+        if update is not None:
+            self._send(leader_id, UPDATE_RAFT_VOTER, update, now_ms)
+            return
         data = msgs.fetch_request(
             self.cluster_id, self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch
         )
         self._send(leader_id, msgs.FETCH, data, now_ms)
 
     def _send_fetch_to_any_voter(self, now_ms: int) -> None:
-        if self.requests.has_inflight(self.voters, now_ms):
+        targets = frozenset(self.voters) or frozenset(self.bootstrap_ids)
+        if self.requests.has_inflight(targets, now_ms):
             return
-        voters = sorted(self.voters)
+        if self.log.durable_end_offset < self.log.end_offset:
+            return  # as _maybe_send_fetch: only durable offsets are fetched from
+        voters = sorted(targets)
+        if not voters:
+            return
         for _ in range(len(voters)):
             voter = voters[self._observer_fetch_index % len(voters)]
             self._observer_fetch_index += 1

@@ -34,6 +34,9 @@ RAFT_APIS: dict[int, Api] = {
     msgs.FETCH: g.FETCH,
     msgs.DESCRIBE_QUORUM: g.DESCRIBE_QUORUM,
     msgs.FETCH_SNAPSHOT: g.FETCH_SNAPSHOT,
+    g.ADD_RAFT_VOTER.api_key: g.ADD_RAFT_VOTER,  # KIP-853
+    g.REMOVE_RAFT_VOTER.api_key: g.REMOVE_RAFT_VOTER,
+    g.UPDATE_RAFT_VOTER.api_key: g.UPDATE_RAFT_VOTER,
 }
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -86,11 +89,17 @@ class KafkaNetworkChannel(Generic[T]):
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         request_timeout_ms: int = 2000,
+        resolve: Callable[[int], tuple[str, int] | None] | None = None,
     ) -> None:
+        """``resolve``: the endpoint of a node not in ``endpoints`` (a voter of the dynamic
+        voter set); leaders' endpoints in Fetch responses (``node_endpoints``) are learnt too."""
         self.node_id = node_id
         # A Fetch may be parked by the leader for its max wait: that on top of the timeout.
         self.timeout_s = (request_timeout_ms + msgs.FETCH_MAX_WAIT_MS) / 1000
         self.endpoints = dict(endpoints)
+        self._resolve = resolve
+        self._learnt: dict[int, tuple[str, int]] = {}
+        self._client_endpoints: dict[int, tuple[str, int]] = {}
         self.codec = codec
         self._clients: dict[int, NetworkClient] = {}
         self._on_response: Callable[[RaftMessage], None] = lambda _m: None
@@ -101,12 +110,28 @@ class KafkaNetworkChannel(Generic[T]):
     def start(self, on_response: Callable[[RaftMessage], None]) -> None:
         self._on_response = on_response
 
+    def _endpoint(self, node: int) -> tuple[str, int] | None:
+        endpoint = self.endpoints.get(node)
+        if endpoint is None and self._resolve is not None:
+            endpoint = self._resolve(node)
+        if endpoint is None:
+            endpoint = self._learnt.get(node)
+        return endpoint
+
     def _client(self, node: int) -> NetworkClient | None:
+        endpoint = self._endpoint(node)
         client = self._clients.get(node)
+        if client is not None and endpoint is not None and self._client_endpoints.get(node) != endpoint:
+            # The voter moved (UpdateRaftVoter, KIP-853): connect to where it is now.
+            stale = self._clients.pop(node)
+            task = asyncio.get_running_loop().create_task(stale.close())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            client = None
         if client is None:
-            endpoint = self.endpoints.get(node)
             if endpoint is None:
                 return None
+            self._client_endpoints[node] = endpoint
             client = NetworkClient(
                 endpoint[0],
                 endpoint[1],
@@ -138,6 +163,8 @@ class KafkaNetworkChannel(Generic[T]):
                 )
                 if request.api_key == msgs.FETCH:
                     data = decode_fetch_records(data, self.codec)
+                    for ep in data.get("node_endpoints") or []:
+                        self._learnt[int(ep["node_id"])] = (str(ep["host"]), int(ep["port"]))
             except UndecodableBatch as e:
                 log.warning("Raft: undecodable records from node %d: %s", request.destination, e)
                 data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)

@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
 from odradek.protocol.errors import Errors
+from odradek.raft.dynamic_quorum import DynamicQuorum, snapshot_control
 from odradek.raft.epoch_state import Election, LeaderState, ResignedState
 from odradek.raft.metadata_log import MetadataLog, UnreadableMetadataRecord
 from odradek.raft.quorum import QuorumConfig
@@ -98,6 +99,8 @@ class KafkaRaftClient(RaftClient[T]):
         config: QuorumConfig | None = None,
         rng: random.Random | None = None,
         pre_vote: bool = False,
+        dynamic: DynamicQuorum | None = None,
+        bootstrap_ids: Sequence[int] = (),
     ) -> None:
         """``voters`` None: this node alone. ``pre_vote`` is off on the network: the Vote
         versions Odradek speaks (v0-v1, Kafka 3.9) cannot carry it."""
@@ -107,6 +110,8 @@ class KafkaRaftClient(RaftClient[T]):
         self.config = config or QuorumConfig()
         self._rng = rng or random.Random()
         self._pre_vote = pre_vote
+        self._dynamic = dynamic  # KIP-853: the voter set from the log (None: static voters)
+        self._bootstrap_ids = tuple(bootstrap_ids)
         self._log = metadata_log
         self._store = quorum_state
         self._clock_ms = clock_ms
@@ -151,8 +156,11 @@ class KafkaRaftClient(RaftClient[T]):
             batches=batches,
             pre_vote=self._pre_vote,
             log_start=start,
+            dynamic=self._dynamic,
+            bootstrap_ids=self._bootstrap_ids,
         )
         self._report_snapshots(self._core)
+        self.voters = self._core.voters
 
     def _report_snapshots(self, core: RaftCore) -> None:
         """Tell the core which snapshots it can serve and where the log starts. Reads the
@@ -315,7 +323,7 @@ class KafkaRaftClient(RaftClient[T]):
         if ready.election is not None:
             e = ready.election
             self._store.write_election_state(
-                ElectionState(e.epoch, e.leader_id, e.voted_id, self.voters)
+                ElectionState(e.epoch, e.leader_id, e.voted_id, self.core.voters)
             )
         if ready.log_ops:
             for op in ready.log_ops:
@@ -358,6 +366,8 @@ class KafkaRaftClient(RaftClient[T]):
         if durable_end is not None and ready.log_ops:
             cut = core.lowest_pending_truncation()
             core.durable(durable_end if cut is None else min(durable_end, cut), now)
+        if any(isinstance(op, SnapshotInstall) for op in ready.log_ops):
+            self._reset_voters_to_snapshot(now)
         for message in ready.messages:
             if message.is_response:
                 future = self._inbound.pop(message.correlation_id, None)
@@ -366,6 +376,14 @@ class KafkaRaftClient(RaftClient[T]):
             elif self.channel is not None:
                 self.channel.send(message)
         self._deliver(ready)
+
+    def _reset_voters_to_snapshot(self, now_ms: int) -> None:
+        """A snapshot fetched from the leader replaced the log: the voter set (KIP-853) is the
+        one the snapshot holds, as at start-up."""
+        version, voters = snapshot_control(self._log.dir)
+        core = self.core
+        core.dynamic.state_machine.reset_to_snapshot(version, voters)
+        core.dynamic.apply_voter_set(core, now_ms)
 
     def fail(self, error: Exception) -> None:
         """A write to the quorum-state file or the log failed: stop taking part (Kafka halts)."""

@@ -228,13 +228,19 @@ class MetadataLog(Generic[T]):
         return snaps[-1] if snaps else None
 
     def create_snapshot(
-        self, snapshot_id: SnapshotId, records: Sequence[T], now_ms: int, last_contained_log_timestamp: int
+        self,
+        snapshot_id: SnapshotId,
+        records: Sequence[T],
+        now_ms: int,
+        last_contained_log_timestamp: int,
+        control: Sequence[tuple[int, dict[str, object]]] | None = None,
     ) -> str | None:
         """Write ``records`` (the state of every record below ``snapshot_id.end_offset``) as a
         finished snapshot. Blocking. Returns its path, or None (logged) when the id is not above
         the latest snapshot or is beyond the high watermark (Kafka refuses those). The control
         records of the latest snapshot (KRaftVersion, Voters of a dynamic quorum) are carried
-        into the new one so that no voter set is lost when the old snapshot is deleted."""
+        into the new one so that no voter set is lost when the old snapshot is deleted, unless
+        ``control`` gives them (the voter set at the snapshot's end offset, KIP-853)."""
         with self._snapshot_lock:
             latest = self.latest_snapshot_id()
             if latest is not None and (latest.epoch > snapshot_id.epoch or latest.end_offset >= snapshot_id.end_offset):
@@ -246,12 +252,16 @@ class MetadataLog(Generic[T]):
                     snapshot_id, self.log.log_start_offset, self.high_watermark,
                 )
                 return None
-            control: tuple[tuple[int, dict[str, object]], ...] = ()
-            if latest is not None:
+            if control is not None:
+                pass
+            elif latest is not None:
                 try:
                     control = read_snapshot_header(os.path.join(self.log.dir, latest.filename)).control
                 except SnapshotError as e:
                     log.warning("Cannot read the control records of snapshot %s: %s", latest, e)
+                    control = ()
+            else:
+                control = ()
             data = snapshot_bytes(
                 records,
                 self.serde,

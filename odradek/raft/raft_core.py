@@ -30,6 +30,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from odradek.raft import raft_messages as msgs
+from odradek.raft.dynamic_quorum import (
+    UPDATE_RAFT_VOTER,
+    VOTER_CHANGE_APIS,
+    DynamicQuorum,
+    voter_change_response,
+)
 from odradek.raft.epoch_state import (
     NO_ID,
     CandidateState,
@@ -90,13 +96,20 @@ class RaftCore(FetchPaths):
         max_fetch_batches: int = MAX_FETCH_BATCHES,
         pre_vote: bool = True,
         log_start: OffsetAndEpoch | None = None,
+        dynamic: DynamicQuorum | None = None,
+        bootstrap_ids: Sequence[int] = (),
     ) -> None:
         """``election`` is what the ``quorum-state`` file holds (None: no file yet),
         ``batches`` the durable log read at start-up, ``log_start`` where it begins when a
         snapshot stands for the records below. ``pre_vote`` False: an election timeout makes
         the node a candidate at once (Kafka 3.9; Vote v0-v1 cannot carry a pre-vote)."""
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        # KIP-853: the voter set is what the log says (``dynamic``), else the static ``voters``;
+        # ``bootstrap_ids`` name controller.quorum.bootstrap.servers for an observer.
+        self.dynamic = dynamic if dynamic is not None else DynamicQuorum.static(node_id, voters)
+        self.dynamic.load(batches)
+        self.voters = self.dynamic.voters.ids
+        self.bootstrap_ids = tuple(bootstrap_ids)
         self.cluster_id = cluster_id
         self.config = config
         self.random = rng
@@ -228,10 +241,31 @@ class RaftCore(FetchPaths):
     def _append(self, batch: LogBatch) -> None:
         self.log.append(batch)
         self._ready.log_ops.append(Append(batch))
+        self.dynamic.on_append(batch)
 
     def _truncate(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self._ready.log_ops.append(Truncate(offset))
+        self.dynamic.on_truncate(offset)
+
+    # -- for the dynamic quorum (KIP-853) ------------------------------------------------------
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown_deadline_ms is not None
+
+    def respond(self, request: RaftMessage, data: dict[str, Any]) -> None:
+        self._respond(request, data)
+
+    def append_control(self, records: Sequence[Any], now_ms: int) -> int:
+        """Append a control batch on the leader; the offset of its last record."""
+        batch = LogBatch(self.log.end_offset, self.epoch, tuple(records), now_ms, control=True)
+        self._append(batch)
+        self._complete_parked_fetches(now_ms)
+        return batch.last_offset
+
+    def on_leader_high_watermark(self, state: LeaderState, now_ms: int) -> None:
+        self._on_leader_high_watermark(state, now_ms)
 
     def _send(self, destination: int, api_key: int, data: dict[str, Any], now_ms: int) -> None:
         self._next_correlation += 1
@@ -259,6 +293,8 @@ class RaftCore(FetchPaths):
         if self._high_watermark is None or high_watermark > self._high_watermark:
             self._high_watermark = high_watermark
         end = min(self._high_watermark, self.log.end_offset)
+        if isinstance(self.quorum.state, LeaderState):
+            self.dynamic.on_high_watermark(self, self.quorum.state)
         if end > self._next_commit_offset:
             self._ready.committed.extend(self.log.batches_between(self._next_commit_offset, end))
             self._next_commit_offset = end
@@ -276,6 +312,8 @@ class RaftCore(FetchPaths):
             return msgs.describe_quorum_response(error)
         if api_key == msgs.FETCH_SNAPSHOT:
             return fetch_snapshot_response(error, epoch, leader, top_error=error)
+        if api_key in VOTER_CHANGE_APIS:
+            return voter_change_response(api_key, error)
         return msgs.quorum_epoch_response(NONE, epoch, leader, top_error=error)
 
     # -- transitions --------------------------------------------------------------------------
@@ -330,7 +368,9 @@ class RaftCore(FetchPaths):
         # The high watermark moves only once a record of this epoch is committed: write the
         # LeaderChangeMessage control record now so that nothing waits for the next append.
         record = msgs.leader_change_message(self.node_id, self.voters, granting)
-        self._append(LogBatch(self.log.end_offset, state.epoch, (record,), now_ms, control=True))
+        records = (record, *self.dynamic.start_of_epoch_records())
+        self._append(LogBatch(self.log.end_offset, state.epoch, records, now_ms, control=True))
+        self.dynamic.apply_voter_set(self, now_ms)
         state.update_local_state(self.log.durable_end_offset)
 
     def _resign(self, now_ms: int) -> None:
@@ -350,6 +390,9 @@ class RaftCore(FetchPaths):
 
     def _handle_request(self, request: RaftMessage, now_ms: int) -> None:
         data = request.data
+        if request.api_key in VOTER_CHANGE_APIS:
+            self.dynamic.handle_request(self, request, now_ms)
+            return
         if request.api_key == msgs.DESCRIBE_QUORUM:
             self._respond(request, self._describe_quorum(data, now_ms))
             return
@@ -393,6 +436,10 @@ class RaftCore(FetchPaths):
             return FENCED_LEADER_EPOCH
         if remote_id < 0:
             return INVALID_REQUEST
+        if self.dynamic.is_dynamic:
+            # KIP-853: voter sets differ while a change replicates (a new voter may not have its
+            # VotersRecord yet): Kafka no longer checks the sender against the local set.
+            return None
         if remote_id not in self.voters or self.quorum.is_observer:
             return INCONSISTENT_VOTER_SET
         return None
@@ -492,6 +539,10 @@ class RaftCore(FetchPaths):
             log.debug("node %d: ignoring unexpected %r", self.node_id, response)
             return
         data = response.data
+        if response.api_key == UPDATE_RAFT_VOTER:
+            ok = self.dynamic.handle_update_voter_response(response.source, data)
+            self.requests.on_response(response.source, ok, now_ms)
+            return
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
             self.peer_failures.failed(response.source, response, top_error)
@@ -624,6 +675,7 @@ class RaftCore(FetchPaths):
     # -- time ---------------------------------------------------------------------------------
 
     def _poll(self, now_ms: int) -> None:
+        self.dynamic.apply_voter_set(self, now_ms)
         for _ in range(8):  # a transition may make the new state act at once
             state = self.quorum.state
             self._poll_once(now_ms)
@@ -636,6 +688,7 @@ class RaftCore(FetchPaths):
         if isinstance(state, LeaderState):
             moved, self._high_watermark_moved = self._high_watermark_moved, False
             self._complete_parked_fetches(now_ms, expired_only=not moved)
+            self.dynamic.poll_leader(self, now_ms)
             if shutting_down or state.resign_requested or state.has_check_quorum_expired(now_ms):
                 self._resign(now_ms)
                 return
@@ -653,6 +706,9 @@ class RaftCore(FetchPaths):
                     )
                     self._send(voter, msgs.END_QUORUM_EPOCH, data, now_ms)
             if not shutting_down and state.has_election_timeout_expired(now_ms):
+                if self.quorum.is_observer:  # removed from the voters: Kafka bumps the epoch
+                    self._transition_to_unattached(self.epoch + 1, now_ms)
+                    return
                 # No leader can exist in the epoch this node resigned: no pre-vote needed.
                 self._transition_to_candidate(now_ms)
         elif isinstance(state, (ProspectiveState, CandidateState)):
@@ -664,7 +720,13 @@ class RaftCore(FetchPaths):
                 and state.has_fetch_timeout_expired(now_ms)
             ):
                 self._transition_to_prospective(now_ms)
-            elif self.quorum.is_observer and state.has_fetch_timeout_expired(now_ms):
+            elif (
+                self.quorum.is_observer
+                and state.has_fetch_timeout_expired(now_ms)
+                and not self.requests.is_ready(state.leader_id or NO_ID, now_ms)
+            ):
+                # Kafka's pollFollowerAsObserver: another voter (or bootstrap server) only
+                # while the leader backs off; the bootstrap servers may none of them lead.
                 self._send_fetch_to_any_voter(now_ms)
             else:
                 self._maybe_send_fetch(state.leader_id, now_ms)
@@ -677,6 +739,9 @@ class RaftCore(FetchPaths):
     def _poll_nominee(
         self, state: ProspectiveState | CandidateState, now_ms: int, shutting_down: bool
     ) -> None:
+        if self.quorum.is_observer:  # the voter set changed under the election (truncation)
+            self._transition_to_unattached(self.epoch + 1, now_ms)
+            return
         if state.is_backing_off:
             if state.is_backoff_complete(now_ms) and not shutting_down:
                 # A candidate that lost asks again with a pre-vote (KIP-996) rather than

@@ -56,6 +56,9 @@ class BatchCodec(Generic[T]):
             for rec in batch.records:
                 if isinstance(rec, RawControlRecord):
                     values.append((rec.key, rec.value, [], ts))
+                elif isinstance(rec, control_records.ControlRecord):
+                    value = control_records.encode_control_value(rec.control_type, rec.data)
+                    values.append((control_records.control_key(rec.control_type), value, [], ts))
                 else:
                     value = control_records.encode_control_value(control_records.LEADER_CHANGE, rec)
                     values.append((control_records.control_key(control_records.LEADER_CHANGE), value, [], ts))

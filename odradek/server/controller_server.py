@@ -43,7 +43,13 @@ class ControllerListenerApis(ApiDispatcher):
         self.add_extensions(extensions)
 
     def finalized_features(self) -> FinalizedFeatures:
-        return FinalizedFeatures.of(self.controller.image)
+        image = self.controller.image
+        kraft_version = self.controller.features.kraft_version()
+        if kraft_version <= 0:
+            return FinalizedFeatures.of(image)
+        # kraft.version lives in Raft's control records, not the image (KIP-853).
+        levels = {**image.features.levels, "kraft.version": kraft_version}
+        return FinalizedFeatures(levels, image.offset)
 
 
 class ControllerServer:
@@ -115,6 +121,11 @@ class ControllerServer:
             controller_apis.listener_endpoints[lst] = (
                 socket.gethostname() if host in ("", "0.0.0.0", "::") else host, server.port
             )
+        dynamic = raft_client.core.dynamic
+        controller.features.set_kraft_version_source(lambda: dynamic.kraft_version)
+        controller_apis.voter_endpoints = lambda: {
+            v: ep for v in raft_client.core.voters if (ep := dynamic.endpoint(v)) is not None
+        }
         self.controller_apis = controller_apis
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
         for server in self._servers:

@@ -19,7 +19,8 @@ Controller-only processes form a quorum of any number of voters (``controller.qu
 A broker-only process (``process.roles=broker``) follows the metadata log as a Raft observer
 and reaches the active controller over the network (NodeToControllerChannel); so does the
 broker of a combined process in a quorum with other voters (its controller may or may not be
-the active one). A broker with controller.quorum.bootstrap.servers and no voters is refused.
+the active one). With only controller.quorum.bootstrap.servers (KIP-853), the voters and their endpoints come
+from the metadata log.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import logging
 from odradek.server.broker_server import BrokerServer
 from odradek.server.controller_channel import ControllerRequestHandler
 from odradek.server.controller_server import ControllerServer
-from odradek.server.kafka_config import ConfigError, KafkaConfig
+from odradek.server.kafka_config import KafkaConfig
 from odradek.server.meta_properties import ensure_formatted
 from odradek.server.node_to_controller_channel import broker_controller_channels
 from odradek.server.shared_server import SharedServer
@@ -37,20 +38,8 @@ from odradek.server.shared_server import SharedServer
 log = logging.getLogger(__name__)
 
 
-def _refuse_unsupported_roles(config: KafkaConfig) -> None:
-    roles = config.process_roles
-    if "controller" not in roles and not config.controller_quorum_voters:
-        raise ConfigError(
-            "not supported: process.roles=broker with controller.quorum.bootstrap.servers="
-            f"{config.raw('controller.quorum.bootstrap.servers')} and no controller.quorum.voters: "
-            "Odradek's Raft observer needs the static voter set (KIP-853 dynamic quorums are not "
-            "implemented); set controller.quorum.voters"
-        )
-
-
 class KafkaRaftServer:
     def __init__(self, config: KafkaConfig) -> None:
-        _refuse_unsupported_roles(config)
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
@@ -93,8 +82,12 @@ class KafkaRaftServer:
             local: dict[int, ControllerRequestHandler] = {}
             if self.controller is not None and self.controller.controller_apis is not None:
                 local[self.node_id] = self.controller.controller_apis
+            # KIP-853: with only controller.quorum.bootstrap.servers, the controllers'
+            # endpoints are the voter set's (from the metadata log).
+            dynamic = self.shared.dynamic_quorum if not cfg.controller_quorum_voters else None
             channel, heartbeat = broker_controller_channels(
                 cfg, lambda: raft_client.leader_and_epoch.leader_id, local,
+                endpoints=dynamic.endpoint if dynamic is not None else None,
             )
             await self.broker.startup(self.cluster_id, channel, heartbeat)
         else:

@@ -332,6 +332,7 @@ def broker_controller_channels(
     config: KafkaConfig,
     leader_id: Callable[[], int | None],
     local: Mapping[int, ControllerRequestHandler],
+    endpoints: Callable[[int], tuple[str, int] | None] | None = None,
 ) -> tuple[ControllerChannel, ControllerChannel]:
     """The controller channels KafkaRaftServer gives its broker, as Kafka's BrokerServer does:
     "forwarding" (client requests, AllocateProducerIds, auto-created topics; 60 s retry
@@ -339,17 +340,21 @@ def broker_controller_channels(
     ``broker.session.timeout.ms``, KAFKA-14392). In memory to the ControllerApis of this
     process when the controller quorum is this node alone (a combined process), over the
     network to whichever voter leads otherwise (a broker-only process, or a quorum with other
-    voters). ``local``: this process's ControllerApis by node id (empty without the role)."""
+    voters). ``local``: this process's ControllerApis by node id (empty without the role).
+    ``endpoints``: a dynamic quorum's (KIP-853) voter endpoints; always over the network then,
+    since the voters may change."""
     heartbeat_timeout_ms = max(1, int(config.get("broker.session.timeout.ms")) // 2)
     voters = {v.node_id for v in config.controller_quorum_voters}
-    if voters and voters <= set(local):
+    if endpoints is None and voters and voters <= set(local):
         return (
             InMemoryControllerChannel(local, leader_id),
             InMemoryControllerChannel(local, leader_id, retry_timeout_ms=heartbeat_timeout_ms, name="heartbeat"),
         )
     return (
-        NodeToControllerChannel.from_config(config, leader_id),
-        NodeToControllerChannel.from_config(config, leader_id, name="heartbeat", retry_timeout_ms=heartbeat_timeout_ms),
+        NodeToControllerChannel.from_config(config, leader_id, endpoints=endpoints),
+        NodeToControllerChannel.from_config(
+            config, leader_id, endpoints=endpoints, name="heartbeat", retry_timeout_ms=heartbeat_timeout_ms
+        ),
     )
 
 

@@ -79,10 +79,51 @@ class RaftApis:
             raise TimeoutError from None  # the core dropped the request (shutting down)
         if api_key == msgs.FETCH:
             data = encode_fetch_records(data, self.codec)
+            data["node_endpoints"] = self._leader_endpoints(data)
         elif api_key == msgs.FETCH_SNAPSHOT:
             loop = asyncio.get_running_loop()
             data = await loop.run_in_executor(None, self.client.read_snapshot_slice, data)
+        elif api_key == msgs.DESCRIBE_QUORUM:
+            self._add_voter_details(data)
         return fill_uuids(data)
+
+    def _add_voter_details(self, data: dict[str, Any]) -> None:
+        """With a dynamic quorum (kraft.version 1): the voters' directory ids and, in ``nodes``
+        (v2), their listeners, from the voter set, as Kafka's leader answers."""
+        dynamic = self.client.core.dynamic
+        if dynamic.kraft_version < 1:
+            return
+        voters = dynamic.voters
+        for topic in data.get("topics") or []:
+            for partition in topic.get("partitions") or []:
+                for replica in partition.get("current_voters") or []:
+                    node = voters.get(int(replica["replica_id"]))
+                    if node is not None and node.directory_id is not None:
+                        replica["replica_directory_id"] = node.directory_id
+        data["nodes"] = [
+            {
+                "node_id": v,
+                "listeners": [
+                    {"name": n, "host": h, "port": p} for n, h, p in voters.voters[v].endpoints
+                ],
+            }
+            for v in sorted(voters.ids)
+        ]
+
+    def _leader_endpoints(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Fetch's ``node_endpoints`` (v16+): where the leader named in the answer listens, so
+        that an observer that found it through a bootstrap server can reach it (KIP-853)."""
+        out: list[dict[str, Any]] = []
+        leaders = {
+            int(p.get("current_leader", {}).get("leader_id", -1))
+            for t in data.get("responses") or []
+            for p in t.get("partitions") or []
+        }
+        for leader in sorted(x for x in leaders if x >= 0):
+            endpoint = self.client.core.dynamic.endpoint(leader)
+            if endpoint is not None:
+                out.append({"node_id": leader, "host": endpoint[0], "port": endpoint[1], "rack": None})
+        return out
 
     async def _answer(self, ctx: RequestContext, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -32,6 +32,7 @@ from odradek.metadata.snapshot_generator import SnapshotGenerator
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
+from odradek.raft.dynamic_quorum import DynamicQuorum
 from odradek.raft.kafka_network_channel import KafkaNetworkChannel
 from odradek.raft.kafka_raft_client import KafkaRaftClient, KafkaRaftClientDriver
 from odradek.raft.metadata_log import TOPIC as METADATA_TOPIC
@@ -43,6 +44,7 @@ from odradek.raft.raft_client import Listener
 from odradek.raft.record_batches import BatchCodec
 from odradek.raft.snapshot import SnapshotId
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
+from odradek.server.dynamic_quorum_config import quorum_bootstrap
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.kafka_config import Listener as ListenerConfig
 
@@ -123,6 +125,7 @@ class SharedServer:
         self._snapshot_work: set[asyncio.Future[None]] = set()
         self._snapshot_cleaner: asyncio.Task[None] | None = None
         self._voter_endpoints: dict[int, tuple[str, int]] = {}
+        self.dynamic_quorum: DynamicQuorum | None = None
 
     def lock_dirs(self) -> None:
         """Lock every data directory (log.dirs and metadata.log.dir) before anything in them
@@ -154,7 +157,7 @@ class SharedServer:
         )
         self.metadata_log = MetadataLog(self._metadata_raw_log, METADATA_RECORD_SERDE)
         cfg = self.config
-        voters = cfg.controller_quorum_voters
+        quorum = quorum_bootstrap(cfg, meta_dir)
         quorum_config = QuorumConfig.from_props(
             {name: cfg.get(name) for name in QuorumConfig.CONFIG_NAMES}
         )
@@ -163,11 +166,14 @@ class SharedServer:
             self.metadata_log,
             FileQuorumStateStore(os.path.join(meta_dir, QUORUM_STATE_FILE)),
             now_ms,
-            voters=frozenset(v.node_id for v in voters),
+            voters=frozenset(quorum.static_endpoints),
             cluster_id=cluster_id,
             config=quorum_config,
+            dynamic=quorum.dynamic,
+            bootstrap_ids=quorum.bootstrap_ids,
         )
-        self._voter_endpoints = {v.node_id: (v.host, v.port) for v in voters}
+        self.dynamic_quorum = quorum.dynamic
+        self._voter_endpoints = {**quorum.static_endpoints, **quorum.bootstrap_endpoints}
         try:
             await loop.run_in_executor(None, client.initialize)
         except UnreadableMetadataRecord as e:
@@ -193,15 +199,18 @@ class SharedServer:
         client = self.raft_client
         others = {n: e for n, e in self._voter_endpoints.items() if n != self.node_id}
         channel = None
-        if others or self.node_id not in client.voters:
+        voters = client.core.voters
+        assert self.dynamic_quorum is not None
+        if others or voters != {self.node_id} or self.dynamic_quorum.kraft_version > 0:
             channel = KafkaNetworkChannel(
                 self.node_id,
                 self._voter_endpoints,
                 BatchCodec(METADATA_RECORD_SERDE),
                 request_timeout_ms=client.config.request_timeout_ms,
+                resolve=self.dynamic_quorum.endpoint,
             )
         driver = KafkaRaftClientDriver(client, channel)
-        if client.voters == {self.node_id}:
+        if voters == {self.node_id}:
             try:
                 await driver.process()
             except (UnreadableMetadataRecord, MetadataReplayError) as e:
@@ -238,7 +247,10 @@ class SharedServer:
 
     def _emit_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, self._write_snapshot, image, epoch, last_contained_log_time_ms)
+        control = None
+        if self.dynamic_quorum is not None and self.dynamic_quorum.kraft_version > 0:
+            control = self.dynamic_quorum.snapshot_control_records(image.offset + 1)
+        fut = loop.run_in_executor(None, self._write_snapshot, image, epoch, last_contained_log_time_ms, control)
         self._snapshot_work.add(fut)
 
         def done(f: asyncio.Future[None]) -> None:
@@ -252,12 +264,21 @@ class SharedServer:
 
         fut.add_done_callback(done)
 
-    def _write_snapshot(self, image: MetadataImage, epoch: int, last_contained_log_time_ms: int) -> None:
-        """Blocking: in the executor."""
+    def _write_snapshot(
+        self,
+        image: MetadataImage,
+        epoch: int,
+        last_contained_log_time_ms: int,
+        control: list[tuple[int, dict[str, object]]] | None = None,
+    ) -> None:
+        """Blocking: in the executor. ``control``: the KRaftVersion and Voters records at the
+        snapshot's end offset (a dynamic quorum), else those of the previous snapshot."""
         mlog = self.metadata_log
         if mlog is None:
             return
-        mlog.create_snapshot(SnapshotId(image.offset + 1, epoch), write_image(image), now_ms(), last_contained_log_time_ms)
+        mlog.create_snapshot(
+            SnapshotId(image.offset + 1, epoch), write_image(image), now_ms(), last_contained_log_time_ms, control
+        )
         self._clean(mlog)
 
     def _clean(self, mlog: MetadataLog[MetadataRecord]) -> None:

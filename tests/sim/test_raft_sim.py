@@ -126,7 +126,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
         lambda mp: mp.setattr(
             quorum.QuorumState, "transition_to_unattached_voted", _vote_not_persisted
         ),
-        [185],
+        [475],
     ),
     "vote granted to a candidate whose log is behind": (
         lambda mp: mp.setattr(

@@ -200,6 +200,8 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
                     m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,
                     g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key,
+                    # KIP-853: AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter
+                    g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key, g.UPDATE_RAFT_VOTER.api_key,
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)

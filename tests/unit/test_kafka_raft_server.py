@@ -1,6 +1,6 @@
 """KafkaRaftServer starts exactly the parts process.roles names: a controller-only process serves
 its controller listener and no broker; a broker-only process (a Raft observer) and a combined
-process in a quorum with other voters are accepted, a broker with bootstrap servers only is refused; KafkaConfig refuses the role/listener combinations Kafka refuses."""
+process in a quorum with other voters are accepted, and so is a broker with bootstrap servers only; KafkaConfig refuses the role/listener combinations Kafka refuses."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                     g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
                     m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key,
                     m.LIST_PARTITION_REASSIGNMENTS.api_key,
+                    g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key, g.UPDATE_RAFT_VOTER.api_key,
                 ])
                 quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
                     {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
@@ -113,11 +114,12 @@ def test_broker_only_and_combined_with_other_voters_are_accepted() -> None:
         "process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
         "controller.quorum.voters": "1@127.0.0.1:9093"}))
     assert broker_only.controller is None and broker_only.broker is not None
-    # ... but it needs the static voter set: bootstrap servers alone (KIP-853) are refused.
-    bootstrap_only = KafkaConfig({"process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
-                                  "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
-    with pytest.raises(ConfigError, match=r"not supported: process.roles=broker with controller.quorum.bootstrap"):
-        KafkaRaftServer(bootstrap_only)
+    # ... and so does one with bootstrap servers alone (KIP-853; it used to be refused): the
+    # voters come from the metadata log.
+    bootstrap_only = KafkaRaftServer(KafkaConfig({
+        "process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0",
+        "controller.quorum.bootstrap.servers": "127.0.0.1:9093"}))
+    assert bootstrap_only.controller is None and bootstrap_only.broker is not None
     # A combined node in a quorum with other voters (it used to be refused): its broker reaches
     # whichever voter leads over the network.
     three = KafkaRaftServer(KafkaConfig({
