@@ -48,6 +48,7 @@ from odradek.raft.raft_messages import (
     INVALID_REQUEST,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
     RaftMessage,
@@ -274,12 +275,14 @@ class RaftCore:
             self._transition_to_candidate(now_ms)
             return
         self.quorum.transition_to_prospective(now_ms)
+        log.info("node %d: prospective in epoch %d (pre-vote)", self.node_id, self.epoch)
         self._fire_leader_change()
         self._reset_connections()
         self._maybe_transition_forward(now_ms)
 
     def _transition_to_candidate(self, now_ms: int) -> None:
         self.quorum.transition_to_candidate(now_ms)
+        log.info("node %d: candidate in epoch %d", self.node_id, self.epoch)
         self._fire_leader_change()
         self._reset_connections()
         self._maybe_transition_forward(now_ms)
@@ -546,8 +549,15 @@ class RaftCore:
         data = response.data
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
-            log.warning("node %d: %r failed with error %d", self.node_id, response, top_error)
+            # BROKER_NOT_AVAILABLE: the connection was refused or lost (the network channel's
+            # answer, as Kafka's); REQUEST_TIMED_OUT: no answer in request.timeout.ms.
+            quiet = top_error in (BROKER_NOT_AVAILABLE, REQUEST_TIMED_OUT)
+            (log.debug if quiet else log.warning)(
+                "node %d: %r failed with error %d", self.node_id, response, top_error
+            )
             self.requests.on_response(response.source, False, now_ms)
+            if top_error == BROKER_NOT_AVAILABLE and response.api_key == msgs.FETCH:
+                self._on_fetch_disconnected(response.source, now_ms)
             return
         topics_key = "responses" if response.api_key == msgs.FETCH else "topics"
         partition = msgs.single_partition(data, topics_key)
@@ -565,6 +575,31 @@ class RaftCore:
         else:
             ok = False
         self.requests.on_response(response.source, ok, now_ms)
+
+    def _on_fetch_disconnected(self, source: int, now_ms: int) -> None:
+        """A voter's leader refused or dropped the connection (on loopback: its process is
+        gone). With pre-vote, the follower runs a pre-vote soon (a jittered fraction of the
+        election timeout) instead of waiting out ``fetch.timeout.ms``: a live leader's other
+        followers reject the pre-vote, so a wrong guess costs no epoch."""
+        state = self.quorum.state
+        if (
+            not self.pre_vote
+            or not isinstance(state, FollowerState)
+            or state.leader_id != source
+            or not self.quorum.is_voter
+            or self._shutdown_deadline_ms is not None
+        ):
+            return
+        delay = self.quorum.leader_unreachable_timeout_ms(source)
+        if state.mark_leader_unreachable(now_ms, delay):
+            log.info(
+                "node %d: the leader %d of epoch %d is unreachable (connection refused or "
+                "lost); pre-vote in %d ms unless it answers",
+                self.node_id,
+                source,
+                state.epoch,
+                state.remaining_fetch_ms(now_ms),
+            )
 
     def _has_consistent_leader(self, leader_id: int | None, epoch: int) -> bool:
         if leader_id is not None and leader_id == self.node_id:
@@ -676,10 +711,14 @@ class RaftCore:
         leader = int(current.get("leader_id", -1))
         leader_id = leader if leader >= 0 else None
         epoch = int(current.get("leader_epoch", -1))
+        before = self.quorum.state
         handled = self._maybe_handle_common_response(error, leader_id, epoch, now_ms)
         if handled is not None:
-            # An error that did not reveal a leader to follow: back off before the next fetch.
-            return handled and (error == NONE or isinstance(self.quorum.state, FollowerState))
+            # An error that did not reveal a new leader to follow (a voter asked while the
+            # leader was backing off that knows no better): back off before asking it again.
+            state = self.quorum.state
+            following = isinstance(state, FollowerState) and state is not before
+            return handled and (error == NONE or following)
         state = self.quorum.state
         if error != NONE:
             return False
@@ -727,6 +766,7 @@ class RaftCore:
                 state.update_high_watermark(hw)
                 self._update_committed(hw)
         state.has_fetched_from_leader = True
+        state.leader_unreachable = False
         state.reset_fetch_timeout(now_ms, self.config.fetch_timeout_ms)
         return True
 
@@ -776,7 +816,7 @@ class RaftCore:
             elif self.quorum.is_observer and state.has_fetch_timeout_expired(now_ms):
                 self._send_fetch_to_any_voter(now_ms)
             else:
-                self._maybe_send_fetch(state.leader_id, now_ms)
+                self._maybe_send_fetch_to_best_node(state, now_ms)
         elif isinstance(state, UnattachedState):
             if self.quorum.is_observer:
                 self._send_fetch_to_any_voter(now_ms)
@@ -806,6 +846,18 @@ class RaftCore:
                 )
                 self._send(voter, msgs.VOTE, data, now_ms)
 
+    def _maybe_send_fetch_to_best_node(self, state: FollowerState, now_ms: int) -> None:
+        """Kafka's ``maybeSendFetchToBestNode``: while the leader's connection is backing off
+        after a failure, ask another voter, which names a newer epoch and leader if there is
+        one (how an observer finds a new leader without waiting for its fetch timeout)."""
+        leader = state.leader_id
+        if leader is not None and self.requests.is_backing_off(leader, now_ms):
+            if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
+                return
+            self._send_fetch_to_any_voter(now_ms, exclude=leader)
+        else:
+            self._maybe_send_fetch(leader, now_ms)
+
     def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
         if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
             return
@@ -816,10 +868,10 @@ class RaftCore:
         )
         self._send(leader_id, msgs.FETCH, data, now_ms)
 
-    def _send_fetch_to_any_voter(self, now_ms: int) -> None:
+    def _send_fetch_to_any_voter(self, now_ms: int, exclude: int | None = None) -> None:
         if self.requests.has_inflight(self.voters, now_ms):
             return
-        voters = sorted(self.voters)
+        voters = sorted(v for v in self.voters if v not in (self.node_id, exclude))
         for _ in range(len(voters)):
             voter = voters[self._observer_fetch_index % len(voters)]
             self._observer_fetch_index += 1

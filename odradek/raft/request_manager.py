@@ -26,6 +26,10 @@ class RequestManager:
             self.backoff_until[destination] = now_ms + self.config.retry_backoff_ms
         return now_ms >= self.backoff_until.get(destination, 0)
 
+    def is_backing_off(self, destination: int, now_ms: int) -> bool:
+        """The last request to ``destination`` failed and its retry backoff has not passed."""
+        return destination not in self.inflight and now_ms < self.backoff_until.get(destination, 0)
+
     def has_inflight(self, destinations: frozenset[int], now_ms: int) -> bool:
         return any(not self.is_ready(d, now_ms) and d in self.inflight for d in destinations)
 

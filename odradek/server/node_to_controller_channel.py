@@ -14,7 +14,8 @@ A broker whose controller runs in another process sends each :class:`ControllerR
   with ``max.in.flight`` 1);
 - a disconnect, a refused connection or a request that is not answered in ``request.timeout.ms``
   drops the connection and sends the request again, first in line, after
-  ``retry_backoff_ms``, to whichever node is the active controller by then, until the request's
+  ``retry_backoff_ms`` (sooner when the Raft observer learns of a new active controller), to
+  whichever node is the active controller by then, until the request's
   retry timeout; then the sender gets :class:`ControllerRequestTimeout` (which the
   ForwardingManager answers with ``REQUEST_TIMED_OUT``);
 - ``NOT_CONTROLLER`` in the answer to a request the broker sends on its own behalf
@@ -79,6 +80,9 @@ class ControllerConnection(Protocol):
 # (node id, host, port) -> a connection to that controller (made lazily, on the first send).
 ConnectionFactory = Callable[[int, str, int], ControllerConnection]
 
+
+# How often a request waiting out its retry backoff looks for a new active controller.
+LEADER_POLL_S = 0.01
 
 # Kafka's channel managers' NetworkClient: reconnect.backoff 50 ms, not growing.
 CHANNEL_RECONNECT_BACKOFF_MS = 50
@@ -218,6 +222,17 @@ class NodeToControllerChannel(QueuedControllerChannel):
             await conn.close()
 
     # -- the request thread -----------------------------------------------------------------
+
+    async def _retry_backoff(self) -> None:
+        """The retry backoff, cut short once the Raft observer names another active
+        controller (a failover: the new one is tried at once, not a backoff later)."""
+        before = self._leader_id()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self._backoff
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(LEADER_POLL_S, left))
+            if self._leader_id() != before:
+                return
 
     async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
         node = self._controller_node()
