@@ -238,7 +238,9 @@ class FollowerState(EpochState):
         return Election(self.epoch, leader_id=self._leader_id)
 
     def reset_fetch_timeout(self, now_ms: int, fetch_timeout_ms: int) -> None:
+        """A fetch from the leader succeeded."""
         self.fetch_deadline_ms = now_ms + fetch_timeout_ms
+        self.leader_unreachable = False
 
     def override_fetch_timeout(self, now_ms: int, timeout_ms: int) -> None:
         self.fetch_deadline_ms = now_ms + timeout_ms

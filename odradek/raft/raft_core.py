@@ -48,7 +48,6 @@ from odradek.raft.raft_messages import (
     INVALID_REQUEST,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
     RaftMessage,
@@ -549,12 +548,7 @@ class RaftCore:
         data = response.data
         top_error = int(data.get("error_code", NONE))
         if top_error != NONE:
-            # BROKER_NOT_AVAILABLE: the connection was refused or lost (the network channel's
-            # answer, as Kafka's); REQUEST_TIMED_OUT: no answer in request.timeout.ms.
-            quiet = top_error in (BROKER_NOT_AVAILABLE, REQUEST_TIMED_OUT)
-            (log.debug if quiet else log.warning)(
-                "node %d: %r failed with error %d", self.node_id, response, top_error
-            )
+            log.warning("node %d: %r failed with error %d", self.node_id, response, top_error)
             self.requests.on_response(response.source, False, now_ms)
             if top_error == BROKER_NOT_AVAILABLE and response.api_key == msgs.FETCH:
                 self._on_fetch_disconnected(response.source, now_ms)
@@ -565,7 +559,9 @@ class RaftCore:
             self.requests.on_response(response.source, False, now_ms)
             return
         if response.api_key == msgs.FETCH:
+            before = self.quorum.state
             ok = self._handle_fetch_response(response.source, partition, now_ms)
+            ok = ok and not self._asked_in_vain(before, response.source)
         elif response.api_key == msgs.VOTE:
             ok = self._handle_vote_response(response.source, partition, now_ms)
         elif response.api_key == msgs.BEGIN_QUORUM_EPOCH:
@@ -575,31 +571,6 @@ class RaftCore:
         else:
             ok = False
         self.requests.on_response(response.source, ok, now_ms)
-
-    def _on_fetch_disconnected(self, source: int, now_ms: int) -> None:
-        """A voter's leader refused or dropped the connection (on loopback: its process is
-        gone). With pre-vote, the follower runs a pre-vote soon (a jittered fraction of the
-        election timeout) instead of waiting out ``fetch.timeout.ms``: a live leader's other
-        followers reject the pre-vote, so a wrong guess costs no epoch."""
-        state = self.quorum.state
-        if (
-            not self.pre_vote
-            or not isinstance(state, FollowerState)
-            or state.leader_id != source
-            or not self.quorum.is_voter
-            or self._shutdown_deadline_ms is not None
-        ):
-            return
-        delay = self.quorum.leader_unreachable_timeout_ms(source)
-        if state.mark_leader_unreachable(now_ms, delay):
-            log.info(
-                "node %d: the leader %d of epoch %d is unreachable (connection refused or "
-                "lost); pre-vote in %d ms unless it answers",
-                self.node_id,
-                source,
-                state.epoch,
-                state.remaining_fetch_ms(now_ms),
-            )
 
     def _has_consistent_leader(self, leader_id: int | None, epoch: int) -> bool:
         if leader_id is not None and leader_id == self.node_id:
@@ -688,6 +659,64 @@ class RaftCore:
                 now_ms, self.quorum.binary_exponential_backoff_ms(state.retries)
             )
 
+    def _on_fetch_disconnected(self, source: int, now_ms: int) -> None:
+        """A voter's leader refused or dropped the connection (on loopback: its process is
+        gone). With pre-vote it runs a pre-vote after a short turn (see
+        :meth:`QuorumState.leader_unreachable_timeout_ms`) instead of waiting out
+        ``fetch.timeout.ms``: a live leader's other followers refuse the pre-vote, so a wrong
+        guess costs no epoch."""
+        state = self.quorum.state
+        if (
+            not self.pre_vote
+            or not isinstance(state, FollowerState)
+            or state.leader_id != source
+            or not self.quorum.is_voter
+            or self._shutdown_deadline_ms is not None
+        ):
+            return
+        if state.mark_leader_unreachable(now_ms, self.quorum.leader_unreachable_timeout_ms(source)):
+            log.info(
+                "node %d: the leader %d of epoch %d is unreachable (connection refused or "
+                "lost); pre-vote in %d ms unless it answers",
+                self.node_id,
+                source,
+                state.epoch,
+                state.remaining_fetch_ms(now_ms),
+            )
+
+    def _asked_in_vain(self, before: object, source: int) -> bool:
+        """A Fetch to a voter other than the leader (asked while the leader backs off) told
+        nothing new: that voter backs off too, rather than being asked again at once."""
+        state = self.quorum.state
+        return state is before and isinstance(state, FollowerState) and state.leader_id != source
+
+    def _maybe_send_fetch_to_best_node(self, state: FollowerState, now_ms: int) -> None:
+        """Kafka's ``maybeSendFetchToBestNode``: while the leader's connection backs off after
+        a failure, ask another voter, which names a newer epoch and leader if there is one (how
+        an observer finds the new leader without waiting for its fetch timeout)."""
+        leader = state.leader_id
+        if leader is None or not self.requests.is_backing_off(leader, now_ms):
+            self._maybe_send_fetch(leader, now_ms)
+            return
+        if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
+            return  # the fetch offset must be durable here
+        others = [v for v in sorted(self.voters) if v not in (self.node_id, leader)]
+        if any(v in self.requests.inflight for v in others):
+            return
+        for i in range(len(others)):
+            voter = others[(self._observer_fetch_index + i) % len(others)]
+            if self.requests.is_ready(voter, now_ms):
+                self._observer_fetch_index += i + 1
+                data = msgs.fetch_request(
+                    self.cluster_id,
+                    self.node_id,
+                    self.epoch,
+                    self.log.end_offset,
+                    self.log.last_epoch,
+                )
+                self._send(voter, msgs.FETCH, data, now_ms)
+                return
+
     def _handle_quorum_epoch_response(
         self, source: int, p: dict[str, Any], now_ms: int, begin: bool
     ) -> bool:
@@ -711,14 +740,10 @@ class RaftCore:
         leader = int(current.get("leader_id", -1))
         leader_id = leader if leader >= 0 else None
         epoch = int(current.get("leader_epoch", -1))
-        before = self.quorum.state
         handled = self._maybe_handle_common_response(error, leader_id, epoch, now_ms)
         if handled is not None:
-            # An error that did not reveal a new leader to follow (a voter asked while the
-            # leader was backing off that knows no better): back off before asking it again.
-            state = self.quorum.state
-            following = isinstance(state, FollowerState) and state is not before
-            return handled and (error == NONE or following)
+            # An error that did not reveal a leader to follow: back off before the next fetch.
+            return handled and (error == NONE or isinstance(self.quorum.state, FollowerState))
         state = self.quorum.state
         if error != NONE:
             return False
@@ -766,7 +791,6 @@ class RaftCore:
                 state.update_high_watermark(hw)
                 self._update_committed(hw)
         state.has_fetched_from_leader = True
-        state.leader_unreachable = False
         state.reset_fetch_timeout(now_ms, self.config.fetch_timeout_ms)
         return True
 
@@ -846,18 +870,6 @@ class RaftCore:
                 )
                 self._send(voter, msgs.VOTE, data, now_ms)
 
-    def _maybe_send_fetch_to_best_node(self, state: FollowerState, now_ms: int) -> None:
-        """Kafka's ``maybeSendFetchToBestNode``: while the leader's connection is backing off
-        after a failure, ask another voter, which names a newer epoch and leader if there is
-        one (how an observer finds a new leader without waiting for its fetch timeout)."""
-        leader = state.leader_id
-        if leader is not None and self.requests.is_backing_off(leader, now_ms):
-            if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
-                return
-            self._send_fetch_to_any_voter(now_ms, exclude=leader)
-        else:
-            self._maybe_send_fetch(leader, now_ms)
-
     def _maybe_send_fetch(self, leader_id: int | None, now_ms: int) -> None:
         if leader_id is None or not self.requests.is_ready(leader_id, now_ms):
             return
@@ -868,10 +880,10 @@ class RaftCore:
         )
         self._send(leader_id, msgs.FETCH, data, now_ms)
 
-    def _send_fetch_to_any_voter(self, now_ms: int, exclude: int | None = None) -> None:
+    def _send_fetch_to_any_voter(self, now_ms: int) -> None:
         if self.requests.has_inflight(self.voters, now_ms):
             return
-        voters = sorted(v for v in self.voters if v not in (self.node_id, exclude))
+        voters = sorted(self.voters)
         for _ in range(len(voters)):
             voter = voters[self._observer_fetch_index % len(voters)]
             self._observer_fetch_index += 1
