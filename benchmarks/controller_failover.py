@@ -2,6 +2,7 @@
 through a broker.
 
     python3 benchmarks/controller_failover.py --kills 5
+    python3 benchmarks/controller_failover.py --kills 5 --stop   # SIGSTOP instead: no RST
     python3 benchmarks/controller_failover.py --kills 5 --override controller.quorum.fetch.timeout.ms=2000
 
 Starts three controller-only ``odradek server`` processes and one broker-only process on free
@@ -13,6 +14,12 @@ time from the kill to that success is one sample. The killed controller is then 
 the next round waits until it is back in the quorum (DescribeQuorum on the leader shows its log
 end offset at the high watermark). Prints each sample and the median, min and max; the server
 logs stay in the printed directory with ``--keep``.
+
+A killed process's connections are refused or reset at once (loopback), which the followers take
+as a hint to run a pre-vote early. ``--stop`` sends SIGSTOP instead (a hung process or a dead
+host: nothing answers, nothing is refused), so the failover waits for
+``controller.quorum.fetch.timeout.ms`` as in Kafka; the stopped controller gets SIGCONT once the
+sample is taken (it learns of the new epoch and steps down) and is then killed and restarted.
 """
 
 from __future__ import annotations
@@ -134,6 +141,7 @@ def main() -> None:
     ap.add_argument("--attempt-timeout", type=float, default=5.0)
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--keep", action="store_true", help="keep the data and log directory")
+    ap.add_argument("--stop", action="store_true", help="SIGSTOP the active controller, not SIGKILL")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="odradek-failover-"))
     ports = free_ports(4)
@@ -154,18 +162,27 @@ def main() -> None:
             part = leader_answer(controllers, 60, all_caught_up=True)
             time.sleep(1.0)  # let the quorum settle (fetches in flight, broker heartbeats)
             victim = controllers[part["leader_id"] - 1]
-            victim.kill()
+            if args.stop:
+                assert victim.proc is not None
+                victim.proc.send_signal(signal.SIGSTOP)
+            else:
+                victim.kill()
             killed = time.monotonic()
-            log(f"kill -9 controller {victim.node_id} (epoch {part['leader_epoch']}) "
+            log(f"{'SIGSTOP' if args.stop else 'kill -9'} controller {victim.node_id} (epoch {part['leader_epoch']}) "
                 f"at {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}")
             done = create_until_ok(admin, f"after-kill-{i}", args.attempt_timeout, 60)
             samples.append(done - killed)
             log(f"kill {i + 1}: CreateTopics through the broker succeeded after {done - killed:.3f}s")
+            if args.stop and victim.proc is not None:
+                victim.proc.send_signal(signal.SIGCONT)
+                time.sleep(0.5)
+                victim.kill()
             victim.start()
         log("samples: " + ", ".join(f"{s:.3f}" for s in samples))
         print(f"failover over {len(samples)} kills: median {statistics.median(samples):.3f}s, "
               f"min {min(samples):.3f}s, max {max(samples):.3f}s")
     finally:
+        admin = None  # noqa: F841 - librdkafka's threads stop before the broker does
         for n in [broker, *controllers]:
             n.stop()
         if args.keep:

@@ -240,7 +240,7 @@ class NodeToControllerChannel(QueuedControllerChannel):
             raise RetryRequest("no active controller known")
         self._current = item  # close() fails it if the attempt is cancelled
         try:
-            response = await self._attempt(node, item, remaining)
+            response = await self._attempt_while_active(node, item, remaining)
         except RetryRequest:
             self._current = None
             raise
@@ -274,6 +274,43 @@ class NodeToControllerChannel(QueuedControllerChannel):
             self._recorded = node
             self._unreachable_logged = False
         return node
+
+    async def _attempt_while_active(
+        self, node: tuple[int, str, int], item: PendingRequest, remaining: float
+    ) -> dict[str, Any]:
+        """One attempt, given up (the connection dropped, the request sent again to the new
+        controller) as soon as the Raft observer names another active controller: a hung
+        controller that nobody follows any more (SIGSTOP, a dead host) is not waited on for
+        the whole request timeout. The old one can no longer commit anything: it is fenced."""
+        attempt = asyncio.ensure_future(self._attempt(node, item, remaining))
+        moved = asyncio.ensure_future(self._leader_moved_from(node[0]))
+        try:
+            done, _ = await asyncio.wait({attempt, moved}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            moved.cancel()
+            raise
+        if attempt in done:
+            moved.cancel()
+            return attempt.result()
+        attempt.cancel()
+        try:
+            await attempt
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - abandoned on purpose
+            pass
+        conn = self._connections.pop(node, None)
+        self._versions.pop(node, None)
+        if conn is not None:
+            await conn.close()  # a late answer must never be taken for the next request's
+        log.info(
+            "%s channel: the active controller moved from %s to %s; sending the request there",
+            self._name, _describe(node), self._leader_id(),
+        )
+        raise RetryRequest(f"node {node[0]} is no longer the active controller")
+
+    async def _leader_moved_from(self, node_id: int) -> None:
+        while self._leader_id() in (node_id, None):
+            await asyncio.sleep(LEADER_POLL_S)
 
     async def _attempt(self, node: tuple[int, str, int], item: PendingRequest, remaining: float) -> dict[str, Any]:
         conn = self._connections.get(node)
