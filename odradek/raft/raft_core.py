@@ -690,12 +690,24 @@ class RaftCore:
         state = self.quorum.state
         return state is before and isinstance(state, FollowerState) and state.leader_id != source
 
+    def _leader_failing(self, state: FollowerState, now_ms: int) -> bool:
+        """The leader's last request failed and backs off, or (for an observer, which has no
+        election to fall back on) timed out lately without a word from it since: ask the
+        other voters, not the leader."""
+        leader = state.leader_id
+        if leader is None:
+            return False
+        if self.requests.is_backing_off(leader, now_ms):
+            return True
+        return self.quorum.is_observer and self.requests.is_silent(leader, now_ms)
+
     def _maybe_send_fetch_to_best_node(self, state: FollowerState, now_ms: int) -> None:
         """Kafka's ``maybeSendFetchToBestNode``: while the leader's connection backs off after
-        a failure, ask another voter, which names a newer epoch and leader if there is one (how
-        an observer finds the new leader without waiting for its fetch timeout)."""
+        a failure (or its last request timed out), ask another voter, which names a newer epoch
+        and leader if there is one (how an observer finds the new leader without waiting for
+        its fetch timeout, and then without waiting on a hung leader again)."""
         leader = state.leader_id
-        if leader is None or not self.requests.is_backing_off(leader, now_ms):
+        if leader is None or not self._leader_failing(state, now_ms):
             self._maybe_send_fetch(leader, now_ms)
             return
         if self.quorum.is_voter and self.log.durable_end_offset < self.log.end_offset:
@@ -837,7 +849,11 @@ class RaftCore:
                 and state.has_fetch_timeout_expired(now_ms)
             ):
                 self._transition_to_prospective(now_ms)
-            elif self.quorum.is_observer and state.has_fetch_timeout_expired(now_ms):
+            elif (
+                self.quorum.is_observer
+                and state.has_fetch_timeout_expired(now_ms)
+                and not self._leader_failing(state, now_ms)
+            ):
                 self._send_fetch_to_any_voter(now_ms)
             else:
                 self._maybe_send_fetch_to_best_node(state, now_ms)

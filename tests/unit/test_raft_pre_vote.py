@@ -224,3 +224,25 @@ def test_kill_of_the_leader_elects_the_next_voter_in_one_epoch_well_before_the_f
     new = cluster.leader()
     assert new.epoch == epoch + 1 and new.node_id == min(VOTERS - {old.node_id})
     assert cluster.now - killed_at < 2000
+
+
+def test_observer_stops_asking_a_hung_leader_once_a_fetch_to_it_timed_out() -> None:
+    """SIGSTOP of the leader: nothing is refused, the observer's fetch times out
+    (controller.quorum.request.timeout.ms). For the next request timeout it asks only the other
+    voters, not the hung leader again (which would hold its one fetch for another 2 s), until
+    one names the new leader."""
+    c = core(9, election=Election(3, leader_id=2))
+    (fetch,) = sent(c, msgs.FETCH)
+    assert fetch.destination == 2  # never answered
+    asked = []
+    for now in range(2000, 3900, 50):  # the fetch timeout passed, then the request timeout
+        c.tick(now)
+        for m in sent(c, msgs.FETCH):
+            asked.append(m.destination)
+            if m.destination != 2:  # the others still follow the hung leader
+                c.handle(answer(m, msgs.fetch_response(Errors.NOT_LEADER_OR_FOLLOWER, 3, 2, -1)), now)
+    assert len(asked) > 10 and 2 not in asked, asked
+    last = sent_fetch(c, 3900)
+    assert last.destination != 2
+    c.handle(answer(last, msgs.fetch_response(Errors.FENCED_LEADER_EPOCH, 4, 3, -1)), 3901)
+    assert isinstance(c.state, FollowerState) and (c.leader_id, c.epoch) == (3, 4)
