@@ -4,6 +4,7 @@ through a broker.
 
     python3 benchmarks/kraft_failover.py                 # 3 controllers, 1 broker, 5 rounds
     python3 benchmarks/kraft_failover.py --brokers 3 --rounds 10 --json
+    python3 benchmarks/kraft_failover.py --stop          # SIGSTOP instead: nothing refused
 
 Starts a local cluster (:class:`odradek.cli.cluster.LocalCluster`: 3 controller-only and
 ``--brokers`` broker-only ``odradek server`` processes on loopback, Kafka's default
@@ -19,7 +20,8 @@ Starts a local cluster (:class:`odradek.cli.cluster.LocalCluster`: 3 controller-
    DescribeQuorum polled on the surviving controllers every 20 ms. **failover** is the time to
    the first CreateTopics answered without error; **election** the time until a survivor
    says it leads a later epoch;
-4. restarts the killed controller.
+4. restarts the killed controller (``--stop``: SIGSTOP, not SIGKILL — a hung process, whose
+   connections are not refused; it is resumed and let catch up after the round).
 
 Prints min / median / max over ``--rounds``.
 """
@@ -141,6 +143,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--override", "-o", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for every node (e.g. controller.quorum.fetch.timeout.ms=...)")
+    ap.add_argument("--stop", action="store_true", help="SIGSTOP the active controller, not SIGKILL")
     ap.add_argument("--json", action="store_true", help="JSON on stdout")
     args = ap.parse_args()
     overrides = dict(item.split("=", 1) for item in args.override)
@@ -158,7 +161,10 @@ def main() -> int:
             epoch = part["leader_epoch"]
             survivors = [c for c in cluster.controllers if c is not leader]
 
-            cluster.kill(leader)
+            if args.stop:
+                cluster.pause(leader)
+            else:
+                cluster.kill(leader)
             killed_at = time.monotonic()
             (created_at, attempts, errors), (elected_at, new_leader, new_epoch) = asyncio.run(
                 measure(broker.port, f"failover-{r}", survivors, epoch, killed_at + 60)
@@ -173,7 +179,10 @@ def main() -> int:
             log(f"round {r + 1}: killed controller {leader.node_id} (epoch {epoch}); node {new_leader} leads "
                 f"epoch {new_epoch} after {row['election_s']:.3f}s; CreateTopics through broker "
                 f"{broker.node_id} succeeded after {row['failover_s']:.3f}s ({attempts} attempts, {row['errors']})")
-            cluster.start_node(leader)
+            if args.stop:
+                cluster.resume(leader)
+            else:
+                cluster.start_node(leader)
     finally:
         cluster.stop()
 

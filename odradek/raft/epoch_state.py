@@ -227,6 +227,9 @@ class FollowerState(EpochState):
         self.fetch_deadline_ms = now_ms + fetch_timeout_ms
         self.high_watermark: int | None = None
         self.has_fetched_from_leader = False
+        # The leader's connection was refused or lost (a dead process): the fetch timeout is
+        # cut short and pre-votes are granted, until a fetch succeeds again.
+        self.leader_unreachable = False
 
     @property
     def leader_id(self) -> int | None:
@@ -236,13 +239,30 @@ class FollowerState(EpochState):
         return Election(self.epoch, leader_id=self._leader_id)
 
     def reset_fetch_timeout(self, now_ms: int, fetch_timeout_ms: int) -> None:
+        """A fetch from the leader succeeded."""
         self.fetch_deadline_ms = now_ms + fetch_timeout_ms
+        self.leader_unreachable = False
 
     def override_fetch_timeout(self, now_ms: int, timeout_ms: int) -> None:
         self.fetch_deadline_ms = now_ms + timeout_ms
 
     def has_fetch_timeout_expired(self, now_ms: int) -> bool:
         return now_ms >= self.fetch_deadline_ms
+
+    def remaining_fetch_ms(self, now_ms: int) -> int:
+        return max(0, self.fetch_deadline_ms - now_ms)
+
+    def mark_leader_unreachable(self, now_ms: int, timeout_ms: int) -> bool:
+        """The leader refused or dropped the connection: become prospective within
+        ``timeout_ms`` (never later than the fetch timeout) unless a fetch succeeds first, and
+        grant pre-votes meanwhile. False when already marked (the first failure sets the
+        deadline; later ones do not push it back)."""
+        if self.leader_unreachable:
+            return False
+        self.leader_unreachable = True
+        self.has_fetched_from_leader = False
+        self.fetch_deadline_ms = min(self.fetch_deadline_ms, now_ms + timeout_ms)
+        return True
 
     def update_high_watermark(self, high_watermark: int | None) -> bool:
         if high_watermark is None or (

@@ -3,8 +3,10 @@
 
 One :class:`~odradek.network.client.NetworkClient` per voter of ``controller.quorum.voters``
 (id@host:port), which reconnects by itself and matches responses by correlation id. A request
-that cannot be sent or answered (connection refused or lost) comes back to the core as a
-response with ``BROKER_NOT_AVAILABLE``, so it backs off and retries as Kafka's does. Fetch
+that cannot be sent (connection refused or lost, or the peer's reconnect backoff has not
+passed since the last failure) comes back to the core at once as a response with
+``BROKER_NOT_AVAILABLE``, one not answered in ``request.timeout.ms`` with
+``REQUEST_TIMED_OUT`` (Kafka's ``KafkaNetworkChannel``); the core backs off and retries. Fetch
 responses carry RecordBatches: the core's batches are encoded by the leader and decoded here.
 """
 
@@ -77,6 +79,14 @@ def fill_uuids(value: Any) -> Any:
     if isinstance(value, list):
         return [fill_uuids(v) for v in value]
     return value
+
+
+def _blacked_out(client: NetworkClient) -> bool:
+    """Not connected, and the last attempt failed less than the reconnect backoff ago."""
+    if client.connected or client.backoff.failed_attempts == 0:
+        return False
+    now_ms = asyncio.get_running_loop().time() * 1000
+    return client.backoff.delay_ms(now_ms) > 0
 
 
 class KafkaNetworkChannel(Generic[T]):
@@ -156,6 +166,10 @@ class KafkaNetworkChannel(Generic[T]):
         if client is None:
             log.warning("Raft: no endpoint for node %d (not in controller.quorum.voters)", request.destination)
             data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
+        elif _blacked_out(client):
+            # Kafka's NetworkClient is not ready for a node in reconnect backoff: fail now,
+            # so the core learns the peer is down (and asks another) instead of waiting.
+            data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
         else:
             try:
                 data = await asyncio.wait_for(
@@ -168,7 +182,10 @@ class KafkaNetworkChannel(Generic[T]):
             except UndecodableBatch as e:
                 log.warning("Raft: undecodable records from node %d: %s", request.destination, e)
                 data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
-            except (TimeoutError, OSError) as e:  # ConnectionClosed is an OSError
+            except TimeoutError as e:
+                log.debug("Raft: %r to node %d timed out: %s", request, request.destination, e)
+                data = error_response(request.api_key, msgs.REQUEST_TIMED_OUT)
+            except OSError as e:  # ConnectionClosed is an OSError
                 log.debug("Raft: %r to node %d failed: %s", request, request.destination, e)
                 data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
             except Exception as e:  # an encoding or decoding error: a bug or a hostile peer

@@ -98,12 +98,12 @@ class KafkaRaftClient(RaftClient[T]):
         cluster_id: str = "",
         config: QuorumConfig | None = None,
         rng: random.Random | None = None,
-        pre_vote: bool = False,
+        pre_vote: bool = True,
         dynamic: DynamicQuorum | None = None,
         bootstrap_ids: Sequence[int] = (),
     ) -> None:
-        """``voters`` None: this node alone. ``pre_vote`` is off on the network: the Vote
-        versions Odradek speaks (v0-v1, Kafka 3.9) cannot carry it."""
+        """``voters`` None: this node alone. ``pre_vote``: KIP-996, on the wire as Vote v2
+        (every voter must speak it; False: candidates at once, as Kafka 3.9)."""
         self.node_id = node_id
         self.voters = frozenset(voters) if voters is not None else frozenset({node_id})
         self.cluster_id = cluster_id

@@ -119,6 +119,19 @@ class QuorumState:
         t = self.config.election_timeout_ms
         return 0 if t == 0 else t + self.random.randrange(t)
 
+    def leader_unreachable_timeout_ms(self, leader_id: int) -> int:
+        """How long a voter waits before it runs a pre-vote once its leader's connection is
+        refused or lost. The other voters take turns by node id, a quarter of
+        ``election.timeout.ms`` apart (with a random sixteenth on top): were they to become
+        prospective at once, each would grant the other's pre-vote and both would stand as
+        candidates in the same epoch, splitting the vote for a whole election timeout.
+        Odradek's shortcut (Kafka waits for ``fetch.timeout.ms``); pre-vote makes it safe: a
+        node that is wrong about its leader cannot bump the epoch."""
+        slot = self.config.election_timeout_ms // 4
+        others = sorted(v for v in self.voters if v != leader_id)
+        position = others.index(self.local_id) if self.local_id in others else len(others)
+        return position * slot + (self.random.randrange(slot // 4) if slot >= 4 else 0)
+
     def binary_exponential_backoff_ms(self, retries: int) -> int:
         """Kafka's backoff after a lost election: random, doubling with the retries."""
         bound = 2 << min(20, max(retries, 1) - 1)

@@ -20,6 +20,7 @@ class RequestManager:
         self.config = config
         self.inflight: dict[int, tuple[int, int]] = {}  # destination -> (correlation, deadline)
         self.backoff_until: dict[int, int] = {}
+        self.timed_out_at: dict[int, int] = {}  # destination -> when its last request timed out
 
     def is_ready(self, destination: int, now_ms: int) -> bool:
         entry = self.inflight.get(destination)
@@ -28,7 +29,21 @@ class RequestManager:
                 return False
             del self.inflight[destination]  # timed out
             self.backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+            self.timed_out_at[destination] = now_ms
         return now_ms >= self.backoff_until.get(destination, 0)
+
+    def is_backing_off(self, destination: int, now_ms: int) -> bool:
+        """The last request to ``destination`` failed (or timed out: Kafka's
+        ``hasRequestTimedOut`` then ``reset``) and its retry backoff has not passed."""
+        self.is_ready(destination, now_ms)  # a request past its deadline counts as failed
+        return destination not in self.inflight and now_ms < self.backoff_until.get(destination, 0)
+
+    def is_silent(self, destination: int, now_ms: int) -> bool:
+        """A request to ``destination`` timed out less than ``request.timeout.ms`` ago and
+        nothing has come back from it since (a hung process, a dead host)."""
+        self.is_ready(destination, now_ms)
+        at = self.timed_out_at.get(destination)
+        return at is not None and now_ms - at < self.config.request_timeout_ms
 
     def has_inflight(self, destinations: frozenset[int], now_ms: int) -> bool:
         return any(not self.is_ready(d, now_ms) and d in self.inflight for d in destinations)
@@ -42,12 +57,14 @@ class RequestManager:
 
     def on_response(self, source: int, ok: bool, now_ms: int) -> None:
         self.inflight.pop(source, None)
+        self.timed_out_at.pop(source, None)
         if not ok:
             self.backoff_until[source] = now_ms + self.config.retry_backoff_ms
 
     def reset_all(self) -> None:
         self.inflight.clear()
         self.backoff_until.clear()
+        self.timed_out_at.clear()
 
 
 class FetchPurgatory:

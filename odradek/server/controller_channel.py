@@ -150,6 +150,10 @@ class QueuedControllerChannel(ControllerChannel):
             self._worker = loop.create_task(self._run(), name=f"controller-channel-{self._name}")
         return await pending.future
 
+    async def _retry_backoff(self) -> None:
+        """The wait before a request is sent again (``retry.backoff.ms``)."""
+        await asyncio.sleep(self._backoff)
+
     @abstractmethod
     async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
         """One attempt: (the controller's node id, its response). Raises RetryRequest, or what
@@ -181,7 +185,7 @@ class QueuedControllerChannel(ControllerChannel):
             except RetryRequest as e:
                 item.last_error = str(e)
                 self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
+                await self._retry_backoff()
                 continue
             except Exception as e:  # the caller sees what the controller raised
                 if not item.future.done():
@@ -194,7 +198,7 @@ class QueuedControllerChannel(ControllerChannel):
                 )
                 item.last_error = f"node {node} answered NOT_CONTROLLER"
                 self._queue.appendleft(item)
-                await asyncio.sleep(self._backoff)
+                await self._retry_backoff()
                 continue
             if not item.future.done():
                 item.future.set_result(response)

@@ -14,7 +14,8 @@ A broker whose controller runs in another process sends each :class:`ControllerR
   with ``max.in.flight`` 1);
 - a disconnect, a refused connection or a request that is not answered in ``request.timeout.ms``
   drops the connection and sends the request again, first in line, after
-  ``retry_backoff_ms``, to whichever node is the active controller by then, until the request's
+  ``retry_backoff_ms`` (sooner when the Raft observer learns of a new active controller), to
+  whichever node is the active controller by then, until the request's
   retry timeout; then the sender gets :class:`ControllerRequestTimeout` (which the
   ForwardingManager answers with ``REQUEST_TIMED_OUT``);
 - ``NOT_CONTROLLER`` in the answer to a request the broker sends on its own behalf
@@ -79,6 +80,9 @@ class ControllerConnection(Protocol):
 # (node id, host, port) -> a connection to that controller (made lazily, on the first send).
 ConnectionFactory = Callable[[int, str, int], ControllerConnection]
 
+
+# How often a request waiting out its retry backoff looks for a new active controller.
+LEADER_POLL_S = 0.01
 
 # Kafka's channel managers' NetworkClient: reconnect.backoff 50 ms, not growing.
 CHANNEL_RECONNECT_BACKOFF_MS = 50
@@ -219,13 +223,24 @@ class NodeToControllerChannel(QueuedControllerChannel):
 
     # -- the request thread -----------------------------------------------------------------
 
+    async def _retry_backoff(self) -> None:
+        """The retry backoff, cut short once the Raft observer names another active
+        controller (a failover: the new one is tried at once, not a backoff later)."""
+        before = self._leader_id()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self._backoff
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(LEADER_POLL_S, left))
+            if self._leader_id() != before:
+                return
+
     async def _deliver(self, item: PendingRequest, remaining: float) -> tuple[int, dict[str, Any]]:
         node = self._controller_node()
         if node is None:
             raise RetryRequest("no active controller known")
         self._current = item  # close() fails it if the attempt is cancelled
         try:
-            response = await self._attempt(node, item, remaining)
+            response = await self._attempt_while_active(node, item, remaining)
         except RetryRequest:
             self._current = None
             raise
@@ -259,6 +274,43 @@ class NodeToControllerChannel(QueuedControllerChannel):
             self._recorded = node
             self._unreachable_logged = False
         return node
+
+    async def _attempt_while_active(
+        self, node: tuple[int, str, int], item: PendingRequest, remaining: float
+    ) -> dict[str, Any]:
+        """One attempt, given up (the connection dropped, the request sent again to the new
+        controller) as soon as the Raft observer names another active controller: a hung
+        controller that nobody follows any more (SIGSTOP, a dead host) is not waited on for
+        the whole request timeout. The old one can no longer commit anything: it is fenced."""
+        attempt = asyncio.ensure_future(self._attempt(node, item, remaining))
+        moved = asyncio.ensure_future(self._leader_moved_from(node[0]))
+        try:
+            done, _ = await asyncio.wait({attempt, moved}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            moved.cancel()
+            raise
+        if attempt in done:
+            moved.cancel()
+            return attempt.result()
+        attempt.cancel()
+        try:
+            await attempt
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - abandoned on purpose
+            pass
+        conn = self._connections.pop(node, None)
+        self._versions.pop(node, None)
+        if conn is not None:
+            await conn.close()  # a late answer must never be taken for the next request's
+        log.info(
+            "%s channel: the active controller moved from %s to %s; sending the request there",
+            self._name, _describe(node), self._leader_id(),
+        )
+        raise RetryRequest(f"node {node[0]} is no longer the active controller")
+
+    async def _leader_moved_from(self, node_id: int) -> None:
+        while self._leader_id() in (node_id, None):
+            await asyncio.sleep(LEADER_POLL_S)
 
     async def _attempt(self, node: tuple[int, str, int], item: PendingRequest, remaining: float) -> dict[str, Any]:
         conn = self._connections.get(node)

@@ -4,7 +4,10 @@ N voters and some observers run in one process against a simulated world:
 
 * a network that drops, delays, duplicates and (through random delays) reorders messages, and
   partitions the nodes into two sides; a message to a node that restarted since it was sent is
-  lost, as a TCP connection to a dead process is;
+  lost, as a TCP connection to a dead process is; with ``Faults.refuse`` a request that reaches
+  a crashed (or since restarted) node is answered by the sender's network channel with
+  ``BROKER_NOT_AVAILABLE`` (connection refused or reset, what loopback does), else it is lost
+  (a black hole, what a dead host behind a switch does);
 * disks: the quorum-state file is written before anything leaves the node (what the driver
   does); log appends and truncations reach the disk only at an fsync, some time later; a crash
   loses what was not fsynced (a random prefix of it may have reached the disk anyway);
@@ -26,7 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.raft import raft_messages as msgs
 from odradek.raft.epoch_state import Election, LeaderState
+from odradek.raft.kafka_network_channel import error_response
 from odradek.raft.quorum import QuorumConfig
 from odradek.raft.raft_core import Append, RaftCore, Ready, Truncate
 from odradek.raft.raft_log import LogBatch
@@ -50,6 +55,7 @@ class Faults:
     crash_every_ms: int = 1200
     partition_every_ms: int = 1500
     fault_phase_ms: int = 10_000
+    refuse: bool = False  # a request to a dead node is refused (the sender hears at once)
 
 
 @dataclass(frozen=True)
@@ -298,6 +304,8 @@ class Simulation:
         self, dest: Node, message: RaftMessage, incarnation: int, sender_incarnation: int
     ) -> None:
         if dest.core is None or dest.incarnation != incarnation:
+            if self.faults.refuse and not message.is_response:
+                self._refuse(dest, message, sender_incarnation)
             return
         if dest.paused_until > self.now:
             resume = dest.paused_until + self.rng.randrange(1, 5)
@@ -308,6 +316,24 @@ class Simulation:
             self._response_incarnation[key] = sender_incarnation
         dest.core.handle(message, dest.local_ms(self.now))
         self.drain(dest)
+
+    def _refuse(self, dest: Node, request: RaftMessage, sender_incarnation: int) -> None:
+        """The connection to ``dest`` was refused or reset: the sender's channel answers the
+        request itself, a moment later."""
+        sender = self.nodes[request.source]
+        answer = RaftMessage(
+            dest.node_id,
+            request.source,
+            request.api_key,
+            request.correlation_id,
+            error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE),
+            is_response=True,
+        )
+        delay = self.rng.randrange(1, 5)
+        self.at(
+            self.now + delay,
+            lambda: self.deliver(sender, answer, sender_incarnation, dest.incarnation),
+        )
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -603,6 +629,7 @@ def run_schedule(seed: int, pre_vote: bool = True) -> Simulation:
             drop=shape.choice((0.0, 0.02, 0.1)),
             duplicate=shape.choice((0.0, 0.05)),
             max_delay_ms=shape.choice((5, 40, 150)),
+            refuse=shape.random() < 0.5,
         ),
         max_fetch_batches=shape.choice((8, 64)),
         pre_vote=pre_vote,

@@ -8,6 +8,7 @@ the invariants are known to bite.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Iterator
 
@@ -15,7 +16,7 @@ import pytest
 
 from odradek.raft import epoch_state, quorum, raft_core
 
-from .raft_sim import Violation, run_schedule
+from .raft_sim import Faults, Simulation, Violation, run_schedule
 
 REPLAY = (
     "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_raft_sim.py -k {test} -q"
@@ -63,6 +64,49 @@ def test_schedules_exercise_failover() -> None:
     """The default schedules elect several leaders and truncate diverging followers."""
     epochs = [max(run_schedule(seed).leaders, default=0) for seed in range(20)]
     assert max(epochs) >= 3
+
+
+def _run_until(sim: Simulation, until_ms: int) -> None:
+    while sim._queue and sim._queue[0][0] <= until_ms:
+        time_ms, _, action = heapq.heappop(sim._queue)
+        sim.now = time_ms
+        action()
+        sim.check_step()
+    sim.now = until_ms
+
+
+def _rejoin(seed: int, pre_vote: bool) -> tuple[int, int, int, int]:
+    """A stable 3-voter quorum; one follower cut off for 10 s (five fetch timeouts), then let
+    back in for 5 s. (leader, epoch) before the cut and after the heal."""
+    sim = Simulation(
+        seed, voters=3, observers=1, faults=Faults(drop=0.0, duplicate=0.0), pre_vote=pre_vote
+    )
+    for node in sim.nodes.values():
+        sim.start(node)
+    _run_until(sim, 4000)
+    leader = sim._current_leader()
+    assert leader is not None, sim.trace[-20:]
+    epoch = sim.nodes[leader].core.epoch  # type: ignore[union-attr]
+    outsider = min(v for v in sim.voter_ids if v != leader)
+    sim._set_partition(frozenset({outsider}), frozenset(sim.nodes) - {outsider})
+    _run_until(sim, 14_000)
+    sim._set_partition(None, None)
+    _run_until(sim, 19_000)
+    after = sim._current_leader()
+    assert after is not None, sim.trace[-20:]
+    return leader, epoch, after, sim.nodes[after].core.epoch  # type: ignore[union-attr]
+
+
+def test_a_voter_cut_off_and_let_back_in_does_not_disturb_a_stable_leader() -> None:
+    """KIP-996's point: the cut-off voter keeps asking with pre-votes at its own epoch, which
+    the others refuse while they hear from their leader; back in, it follows the same leader in
+    the same epoch. Without pre-vote it bumps the epoch and deposes the leader (the check
+    bites)."""
+    for seed in range(5):
+        leader, epoch, after, after_epoch = _rejoin(seed, pre_vote=True)
+        assert (after, after_epoch) == (leader, epoch), f"seed {seed}"
+    _, epoch, _, after_epoch = _rejoin(0, pre_vote=False)
+    assert after_epoch > epoch
 
 
 def _hw_counts_minority(self: epoch_state.LeaderState) -> bool:

@@ -225,6 +225,60 @@ def test_disconnects_are_retried_and_logged_once_per_episode(caplog: pytest.LogC
     assert sum("reachable again" in s for s in messages) == 2
 
 
+def test_a_new_active_controller_cuts_the_retry_backoff_short() -> None:
+    """Failover: the old controller refuses; once the Raft observer names the new one, the
+    request goes there at once, not a whole retry.backoff.ms later."""
+
+    async def go() -> None:
+        c1, c2 = FakeController(1), FakeController(2)
+        c1.down = 1000  # killed
+        net = FakeNetwork(c1, c2)
+        leader: list[int | None] = [1]
+        ch = channel(net, leader, retry_backoff_ms=5000)
+        loop = asyncio.get_running_loop()
+        sent = asyncio.ensure_future(ch.send(alloc(7)))
+        await asyncio.sleep(0.1)  # the attempt to node 1 failed: the 5 s backoff runs
+        assert not sent.done()
+        leader[0] = 2
+        changed = loop.time()
+        resp = await asyncio.wait_for(sent, 2)
+        assert resp["node"] == 2 and resp["n"] == 7
+        assert loop.time() - changed < 1.0
+        await ch.close()
+
+    run(go)
+
+
+def test_a_request_to_a_hung_controller_goes_to_the_new_one_once_it_is_known() -> None:
+    """SIGSTOP of the active controller: nothing answers, nothing is refused. Once the Raft
+    observer names a new active controller, the request in flight is given up and sent there,
+    not after the whole request timeout."""
+
+    async def go() -> None:
+        c1, c2 = FakeController(1), FakeController(2)
+        net = FakeNetwork(c1, c2)
+        leader: list[int | None] = [1]
+        ch = channel(net, leader, request_timeout_ms=30_000)
+        assert (await ch.send(alloc(1)))["node"] == 1  # connected, versions known
+        c1.hang = 1
+        loop = asyncio.get_running_loop()
+        sent = asyncio.ensure_future(ch.send(alloc(2)))
+        await asyncio.sleep(0.2)
+        assert not sent.done() and c1.seen[-1][0] == ALLOCATE  # in flight on node 1
+        leader[0] = None  # an election: nobody to go to yet, the attempt goes on
+        await asyncio.sleep(0.1)
+        assert not sent.done()
+        leader[0] = 2
+        changed = loop.time()
+        resp = await asyncio.wait_for(sent, 5)
+        assert resp["node"] == 2 and resp["n"] == 2
+        assert loop.time() - changed < 1.0
+        assert (await ch.send(alloc(3)))["node"] == 2
+        await ch.close()
+
+    run(go)
+
+
 def test_a_request_unanswered_in_time_is_sent_again_then_times_out() -> None:
     async def go() -> None:
         c1, c2 = FakeController(1), FakeController(2)

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import pkgutil
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -133,6 +134,54 @@ def test_generator_translates_versions_tags_nullables_defaults_and_common_struct
     )
     with pytest.raises(ValueError, match="versions differ"):
         generator().generate(tmp_path)
+
+
+def test_vote_v2_is_added_to_an_older_reference_and_carries_pre_vote(tmp_path: Path) -> None:
+    """The reference stops at Vote v1; the generator's addition makes v2 with KIP-996's PreVote
+    in the request's partitions (the response's v2 is v1), and leaves a reference that already
+    has v2 as it is."""
+    vote = DEFINITIONS[52]
+    assert (vote.min_version, vote.max_version) == (0, 2)
+    partition = {
+        "partition_index": 0, "candidate_epoch": 7, "candidate_id": 2,
+        "candidate_directory_id": uuid.UUID(int=0),
+        "voter_directory_id": uuid.UUID(int=0),
+        "last_offset_epoch": 6, "last_offset": 42, "pre_vote": True,
+    }  # fmt: skip
+    request = {"cluster_id": "c", "voter_id": 1, "topics": [{"topic_name": "__cluster_metadata",
+                                                             "partitions": [partition]}]}
+    v2 = b"".join(vote.encode_request(2, request))
+    v1 = b"".join(vote.encode_request(1, request))
+    assert len(v2) == len(v1) + 1  # one bool more
+    decoded = vote.decode_request(2, v2)[0]["topics"][0]["partitions"][0]
+    assert decoded["pre_vote"] is True
+    assert vote.decode_request(1, v1)[0]["topics"][0]["partitions"][0]["pre_vote"] is False
+    response = {"error_code": 0, "topics": [], "node_endpoints": []}
+    assert vote.encode_response(2, response) == vote.encode_response(1, response)
+
+    gen = generator()
+    messages = tmp_path / "messages"
+    messages.mkdir()
+    request_doc = {
+        "apiKey": 52, "type": "request", "name": "VoteRequest", "validVersions": "0-1",
+        "flexibleVersions": "0+", "fields": [
+            {"name": "Topics", "type": "[]TopicData", "versions": "0+", "fields": [
+                {"name": "Partitions", "type": "[]PartitionData", "versions": "0+", "fields": [
+                    {"name": "CandidateEpoch", "type": "int32", "versions": "0+"}]}]}],
+    }  # fmt: skip
+    response_doc = {"apiKey": 52, "type": "response", "name": "VoteResponse",
+                    "validVersions": "0-1", "flexibleVersions": "0+", "fields": []}
+    (messages / "VoteRequest.json").write_text(json.dumps(request_doc))
+    (messages / "VoteResponse.json").write_text(json.dumps(response_doc))
+    text = gen.generate(tmp_path)["vote.py"]
+    assert 'F("pre_vote", "bool", "2+")' in text and "max_version=2" in text
+    assert "VoteRequest v2 adds PreVote (KIP-996)" in text
+    # A reference that already has v2 (Kafka 4.x) is translated as it is: nothing added twice.
+    request_doc["validVersions"] = response_doc["validVersions"] = "0-2"
+    (messages / "VoteRequest.json").write_text(json.dumps(request_doc))
+    (messages / "VoteResponse.json").write_text(json.dumps(response_doc))
+    text = gen.generate(tmp_path)["vote.py"]
+    assert "pre_vote" not in text and "additions" not in text
 
 
 # -- what the broker serves ---------------------------------------------------------------------
