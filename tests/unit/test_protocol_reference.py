@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -41,11 +42,28 @@ def load_json(path: Path) -> dict[str, Any]:
 
 
 @cache
+@cache
+def _generator_additions() -> Any:
+    """scripts/generate_protocol.py's ``apply_addition``: the versions Odradek speaks beyond an
+    older reference (Vote v2, KIP-996), written from the KIP; the reference is compared as the
+    generator extends it."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "generate_protocol.py"
+    spec = importlib.util.spec_from_file_location("generate_protocol_for_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.apply_addition
+
+
 def reference_messages() -> dict[tuple[int, str], dict[str, Any]]:
     out: dict[tuple[int, str], dict[str, Any]] = {}
     for path in sorted((_require_reference() / "messages").glob("*.json")):
         doc = load_json(path)
         if "apiKey" in doc and doc.get("type") in ("request", "response"):
+            _generator_additions()(doc)
             out[(doc["apiKey"], doc["type"])] = doc
     return out
 
