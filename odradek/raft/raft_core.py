@@ -715,6 +715,9 @@ class RaftCore(FetchPaths):
         if self.log.durable_end_offset < self.log.end_offset:
             return  # the fetch offset must be durable here (observers too: see _maybe_send_fetch)
         others = [v for v in sorted(self.voters) if v not in (self.node_id, leader)]
+        if not others:  # the leader is the only voter to ask (a quorum of one)
+            self._maybe_send_fetch(leader, now_ms)
+            return
         if any(v in self.requests.inflight for v in others):
             return
         for i in range(len(others)):
