@@ -444,7 +444,9 @@ def test_requests_to_a_dead_peer_warn_once_until_it_answers(caplog: Any) -> None
 
     from odradek.raft.kafka_network_channel import error_response
 
-    f = core(1, election=Election(4, leader_id=2))
+    # An observer of a one-voter quorum: nobody else to ask, no election to run (a voter would
+    # ask other voters and run a pre-vote once its leader refuses connections).
+    f = core(1, frozenset({2}), election=Election(4, leader_id=2))
     now = 0
     sent = [m for m in f.ready().messages if m.api_key == msgs.FETCH]
 
