@@ -181,7 +181,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     # name: (how to break the controller, seeds to try first)
     "active controller writes before its image caught up with its epoch": (
         lambda mp: mp.setattr(ControllerSimulation, "wait_for_catch_up", False),
-        [36],
+        [80, 102, 158, 36],
     ),
     "managers propose from a stale image": (
         lambda mp: mp.setattr(Controller, "set_image", _stale_managers),
