@@ -41,6 +41,10 @@ from odradek.server.shared_server import SharedServer, bind_listener, network_li
 
 log = logging.getLogger(__name__)
 
+# Start-up waits for the metadata log to catch up: how often it looks, and logs that it waits.
+_CATCH_UP_POLL_S = 0.02
+_CATCH_UP_LOG_INTERVAL_S = 10.0
+
 
 async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
     """Run ``fn`` in a worker thread every ``interval_ms`` (a callable is read before each wait,
@@ -143,6 +147,7 @@ class BrokerServer:
         loader = MetadataLoader(self.metadata_cache)
         self.shared.register(loader)
         self.loader = loader
+        await self._catch_up_metadata(loader)
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
@@ -271,14 +276,18 @@ class BrokerServer:
 
     def _refuse_unsupported_state(self) -> None:
         """Refuse data directories whose state this node cannot serve (typically Apache Kafka's,
-        before a migration): partitions replicated on other brokers, and records of features
-        Odradek does not have."""
+        before a migration): partitions replicated on other brokers (when this node is the whole
+        quorum), and records of features Odradek does not have."""
         assert self.log_manager is not None
+        client = self.shared.raft_client
+        # A node alone in its quorum is the single-node server; in a cluster (other voters, or
+        # a broker-only node), partitions on other brokers are the normal case.
+        alone = client is not None and client.voters == {self.node_id}
         elsewhere = sorted(
             (t.name, pid, list(p.replicas))
             for t in self.metadata_cache.image.topics.by_name.values()
             for pid, p in t.partitions.items()
-            if any(r != self.node_id for r in p.replicas)
+            if alone and any(r != self.node_id for r in p.replicas)
         )
         if elsewhere:
             name, pid, replicas = elsewhere[0]
@@ -296,6 +305,40 @@ class BrokerServer:
                     "does not support; refusing to start rather than lose that state. Copy the "
                     "topics over with a replicating tool (e.g. MirrorMaker 2) instead"
                 )
+
+    async def _catch_up_metadata(self, loader: MetadataLoader) -> None:
+        """Wait until the loader has every record committed when this node first learns the
+        quorum's high watermark. Until an observer (or a follower) has heard from the leader it
+        does not know how much of its local metadata log is committed, and the image is empty or
+        old: deleting "stray" logs or taking up partitions from it would delete every partition
+        of a broker restarted with the rest of the cluster. Kafka's broker likewise publishes no
+        metadata (and starts its LogManager) only once its loader has reached the high
+        watermark. Waits as long as it takes (Kafka's ``server.max.startup.time.ms`` is
+        unbounded by default), logging every ``_CATCH_UP_LOG_INTERVAL_S``; SIGTERM cancels it."""
+        client = self.shared.raft_client
+        assert client is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        next_log = started + _CATCH_UP_LOG_INTERVAL_S
+        target: int | None = None
+        while True:
+            hw = client.known_high_watermark
+            if hw is not None and target is None:
+                target = hw
+            if target is not None and client.listener_offset(loader) >= target:
+                if loop.time() - started > 1:
+                    log.info("Metadata caught up with the quorum's high watermark %d after %.1f s",
+                             target, loop.time() - started)
+                return
+            if loop.time() >= next_log:
+                next_log += _CATCH_UP_LOG_INTERVAL_S
+                log.info(
+                    "Waiting for the metadata log to catch up before loading partitions: high "
+                    "watermark %s, replayed below offset %d, leader %s",
+                    "unknown" if target is None else target, client.listener_offset(loader),
+                    client.leader_and_epoch.leader_id,
+                )
+            await asyncio.sleep(_CATCH_UP_POLL_S)
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None

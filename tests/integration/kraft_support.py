@@ -66,6 +66,7 @@ class KraftNode:
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.terminating = False
 
     @property
     def bootstrap(self) -> str:
@@ -111,12 +112,16 @@ class KraftNode:
             self.proc.wait(10)
             self.proc = None
         self.paused = False
+        self.terminating = False
 
     def terminate(self) -> None:
-        """SIGTERM without waiting (a stopped process gets SIGCONT first, or it never sees it)."""
-        if self.proc is not None:
+        """SIGTERM without waiting (a stopped process gets SIGCONT first, or it never sees it).
+        Sent once: a second SIGTERM makes ``odradek server`` exit at once, without its
+        controlled shutdown."""
+        if self.proc is not None and not self.terminating:
             self.resume()
             self.proc.terminate()
+            self.terminating = True
 
     def stop(self, timeout_s: float = 20) -> None:
         if self.proc is None:
@@ -128,6 +133,7 @@ class KraftNode:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
+        self.terminating = False
 
     def log_tail(self, n: int = 3000) -> str:
         try:
@@ -145,12 +151,12 @@ async def describe_quorum(host: str, port: int, timeout_s: float = 3) -> dict[st
                 {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}),
             timeout_s,
         )
-    except (OSError, TimeoutError, asyncio.TimeoutError, ConnectionError):
+    except (OSError, TimeoutError, ConnectionError):
         return None
     finally:
         try:
             await asyncio.wait_for(client.close(), 2)
-        except (OSError, TimeoutError, asyncio.TimeoutError):
+        except (OSError, TimeoutError):
             pass
     return dict(resp["topics"][0]["partitions"][0])
 
