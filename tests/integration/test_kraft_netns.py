@@ -212,6 +212,9 @@ def test_cut_off_controller_loses_leadership_and_rejoins(network: Network, tmp_p
         assert follower.netns is not None
         network.cut(follower.netns)
         try:
+            # Past controller.quorum.fetch.timeout.ms: the cut-off follower has given up on the
+            # leader and campaigns, unheard.
+            time.sleep(3)
             create_topic(broker.bootstrap, "netns-follower-cut", 1, timeout_s=90)
             during = cluster.find_leader(30, among=[c for c in cluster.controllers if c is not follower])
             assert during["leader_id"] != follower.node_id, during
@@ -225,7 +228,8 @@ def test_cut_off_controller_loses_leadership_and_rejoins(network: Network, tmp_p
 
         wait_for("every voter caught up after the heal", all_caught_up, 60, cluster.logs)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        names = set(admin.list_topics(timeout=10).topics)
-        assert {"netns-before", "netns-during-cut", "netns-follower-cut"} <= names, names
+        wanted = {"netns-before", "netns-during-cut", "netns-follower-cut"}
+        wait_for("the broker lists every topic created", lambda: wanted <= set(admin.list_topics(timeout=10).topics),
+                 30, cluster.logs)
     finally:
         cluster.close()
