@@ -136,7 +136,11 @@ async def serve(config: KafkaConfig, server_factory: ServerFactory) -> int:
             log.exception("cannot create the broker")
             return 1
         try:
-            await server.startup()
+            # SIGTERM during start-up (a broker waits there for the metadata quorum) stops it.
+            if not await _start_unless_stopped(server, stop):
+                log.info("stopped during start-up")
+                await _quiet_shutdown(server)
+                return 0
         except ConfigError as e:
             print(f"odradek: invalid configuration: {e}", file=sys.stderr)
             await _quiet_shutdown(server)
@@ -162,6 +166,27 @@ async def serve(config: KafkaConfig, server_factory: ServerFactory) -> int:
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _start_unless_stopped(server: ServerLike, stop: asyncio.Event) -> bool:
+    """``server.startup()``, cancelled if ``stop`` is set first (then False); its errors raise."""
+    starting = asyncio.ensure_future(server.startup())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()
+        return True
+    starting.cancel()
+    try:
+        await starting
+    except asyncio.CancelledError:
+        pass
+    except Exception:
+        log.debug("start-up cancelled by a signal raised", exc_info=True)
+    return False
 
 
 async def _quiet_shutdown(server: ServerLike) -> None:

@@ -249,16 +249,22 @@ class KafkaRaftClient(RaftClient[T]):
             self._listeners.remove(ctx)
             raise
 
-    def delivered_offset(self, listener: Listener[T]) -> int | None:
-        """The offset after the last committed record (control records included) handed to
-        ``listener``; None when it is not registered."""
-        for ctx in self._listeners:
-            if ctx.listener is listener:
-                return ctx.next_offset
-        return None
-
     def unregister(self, listener: Listener[T]) -> None:
         self._listeners = [c for c in self._listeners if c.listener is not listener]
+
+    @property
+    def known_high_watermark(self) -> int | None:
+        """The high watermark this node has learnt (as leader, or from the leader's Fetch
+        answers); None until then: an observer or follower that has just started does not know
+        how much of its local log is committed."""
+        core = self._core
+        return core.high_watermark if core is not None else None
+
+    def listener_offset(self, listener: Listener[T]) -> int:
+        """The offset below which ``listener`` has been handed every committed record (-1: not
+        registered)."""
+        ctx = next((c for c in self._listeners if c.listener is listener), None)
+        return -1 if ctx is None else ctx.next_offset
 
     def prepare_append(self, epoch: int, records: Sequence[T]) -> int:
         if self._failed:

@@ -44,6 +44,10 @@ from odradek.server.shared_server import SharedServer, bind_listener, network_li
 
 log = logging.getLogger(__name__)
 
+# Start-up waits for the metadata log to catch up: how often it looks, and logs that it waits.
+_CATCH_UP_POLL_S = 0.02
+_CATCH_UP_LOG_INTERVAL_S = 10.0
+
 
 async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
     """Run ``fn`` in a worker thread every ``interval_ms`` (a callable is read before each wait,
@@ -148,6 +152,7 @@ class BrokerServer:
         loader = MetadataLoader(self.metadata_cache)
         self.shared.register(loader)
         self.loader = loader
+        await self._catch_up_metadata(loader)
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
@@ -173,7 +178,6 @@ class BrokerServer:
             for lg in lm.all_logs().values():
                 lg.close()
             raise
-        await self._catch_up_metadata(loader)
         self._delete_stray_logs()
 
         # 3. Take up the partitions the metadata assigns to this node.
@@ -335,23 +339,38 @@ class BrokerServer:
                 )
 
     async def _catch_up_metadata(self, loader: MetadataLoader) -> None:
-        """Until the image holds the metadata the quorum has committed (Kafka decides which logs
-        are stray only from such an image): a broker following a remote quorum waits for its
-        first fetches, else every log on disk would look stray and be deleted at restart."""
+        """Wait until the loader has every record committed when this node first learns the
+        quorum's high watermark. Until an observer (or a follower) has heard from the leader it
+        does not know how much of its local metadata log is committed, and the image is empty or
+        old: deleting "stray" logs or taking up partitions from it would delete every partition
+        of a broker restarted with the rest of the cluster. Kafka's broker likewise publishes no
+        metadata (and starts its LogManager) only once its loader has reached the high
+        watermark. Waits as long as it takes (Kafka's ``server.max.startup.time.ms`` is
+        unbounded by default), logging every ``_CATCH_UP_LOG_INTERVAL_S``; SIGTERM cancels it."""
         client = self.shared.raft_client
-        if client is None or client.voters == {self.node_id}:
-            return  # a quorum of this node alone: the whole committed log is already replayed
-        waited = 0
+        assert client is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        next_log = started + _CATCH_UP_LOG_INTERVAL_S
+        target: int | None = None
         while True:
-            hw = client.core.high_watermark
-            delivered = client.delivered_offset(loader)
-            if hw is not None and delivered is not None and delivered >= hw:
+            hw = client.known_high_watermark
+            if hw is not None and target is None:
+                target = hw
+            if target is not None and client.listener_offset(loader) >= target:
+                if loop.time() - started > 1:
+                    log.info("Metadata caught up with the quorum's high watermark %d after %.1f s",
+                             target, loop.time() - started)
                 return
-            if waited % 200 == 0 and waited:
-                log.info("Broker %d waiting for the metadata log to catch up (at %s, high watermark %s)",
-                         self.node_id, delivered, hw)
-            waited += 1
-            await asyncio.sleep(0.05)
+            if loop.time() >= next_log:
+                next_log += _CATCH_UP_LOG_INTERVAL_S
+                log.info(
+                    "Waiting for the metadata log to catch up before loading partitions: high "
+                    "watermark %s, replayed below offset %d, leader %s",
+                    "unknown" if target is None else target, client.listener_offset(loader),
+                    client.leader_and_epoch.leader_id,
+                )
+            await asyncio.sleep(_CATCH_UP_POLL_S)
 
     def _delete_stray_logs(self) -> None:
         assert self.log_manager is not None

@@ -136,6 +136,29 @@ def test_run_server_until_sigterm(tmp_path: Path) -> None:
     assert (tmp_path / "meta.properties").exists()
 
 
+@pytest.mark.timeout(30)
+def test_sigterm_during_startup_stops_the_server(tmp_path: Path) -> None:
+    """A start-up that waits (a broker waiting for its metadata quorum) is cancelled by SIGTERM:
+    exit 0 and shut down, not a hang until a second signal forces the exit."""
+    config = KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0", "log.dirs": str(tmp_path)})
+    servers: list[FakeBrokerServer] = []
+
+    class Waiting(FakeBrokerServer):
+        cancelled = False
+
+        async def startup(self) -> None:
+            servers.append(self)
+            asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+    assert run_server(config, Waiting) == 0
+    assert servers[0].cancelled and servers[0].stopped and not servers[0].started
+
+
 def test_run_server_startup_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

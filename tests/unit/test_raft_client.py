@@ -413,3 +413,31 @@ def test_raft_apis_answer_bad_requests_with_kafka_errors(tmp_path: Path) -> None
             client._log.log.close()
 
     asyncio.run(asyncio.wait_for(run(), 30))
+
+
+def test_a_restarted_observer_knows_no_high_watermark_before_it_hears_from_the_leader(tmp_path: Path) -> None:
+    """What a broker's start-up waits on: its local metadata log holds records, but until the
+    leader tells it the high watermark none of them counts as committed, and its listeners get
+    nothing (``known_high_watermark`` None, ``listener_offset`` 0)."""
+    d = tmp_path / "__cluster_metadata-0"
+    alone = _client(d)
+    alone.step()
+    last = alone.prepare_append(alone.leader_and_epoch.epoch, [_feature(7)])
+    ready = alone.take_ready()
+    alone.complete(ready, alone.persist(ready))
+    alone.step()
+    events: list[tuple[str, str, object]] = []
+    listener = Recorder("a", events)
+    alone.register(listener)
+    assert alone.known_high_watermark == last + 1 and alone.listener_offset(listener) == last + 1
+    alone._log.log.close()
+
+    observer = _client(d, 4, voters=frozenset({1, 2, 3}), cluster_id="c1")
+    assert observer.log_end_offset == last + 1
+    late: list[tuple[str, str, object]] = []
+    listener = Recorder("b", late)
+    observer.register(listener)
+    assert observer.known_high_watermark is None
+    assert observer.listener_offset(listener) == 0 and late == []
+    assert observer.listener_offset(Recorder("unregistered", late)) == -1
+    observer._log.log.close()
