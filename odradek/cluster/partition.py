@@ -135,9 +135,14 @@ class Partition:
         if state.leader != self.local_broker_id:
             raise ValueError(f"{self}: state names leader {state.leader}, not this broker {self.local_broker_id}")
         is_new = self.leader_id != self.local_broker_id or state.leader_epoch != self.leader_epoch
+        # The metadata may bring the partition epoch an AlterPartition answer already gave: a
+        # proposal made since, at that epoch, may still be committed, so it stays pending (the
+        # HW keeps counting a follower being added). A newer partition epoch supersedes it.
+        keep_pending = not is_new and state.partition_epoch == self.partition_epoch
         self._take_state(state)
         self.isr = list(state.isr)
-        self.pending_isr = None  # the controller's state supersedes what was proposed
+        if not keep_pending:
+            self.pending_isr = None  # the controller's state supersedes what was proposed
         old = self.remote_replicas
         self.remote_replicas = {
             r: old.get(r) or Replica(r) for r in self.replicas if r != self.local_broker_id
