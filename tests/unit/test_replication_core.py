@@ -132,11 +132,18 @@ def test_refused_alter_partition_keeps_the_committed_isr(tmp_path: Path) -> None
     p.update_follower_fetch_state(3, 2, 0, 5)
     proposed = p.maybe_expand_isr(3)
     assert proposed == (1, 2, 3) and p.maximal_isr == (1, 2, 3)
-    for error in (Errors.INVALID_UPDATE_VERSION, Errors.FENCED_LEADER_EPOCH, Errors.INELIGIBLE_REPLICA,
-                  Errors.NEW_LEADER_ELECTED):
+    # The controller says it did not apply it: dropped, proposed again at the next fetch.
+    for error in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED):
         assert p.alter_isr_done(proposed, error) is False
         assert (p.isr, p.pending_isr) == ([1, 2], None)
-        assert p.maybe_expand_isr(3) == proposed  # proposed again at the next fetch
+        assert p.maybe_expand_isr(3) == proposed
+    # Whether it was applied is unknown (a retry of a committed proposal whose answer was lost
+    # gets INVALID_UPDATE_VERSION): it stays pending, the HW counting 3, until the metadata.
+    for error in (Errors.INVALID_UPDATE_VERSION, Errors.FENCED_LEADER_EPOCH, Errors.NEW_LEADER_ELECTED,
+                  Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        assert p.alter_isr_done(proposed, error) is False
+        assert (p.isr, p.pending_isr, p.maximal_isr) == ([1, 2], proposed, (1, 2, 3))
+        assert p.maybe_expand_isr(3) is None and p.maybe_shrink_isr(10**9, LAG) is None
     # The metadata brings the controller's state: it replaces the pending proposal.
     p.make_leader(state(1, 0, partition_epoch=1, isr=(1, 2, 3)), p.log, now_ms=10)
     assert (p.isr, p.pending_isr, p.partition_epoch) == ([1, 2, 3], None, 1)
