@@ -39,6 +39,7 @@ class Faults:
     partition_every_ms: int = 1500
     pause_every_ms: int = 2500
     power_every_ms: int = 3000
+    shutdown_every_ms: int = 4000
     fault_phase_ms: int = 8000
 
 
@@ -174,6 +175,7 @@ class Broker:
     incarnation_id: uuid.UUID = uuid.UUID(int=0)
     paused_until: int = 0
     broker_epoch: int = -1
+    shutting_down: bool = False
     registering_since: int = -1
     image: MetadataImage = EMPTY_IMAGE
     metadata_offset: int = 0  # records applied

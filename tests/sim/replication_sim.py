@@ -187,9 +187,9 @@ class Simulation:
         }
 
     @staticmethod
-    def _heartbeat(broker_id: int, epoch: int, offset: int) -> dict[str, Any]:
+    def _heartbeat(broker_id: int, epoch: int, offset: int, shut_down: bool = False) -> dict[str, Any]:
         return {"broker_id": broker_id, "broker_epoch": epoch, "want_fence": False,
-                "want_shut_down": False, "current_metadata_offset": offset}
+                "want_shut_down": shut_down, "current_metadata_offset": offset}
 
     def controller_tick(self) -> None:
         c = self.controller
@@ -221,13 +221,16 @@ class Simulation:
                 reply = (e.code, -1)
         elif kind == "heartbeat":
             try:
-                _r, records = c.cluster.process_broker_heartbeat(req, self.now)
-                if records:
-                    self.log(f"controller on heartbeat of {req['broker_id']}: {self._records_text(records)}")
-                c.write(records)
+                hb, records = c.cluster.process_broker_heartbeat(req, self.now)
             except KafkaError:
-                pass
-            return
+                return
+            if records:
+                self.log(f"controller on heartbeat of {req['broker_id']}: {self._records_text(records)}")
+            c.write(records)
+            c.cluster.process_batch_end_offset(req["broker_id"], hb, len(c.records) - 1)
+            if not hb.should_shut_down:
+                return
+            reply = hb
         elif kind == "metadata":
             start = req["offset"]
             reply = (start, c.records[start : start + 200])
@@ -295,6 +298,7 @@ class Simulation:
         b.log.restart()
         b.log.on_truncate = lambda offset: self._on_truncate(b, offset)
         b.broker_epoch = -1
+        b.shutting_down = False
         b.registering_since = -1
         b.image = EMPTY_IMAGE
         b.metadata_offset = 0
@@ -332,7 +336,7 @@ class Simulation:
                 req = self._registration(b)
                 self.send(bid, CONTROLLER, lambda: self.on_controller(b, incarnation, "register", req))
         else:
-            req = self._heartbeat(bid, b.broker_epoch, b.metadata_offset - 1)
+            req = self._heartbeat(bid, b.broker_epoch, b.metadata_offset - 1, b.shutting_down)
             self.send(bid, CONTROLLER, lambda: self.on_controller(b, incarnation, "heartbeat", req))
         if b.metadata_sent < 0 or now - b.metadata_sent > FETCH_RETRY_MS:
             self._fetch_metadata(b)
@@ -363,7 +367,14 @@ class Simulation:
         self.send(b.broker_id, CONTROLLER, lambda: self.on_controller(b, b.incarnation, "metadata", req))
 
     def on_controller_reply(self, b: Broker, incarnation: int, kind: str, reply: Any) -> None:
-        if kind == "register":
+        if kind == "heartbeat":  # should_shut_down: the controlled shutdown is complete
+            if b.shutting_down:
+                b.log.flush()  # a clean stop
+                self.log(f"broker {b.broker_id} stops: controlled shutdown complete")
+                self.crash(b)
+                when = self.now + self.rng.randrange(50, 1500)
+                self.at(when if self.healed else min(when, self.faults.fault_phase_ms), lambda: self._restart(b))
+        elif kind == "register":
             error, epoch = reply
             if error == Errors.NONE and b.broker_epoch < 0:
                 b.broker_epoch = epoch
@@ -707,6 +718,7 @@ class Simulation:
         every(f.partition_every_ms, self._partition_someone)
         every(f.pause_every_ms, self._pause_someone)
         every(f.power_every_ms, self._power_failure)
+        every(f.shutdown_every_ms, self._controlled_shutdown)
         for t in range(0, f.fault_phase_ms, 15):
             self.at(t + self.rng.randrange(15), self.produce)
 
@@ -745,6 +757,14 @@ class Simulation:
         if self.partition_sides is not None:
             self.partition_sides = None
             self.log("partition healed")
+
+    def _controlled_shutdown(self) -> None:
+        """A broker (the leader half of the time) asks to shut down: the controller moves its
+        leaderships and takes it out of the ISR, then tells it to stop; it restarts later."""
+        b = self._victim()
+        if b.up and b.broker_epoch >= 0 and not b.shutting_down:
+            b.shutting_down = True
+            self.log(f"controlled shutdown of broker {b.broker_id}")
 
     def _power_failure(self) -> None:
         """Only a broker outside every ISR (see the module docstring)."""
