@@ -139,7 +139,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "any AlterPartition error drops the proposal (bug found)": (
         lambda mp: mp.setattr(partition_mod.Partition, "alter_isr_done", _alter_error_drops_pending),
-        [489],
+        [700],
     ),
     "leader ignores the follower's last fetched epoch (no KIP-320 divergence)": (
         lambda mp: mp.setattr(partition_mod.Partition, "read_records", _leader_answers_no_divergence),
