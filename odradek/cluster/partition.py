@@ -135,9 +135,14 @@ class Partition:
         if state.leader != self.local_broker_id:
             raise ValueError(f"{self}: state names leader {state.leader}, not this broker {self.local_broker_id}")
         is_new = self.leader_id != self.local_broker_id or state.leader_epoch != self.leader_epoch
+        # The metadata may bring the partition epoch an AlterPartition answer already gave: a
+        # proposal made since, at that epoch, may still be committed, so it stays pending (the
+        # HW keeps counting a follower being added). A newer partition epoch supersedes it.
+        keep_pending = not is_new and state.partition_epoch == self.partition_epoch
         self._take_state(state)
         self.isr = list(state.isr)
-        self.pending_isr = None  # the controller's state supersedes what was proposed
+        if not keep_pending:
+            self.pending_isr = None  # the controller's state supersedes what was proposed
         old = self.remote_replicas
         self.remote_replicas = {
             r: old.get(r) or Replica(r) for r in self.replicas if r != self.local_broker_id
@@ -396,15 +401,24 @@ class Partition:
     ) -> bool:
         """The controller's answer to the proposal ``proposed`` (Kafka's handleAlterPartition*).
         NONE: its ISR is committed and in effect (unless the metadata already moved past it).
-        Any error: the proposal is dropped and the committed ISR stays; the next expand or shrink
-        check proposes again from the state the metadata brings. True when the HW moved."""
+        INELIGIBLE_REPLICA / OPERATION_NOT_ATTEMPTED: the controller says it did not apply it at
+        the current partition epoch: dropped, the committed ISR stays. Any other error (e.g.
+        INVALID_UPDATE_VERSION for a retry of a proposal that was committed but whose answer was
+        lost, FENCED_LEADER_EPOCH): whether it was applied is unknown, so it stays pending — the
+        HW keeps counting the maximal ISR and nothing else is proposed — until the metadata
+        brings the controller's state (Kafka's handleAlterPartitionError). True when the HW moved."""
         if self.pending_isr != proposed:
             return False  # a newer state (metadata) replaced the proposal
-        self.pending_isr = None
         if error != Errors.NONE:
             level = logging.DEBUG if error == Errors.INVALID_UPDATE_VERSION else logging.INFO
-            log.log(level, "%s: the controller refused the ISR %s: %s", self, list(proposed), error.name)
+            if error in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED):
+                self.pending_isr = None
+                log.log(level, "%s: the controller refused the ISR %s: %s", self, list(proposed), error.name)
+            else:
+                log.log(level, "%s: the controller refused the ISR %s: %s; awaiting the metadata",
+                        self, list(proposed), error.name)
             return False
+        self.pending_isr = None
         if leader_epoch != self.leader_epoch or partition_epoch <= self.partition_epoch:
             return False  # the metadata got here first, or it is another leadership's answer
         self.isr = list(isr)

@@ -630,6 +630,11 @@ class Log:
             if offset < 0:
                 raise ValueError(f"cannot truncate to a negative offset {offset}")
             if offset >= self.log_end_offset:
+                # Nothing to remove, but the epoch cache may end with an epoch that has no
+                # record (this replica led it without appending): drop it, as Kafka does, or
+                # the follower keeps asking for that epoch and the leader keeps answering with
+                # the same diverging epoch.
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             if offset < self._log_start_offset or offset <= self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

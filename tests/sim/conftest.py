@@ -8,6 +8,7 @@ import pytest
 
 DEFAULT_SCHEDULES = 300
 DEFAULT_CONTROLLER_SCHEDULES = 100  # test_controller_sim.py: the metadata state machine on top
+DEFAULT_REPLICATION_SCHEDULES = 600  # test_replication_sim.py: about 0.04 s each
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +47,12 @@ def controller_sim_seeds(request: pytest.FixtureRequest) -> list[int]:
     return _seeds(request.config, DEFAULT_CONTROLLER_SCHEDULES)
 
 
+@pytest.fixture
+def replication_sim_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """As ``sim_seeds``, for the partition replication schedules (cheaper: more by default)."""
+    return _seeds(request.config, DEFAULT_REPLICATION_SCHEDULES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Many schedules need more than the suite's per-test timeout: about a second each."""
     count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
@@ -54,3 +61,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(60 + count))
         if item.name == "test_controller_schedules" and count > DEFAULT_CONTROLLER_SCHEDULES:
             item.add_marker(pytest.mark.timeout(60 + count))
+        if item.name.startswith("test_replication_schedules") and count > DEFAULT_REPLICATION_SCHEDULES:
+            item.add_marker(pytest.mark.timeout(60 + count // 5))

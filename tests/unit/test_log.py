@@ -277,6 +277,21 @@ def test_truncate_to_and_fully(tmp_path: Path) -> None:
 
 
 
+def test_truncate_at_the_end_drops_an_epoch_without_records(tmp_path: Path) -> None:
+    """Found by tests/sim/replication_sim.py: a replica led epoch 3 without appending (its cache
+    ends with (3, LEO)), then follows a leader of epoch 4 that never saw epoch 3. The leader
+    answers its fetch (last fetched epoch 3) with the diverging epoch 0 ending at the LEO;
+    truncating there removes no record but must drop the empty epoch 3, as Kafka's truncateTo
+    does, or the follower asks with epoch 3 forever and never catches up."""
+    log = Log.load(str(tmp_path / "t-0"), SMALL, now_ms=0)
+    fill(log, 2)
+    log.leader_epoch_cache.assign(3, log.log_end_offset)  # became leader, appended nothing
+    assert log.latest_epoch == 3
+    assert log.truncate_to(log.log_end_offset) is False
+    assert log.leader_epoch_cache.entries == [(0, 0)] and log.latest_epoch == 0
+    assert log.log_end_offset == 4
+
+
 def test_truncate_fully_at_the_active_segments_own_base(tmp_path: Path) -> None:
     # The new segment reuses the file names of the old one: the old files go first, and the
     # new, empty segment is the one left on disk.

@@ -132,15 +132,49 @@ def test_refused_alter_partition_keeps_the_committed_isr(tmp_path: Path) -> None
     p.update_follower_fetch_state(3, 2, 0, 5)
     proposed = p.maybe_expand_isr(3)
     assert proposed == (1, 2, 3) and p.maximal_isr == (1, 2, 3)
-    for error in (Errors.INVALID_UPDATE_VERSION, Errors.FENCED_LEADER_EPOCH, Errors.INELIGIBLE_REPLICA,
-                  Errors.NEW_LEADER_ELECTED):
+    # The controller says it did not apply it: dropped, proposed again at the next fetch.
+    for error in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED):
         assert p.alter_isr_done(proposed, error) is False
         assert (p.isr, p.pending_isr) == ([1, 2], None)
-        assert p.maybe_expand_isr(3) == proposed  # proposed again at the next fetch
+        assert p.maybe_expand_isr(3) == proposed
+    # Whether it was applied is unknown (a retry of a committed proposal whose answer was lost
+    # gets INVALID_UPDATE_VERSION): it stays pending, the HW counting 3, until the metadata.
+    for error in (Errors.INVALID_UPDATE_VERSION, Errors.FENCED_LEADER_EPOCH, Errors.NEW_LEADER_ELECTED,
+                  Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        assert p.alter_isr_done(proposed, error) is False
+        assert (p.isr, p.pending_isr, p.maximal_isr) == ([1, 2], proposed, (1, 2, 3))
+        assert p.maybe_expand_isr(3) is None and p.maybe_shrink_isr(10**9, LAG) is None
     # The metadata brings the controller's state: it replaces the pending proposal.
     p.make_leader(state(1, 0, partition_epoch=1, isr=(1, 2, 3)), p.log, now_ms=10)
     assert (p.isr, p.pending_isr, p.partition_epoch) == ([1, 2, 3], None, 1)
     assert p.alter_isr_done(proposed, Errors.NONE, 0, 1, (1, 2, 3)) is False  # late answer: ignored
+
+
+def test_metadata_at_the_answered_partition_epoch_keeps_a_later_proposal(tmp_path: Path) -> None:
+    """Found by tests/sim/replication_sim.py: the AlterPartition answer (ISR [1, 2], partition
+    epoch 1) comes before the metadata record of the same change; the leader proposes [1, 2, 3]
+    at epoch 1; then the metadata for epoch 1 arrives. The proposal may still be committed, so it
+    stays pending and follower 3 keeps holding back the HW — dropping it let the HW pass 3's log
+    end while the controller put 3 in the ISR, and electing 3 next lost acknowledged records."""
+    p = Partition("t", 0, TOPIC_ID, 1)
+    p.make_leader(state(1, 0, isr=(1,)), new_log(tmp_path, "l"), now_ms=0)
+    assert p.log is not None
+    produce(p, 2)
+    p.update_follower_fetch_state(2, 2, 0, 5)
+    assert p.maybe_expand_isr(2) == (1, 2)
+    assert p.alter_isr_done((1, 2), Errors.NONE, 0, 1, (1, 2)) is False
+    p.update_follower_fetch_state(3, 2, 0, 6)
+    proposed = p.maybe_expand_isr(3)
+    assert proposed == (1, 2, 3)
+    # The metadata record of partition epoch 1 (the change the answer already told).
+    p.make_leader(state(1, 0, partition_epoch=1, isr=(1, 2)), p.log, now_ms=7)
+    assert (p.isr, p.pending_isr, p.maximal_isr) == ([1, 2], (1, 2, 3), (1, 2, 3))
+    produce(p, 3)
+    p.update_follower_fetch_state(2, 5, 0, 8)
+    assert p.log.high_watermark == 2  # 3, perhaps in the ISR already, is still at 2
+    # A newer partition epoch supersedes the proposal.
+    p.make_leader(state(1, 0, partition_epoch=2, isr=(1, 2, 3)), p.log, now_ms=9)
+    assert (p.isr, p.pending_isr) == ([1, 2, 3], None)
 
 
 def test_expand_waits_for_the_hw_and_the_epoch_start(tmp_path: Path) -> None:
