@@ -357,6 +357,13 @@ class BrokerServer:
     async def shutdown(self) -> None:
         if self._started:
             log.info("Odradek broker %d shutting down", self.node_id)
+        if self.lifecycle_manager is not None and self.config.controlled_shutdown_enable:
+            # Kafka's controlled shutdown, first and while still serving (as Kafka's
+            # BrokerServer.shutdown): the controller moves this broker's leaderships to the
+            # other ISR members and takes it out of the ISRs, clients and followers follow the
+            # metadata, and only then does this broker stop; its next incarnation may register
+            # at once instead of waiting for this one's session to run out.
+            await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
         # Stop taking requests, answer the ones already taken (waiting produces and fetches
         # are completed now), and only then close the connections.
         for server in self._servers:
@@ -375,12 +382,6 @@ class BrokerServer:
         if self.loader is not None and self.shared.raft_client is not None:
             self.shared.raft_client.unregister(self.loader)
         if self.lifecycle_manager is not None:
-            if self.config.controlled_shutdown_enable:
-                # Kafka's controlled shutdown (here once the requests taken are answered): the
-                # controller moves this broker's leaderships away and fences it, so that its
-                # next incarnation may register at once instead of waiting for the session
-                # of this one to run out.
-                await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
             await self.lifecycle_manager.close()
         if self.heartbeat_channel is not None:
             await self.heartbeat_channel.close()
