@@ -40,6 +40,7 @@ from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,12 @@ class BrokerServer:
 
         # 3. Take up the partitions the metadata assigns to this node.
         self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        try:
+            self.replica_manager.replica_selector = replica_selector(cfg.get("replica.selector.class"))
+        except UnknownReplicaSelector as e:
+            for lg in lm.all_logs().values():
+                lg.close()
+            raise StartupError(str(e)) from e
         self._start_replication(channel)
         image = self.metadata_cache.image
         initial = MetadataDelta(image)

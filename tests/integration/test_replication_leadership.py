@@ -210,7 +210,7 @@ def test_rolling_restart_with_controlled_shutdown_under_a_group_and_a_producer(t
                   f"after SIGTERM, process exited after {exited:.2f} s")
             assert moved is not None, cluster.logs()
             assert "has asked us to exit controlled shutdown" in broker.log_path.read_text()
-            now = _wait_for("the coordinator elected elsewhere", lambda: (c := coordinator()) not in (-1, bid) and c,
+            now = _wait_for("the coordinator elected elsewhere", lambda bid=bid: (c := coordinator()) not in (-1, bid) and c,
                             cluster, 30)
             coordinators.append(now)
             # Committed offsets survived the move (served by the new coordinator, never lower).
@@ -219,7 +219,7 @@ def test_rolling_restart_with_controlled_shutdown_under_a_group_and_a_producer(t
             acked_before = work.acked_count()
             broker.start()
             _wait_for(f"broker {bid} back in every ISR", lambda: _all_isrs_full(admin), cluster, 120)
-            _wait_for("the producer acknowledged more", lambda: work is not None and work.acked_count() > acked_before,
+            _wait_for("the producer acknowledged more", lambda n=acked_before: work is not None and work.acked_count() > n,
                       cluster, 60)
             coordinators.append(coordinator())
         print(f"coordinator of {GROUP} ({OFFSETS_TOPIC}-{gp}, replicas {replicas}): {coordinators}")

@@ -21,7 +21,11 @@ from test_group_coordinator import FakeReplicaManager
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.coordinator.group.group_coordinator_config import GroupConfig
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
-from odradek.coordinator.group.records import OffsetAndMetadata, offset_commit_key, offset_commit_value
+from odradek.coordinator.group.records import (
+    OffsetAndMetadata,
+    offset_commit_key,
+    offset_commit_value,
+)
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataDelta
