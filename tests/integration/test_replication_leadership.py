@@ -20,6 +20,7 @@ it is printed (not asserted). It restarts and rejoins every ISR before the next 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -267,4 +268,73 @@ def test_rolling_restart_with_controlled_shutdown_under_a_group_and_a_producer(t
         if work is not None:
             work.stop_producing.set()
             work.stop_consuming.set()
+        cluster.stop()
+
+
+class RackCluster(LeadershipCluster):
+    """Each broker in its own rack; leaders pick the consumer's replica by rack."""
+
+    def __init__(self, base: Path) -> None:
+        super().__init__(base)
+        for bid, b in self.brokers.items():
+            with open(b.config, "a") as f:
+                f.write(f"broker.rack=rack-{bid}\n"
+                        "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector\n")
+
+
+@pytest.mark.timeout(300)
+def test_a_consumer_reads_from_the_follower_in_its_rack(tmp_path: Path) -> None:
+    cluster = RackCluster(tmp_path)
+    cluster.start()
+    topic = "near"
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+        _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
+        for _ in range(5):
+            try:
+                admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+                break
+            except Exception as e:  # noqa: BLE001 - retried (librdkafka drops its bootstrap handle)
+                if "TOPIC_ALREADY_EXISTS" in str(e):
+                    break
+                time.sleep(0.5)
+        p0 = _wait_for("the ISR of 3", lambda: (p := admin.list_topics(topic=topic, timeout=5).topics[topic].partitions.get(0))
+                       is not None and len(p.isrs) == 3 and p.leader >= 0 and p, cluster, 60)
+        leader = p0.leader
+        near = next(r for r in p0.replicas if r != leader)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all", "linger.ms": 5})
+        values = [f"n-{i:04d}".encode() for i in range(500)]
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        assert producer.flush(60) == 0
+
+        lines: list[str] = []
+
+        class Capture:
+            def log(self, level: int, fmt: str, *args: Any) -> None:
+                lines.append(fmt % args if args else fmt)
+
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "near-group",
+                             "client.rack": f"rack-{near}", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "debug": "fetch", "logger": Capture()})
+        got: list[bytes] = []
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            end = time.monotonic() + 60
+            while len(got) < len(values) and time.monotonic() < end:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got.append(msg.value())
+        finally:
+            consumer.close()
+        assert got == values
+        # librdkafka's own account: sent to the follower by the leader, then every fetch there.
+        fetches = [(int(m.group(1)), int(m.group(2))) for line in lines
+                   if (m := re.search(r"/(\d+): Fetch topic near \[0\] at offset (\d+)", line))]
+        print(f"leader {leader}, follower in the consumer's rack {near}; fetches (broker, offset): {fetches}")
+        assert any(f"migrating from broker {leader} to {near}" in line and "preferred replica" in line
+                   for line in lines), "\n".join(lines[-50:])
+        assert (near, 0) in fetches and (near, len(values)) in fetches
+        assert all(offset == 0 for broker, offset in fetches if broker == leader)  # the first only
+    finally:
         cluster.stop()
