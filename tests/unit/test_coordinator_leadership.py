@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_group_coordinator import FakeReplicaManager
 
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
@@ -150,7 +152,11 @@ async def _find_and_wait(gc: GroupCoordinator) -> tuple[Errors, int, str, int]:
     return answer
 
 
-def test_offsets_topic_gets_the_configured_replication_factor_even_with_fewer_brokers_up(tmp_path: Path) -> None:
+def test_offsets_topic_gets_the_configured_replication_factor_even_with_fewer_brokers_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="odradek.coordinator.group.group_coordinator")
+
     async def run() -> None:
         # Broker-only node 1 of a cluster whose controller is node 9; two brokers are up.
         gc, channel = _coordinator(tmp_path, {
@@ -163,6 +169,8 @@ def test_offsets_topic_gets_the_configured_replication_factor_even_with_fewer_br
         # Still no coordinator (the controller refused the topic): asked again, created again.
         err, *_ = await _find_and_wait(gc)
         assert err == Errors.COORDINATOR_NOT_AVAILABLE and len(channel.requests) == 2
+        refused = [r for r in caplog.records if "until 3 brokers are up" in r.getMessage()]
+        assert [r.levelno for r in refused] == [logging.WARNING, logging.DEBUG]  # said once
 
     asyncio.run(run())
 

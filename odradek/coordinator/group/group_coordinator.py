@@ -121,6 +121,7 @@ class GroupCoordinator:
         self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
         self._offsets_topic_id: uuid.UUID | None = None
+        self._rf_warned = False  # the offsets topic refused for want of brokers, said once
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -251,8 +252,12 @@ class GroupCoordinator:
         for r in results:
             error = Errors(r["error_code"])
             if error == Errors.INVALID_REPLICATION_FACTOR:
-                # Kafka's answer too: no coordinator until enough brokers are up (clients retry).
-                log.warning(
+                # Kafka's answer too: no coordinator until enough brokers are up (clients retry,
+                # and every FindCoordinator tries again: said once at WARNING).
+                level = logging.DEBUG if self._rf_warned else logging.WARNING
+                self._rf_warned = True
+                log.log(
+                    level,
                     "Creating %s failed: %s; FindCoordinator answers COORDINATOR_NOT_AVAILABLE until "
                     "%d brokers are up (offsets.topic.replication.factor=%d)",
                     OFFSETS_TOPIC, r["error_message"] or error.name, rf, cfg.offsets_topic_replication_factor,
