@@ -16,10 +16,15 @@ it is printed (not asserted). It restarts and rejoins every ISR before the next 
 - the group's coordinator (the leader of its ``__consumer_offsets`` partition) moves off the
   broker that stops and comes back to it when its replacement stops in turn (the controller
   elects the first live ISR member in replica order).
+
+Also: a consumer with ``client.rack`` reads from the follower in its rack (KIP-392, the
+rack-aware ``replica.selector.class``), and ``__consumer_offsets`` waits (COORDINATOR_NOT_AVAILABLE)
+until as many brokers as ``offsets.topic.replication.factor`` are up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -31,6 +36,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, partition_for
+from odradek.network.client import NetworkClient
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
 
 from .test_replication import Cluster, _wait_for
 
@@ -336,5 +344,53 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(tmp_path: Path) -> None:
                    for line in lines), "\n".join(lines[-50:])
         assert (near, 0) in fetches and (near, len(values)) in fetches
         assert all(offset == 0 for broker, offset in fetches if broker == leader)  # the first only
+    finally:
+        cluster.stop()
+
+
+async def _find_coordinator(port: int, group: str) -> tuple[int, int]:
+    client = NetworkClient("127.0.0.1", port)
+    try:
+        await client.connect()
+        resp = await client.send(m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        c = resp["coordinators"][0]
+        return int(c["error_code"]), int(c["node_id"])
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(300)
+def test_offsets_topic_waits_for_enough_brokers(tmp_path: Path) -> None:
+    """offsets.topic.replication.factor=3 with two of three brokers up: FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE (the controller refuses the topic, as Kafka's does); once the
+    third broker is up, __consumer_offsets is created with 3 replicas and the coordinator is
+    the leader of the group's partition."""
+    cluster = LeadershipCluster(tmp_path)
+    late = cluster.brokers[102]
+    for n in cluster.nodes:
+        n.format()
+    for n in cluster.nodes:
+        if n is not late:
+            n.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap(exclude=102)})
+        _wait_for("2 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 2, cluster, 90)
+        port = cluster.brokers[100].port
+        for _ in range(3):
+            err, node = asyncio.run(_find_coordinator(port, "g1"))
+            assert (err, node) == (Errors.COORDINATOR_NOT_AVAILABLE, -1)
+            time.sleep(0.5)
+        assert OFFSETS_TOPIC not in admin.list_topics(timeout=5).topics
+        log_text = cluster.brokers[100].log_path.read_text()
+        assert "until 3 brokers are up (offsets.topic.replication.factor=3)" in log_text, cluster.logs()
+
+        late.start()
+        _wait_for("3 brokers registered", lambda: len(admin.list_topics(timeout=3).brokers) == 3, cluster, 90)
+        found = _wait_for("a coordinator", lambda: (r := asyncio.run(_find_coordinator(port, "g1")))[0] == 0 and r,
+                          cluster, 60)
+        md = admin.list_topics(topic=OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
+        gp = partition_for("g1", len(md.partitions))
+        assert all(len(p.replicas) == 3 for p in md.partitions.values())
+        assert found[1] == md.partitions[gp].leader
     finally:
         cluster.stop()
