@@ -370,7 +370,10 @@ class BrokerServer:
             # other ISR members and takes it out of the ISRs, clients and followers follow the
             # metadata, and only then does this broker stop; its next incarnation may register
             # at once instead of waiting for this one's session to run out.
-            await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
+            started = now_ms()
+            if await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms):
+                log.info("Broker %d: controlled shutdown done in %d ms (leaderships moved)", self.node_id,
+                         now_ms() - started)
         # Stop taking requests, answer the ones already taken (waiting produces and fetches
         # are completed now), and only then close the connections.
         for server in self._servers:
