@@ -198,7 +198,7 @@ def test_rolling_restart_with_controlled_shutdown_under_a_group_and_a_producer(t
         for bid in order:
             broker = cluster.brokers[bid]
             others = AdminClient({"bootstrap.servers": cluster.bootstrap(exclude=bid)})
-            before = _committed(probe)
+            before = _wait_for("the group's committed offsets", lambda: _committed(probe), cluster, 30)
             assert broker.proc is not None
             broker.proc.terminate()
             sigterm = time.monotonic()
