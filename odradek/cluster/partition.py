@@ -65,6 +65,8 @@ class LogReadResult:
     log_end_offset: int
     # KIP-320: (epoch, end offset) when a follower's last fetched epoch diverges from the log.
     diverging_epoch: tuple[int, int] | None = None
+    # KIP-392: the replica the consumer should read from instead (-1: none); no records then.
+    preferred_read_replica: int = -1
 
 
 class Partition:
@@ -275,12 +277,17 @@ class Partition:
         current_leader_epoch: int = -1,
         last_fetched_epoch: int = -1,
         for_follower: bool = False,
+        fetch_only_from_leader: bool = True,
     ) -> LogReadResult:
         """A consumer reads up to the HW; a follower (``for_follower``) up to the LEO. A
         follower's ``last_fetched_epoch`` is checked against the leader epoch cache first
         (KIP-320): where the follower's log diverges, the answer is the diverging epoch and its
-        end offset, with no records."""
-        log_ = self._leader_log(current_leader_epoch)
+        end offset, with no records. Without ``fetch_only_from_leader`` (a consumer's Fetch v11+,
+        KIP-392) a follower serves it too, up to its own HW."""
+        if fetch_only_from_leader or self.is_leader:
+            log_ = self._leader_log(current_leader_epoch)
+        else:
+            log_ = self._follower_log_for_consumer(current_leader_epoch)
         hw = log_.high_watermark
         if last_fetched_epoch >= 0:
             epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
@@ -302,6 +309,17 @@ class Partition:
         except OffsetOutOfRangeError:
             records, error = None, Errors.OFFSET_OUT_OF_RANGE
         return LogReadResult(error, records, hw, hw, log_.log_start_offset, log_.log_end_offset)
+
+    def _follower_log_for_consumer(self, current_leader_epoch: int) -> Log:
+        """A follower's log for a consumer's read (Kafka's localLogWithEpochOrThrow without
+        requiring leadership): the consumer's leader epoch must be this replica's."""
+        log_ = self._follower_log()
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                raise KafkaError(Errors.FENCED_LEADER_EPOCH)
+            if current_leader_epoch > self.leader_epoch:
+                raise KafkaError(Errors.UNKNOWN_LEADER_EPOCH)
+        return log_
 
     def fetch_offset_for_timestamp(
         self, timestamp: int, isolation_level: int, current_leader_epoch: int

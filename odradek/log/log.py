@@ -331,7 +331,12 @@ class Log:
                 self._append(buf, info, now_ms)
             except OSError as e:
                 raise self._storage_failure(e, "appending to") from e
-            self._producer_state_loaded = False
+            if self._producer_state_loaded:
+                # A follower keeps the producers' sequences as it appends (Kafka's replication
+                # origin: taken, not validated), so that as a new leader it still recognises a
+                # retried batch and refuses a gap without reading its log again.
+                for b in info.batches:
+                    self.producer_state.update_from_header(parse_header(buf, b.position))
         return info
 
     def _append(

@@ -40,6 +40,7 @@ from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,12 @@ class BrokerServer:
 
         # 3. Take up the partitions the metadata assigns to this node.
         self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        try:
+            self.replica_manager.replica_selector = replica_selector(cfg.get("replica.selector.class"))
+        except UnknownReplicaSelector as e:
+            for lg in lm.all_logs().values():
+                lg.close()
+            raise StartupError(str(e)) from e
         self._start_replication(channel)
         image = self.metadata_cache.image
         initial = MetadataDelta(image)
@@ -395,6 +402,16 @@ class BrokerServer:
     async def shutdown(self) -> None:
         if self._started:
             log.info("Odradek broker %d shutting down", self.node_id)
+        if self.lifecycle_manager is not None and self.config.controlled_shutdown_enable:
+            # Kafka's controlled shutdown, first and while still serving (as Kafka's
+            # BrokerServer.shutdown): the controller moves this broker's leaderships to the
+            # other ISR members and takes it out of the ISRs, clients and followers follow the
+            # metadata, and only then does this broker stop; its next incarnation may register
+            # at once instead of waiting for this one's session to run out.
+            started = now_ms()
+            if await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms):
+                log.info("Broker %d: controlled shutdown done in %d ms (leaderships moved)", self.node_id,
+                         now_ms() - started)
         # Stop taking requests, answer the ones already taken (waiting produces and fetches
         # are completed now), and only then close the connections.
         for server in self._servers:
@@ -413,12 +430,6 @@ class BrokerServer:
         if self.loader is not None and self.shared.raft_client is not None:
             self.shared.raft_client.unregister(self.loader)
         if self.lifecycle_manager is not None:
-            if self.config.controlled_shutdown_enable:
-                # Kafka's controlled shutdown (here once the requests taken are answered): the
-                # controller moves this broker's leaderships away and fences it, so that its
-                # next incarnation may register at once instead of waiting for the session
-                # of this one to run out.
-                await self.lifecycle_manager.controlled_shutdown(self.config.broker_session_timeout_ms)
             await self.lifecycle_manager.close()
         if self.heartbeat_channel is not None:
             await self.heartbeat_channel.close()

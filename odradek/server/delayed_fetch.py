@@ -34,8 +34,11 @@ class FetchPartitionResult:
 
 
 def fetch_can_complete(total_bytes: int, min_bytes: int, results: list[FetchPartitionResult]) -> bool:
-    """Enough bytes, or an error that waiting will not change."""
-    return total_bytes >= min_bytes or any(r.result.error != Errors.NONE for r in results)
+    """Enough bytes, an error that waiting will not change, or a consumer sent to another
+    replica (KIP-392: answered at once, as Kafka's hasPreferredReadReplica)."""
+    return total_bytes >= min_bytes or any(
+        r.result.error != Errors.NONE or r.result.preferred_read_replica >= 0 for r in results
+    )
 
 
 class DelayedFetch(DelayedOperation):

@@ -61,5 +61,18 @@ class DelayedProduce(DelayedOperation):
         for tp in self.pending:
             self.statuses[tp].error = Errors.REQUEST_TIMED_OUT
 
+    def on_shutdown(self) -> None:
+        """The broker stops with this produce waiting: what the HW covers is acknowledged, the
+        rest answers NOT_LEADER_OR_FOLLOWER (retriable: the producer sends it again to the next
+        leader) — never NONE, which would acknowledge records the ISR may not have."""
+        for tp in list(self.pending):
+            p = self.get_partition(tp)
+            done, err = (False, Errors.NONE) if p is None else p.check_enough_replicas_reach_offset(
+                self.statuses[tp].required_offset
+            )
+            self.pending.discard(tp)
+            if not done or err != Errors.NONE:
+                self.statuses[tp].error = err if done else Errors.NOT_LEADER_OR_FOLLOWER
+
     def on_complete(self) -> dict[TopicPartition, ProducePartitionStatus]:
         return self.statuses

@@ -391,8 +391,11 @@ class KafkaApis(ApiDispatcher):
                 )
         max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
         isolation = req["isolation_level"] if version >= 4 else 0
+        # KIP-392: a consumer's Fetch v11+ may be served by a follower, or sent to one.
+        client_rack = (req.get("rack_id") or "") if version >= 11 and replica_id < 0 else None
         result = self.replica_manager.fetch_messages(
-            req["max_wait_ms"], req["min_bytes"], max_bytes, isolation, requests, replica_id, replica_epoch
+            req["max_wait_ms"], req["min_bytes"], max_bytes, isolation, requests, replica_id, replica_epoch,
+            client_rack,
         )
 
         def body(results: list[FetchPartitionResult]) -> dict[str, Any]:
@@ -411,7 +414,7 @@ class KafkaApis(ApiDispatcher):
                     "last_stable_offset": res.last_stable_offset,
                     "log_start_offset": res.log_start_offset,
                     "aborted_transactions": None,  # no transactions yet: nothing aborted
-                    "preferred_read_replica": -1,
+                    "preferred_read_replica": res.preferred_read_replica,
                     "records": res.records if res.records is not None else b"",
                 }
                 if res.diverging_epoch is not None:

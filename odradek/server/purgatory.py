@@ -55,6 +55,10 @@ class DelayedOperation(ABC):
     def on_expiration(self) -> None:  # noqa: B027 - optional hook
         """Called before on_complete when the operation timed out."""
 
+    def on_shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Called before on_complete when the purgatory shuts down with the operation waiting:
+        set the result of what did not happen (a produce must not look acknowledged)."""
+
     # -- machinery ------------------------------------------------------------------------------
 
     def add_done_callback(self, callback: Callable[[DelayedOperation], None]) -> None:
@@ -150,5 +154,7 @@ class DelayedOperationPurgatory:
         """Complete every waiting operation now."""
         for ops in self._watchers.values():
             for op in ops:
+                if not op.completed:
+                    op.on_shutdown()
                 op.force_complete()
         self._watchers.clear()

@@ -107,6 +107,9 @@ class FetcherTarget(Protocol):
 
     def clock_ms(self) -> int: ...
 
+    def follower_appended(self, tp: TopicPartition) -> None:
+        """Records or a new HW arrived (consumers reading from this follower may complete)."""
+
 
 ClientFactory = Callable[[SourceBroker, str], NetworkClient]
 
@@ -329,6 +332,7 @@ class ReplicaFetcherThread:
                 return
             st.fetch_offset = p.log.log_end_offset
             st.last_fetched_epoch = p.log.latest_epoch
+            self.target.follower_appended(tp)
             return
         if error == Errors.OFFSET_OUT_OF_RANGE:
             try:

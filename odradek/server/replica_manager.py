@@ -51,6 +51,7 @@ from odradek.server.delayed_produce import DelayedProduce, ProducePartitionStatu
 from odradek.server.purgatory import DelayedOperationPurgatory, Timer
 from odradek.server.replica_fetcher_manager import source_broker
 from odradek.server.replica_fetcher_thread import PartitionFetchState
+from odradek.server.replica_selector import ReplicaSelector, ReplicaView
 from odradek.server.system_timer import AsyncioTimer, completion_future
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ class ReplicaManager:
         self.inter_broker_listener = "PLAINTEXT"
         self.broker_epoch: Callable[[], int] = lambda: -1
         self.replica_lag_time_max_ms = 30000
+        # KIP-392 (replica.selector.class): None keeps every consumer on the leader.
+        self.replica_selector: ReplicaSelector | None = None
         self._background: set[asyncio.Task[None]] = set()
 
     # -- metadata → partition states -------------------------------------------------------------
@@ -529,8 +532,13 @@ class ReplicaManager:
         isolation_level: int,
         hard_max_bytes_limit: bool = False,
         for_follower: bool = False,
+        client_rack: str | None = None,
     ) -> tuple[int, list[FetchPartitionResult]]:
+        """``client_rack``: None for a fetch only a leader may serve (a follower's, or a
+        consumer's before Fetch v11); a string (maybe empty) for a consumer's Fetch v11+, which
+        a follower may serve and which the leader may send to another replica (KIP-392)."""
         remaining = max_bytes
+        now = self.clock_ms()
         total = 0
         out: list[FetchPartitionResult] = []
         min_one = not hard_max_bytes_limit
@@ -542,15 +550,26 @@ class ReplicaManager:
                 out.append(FetchPartitionResult(req, LogReadResult(err, None, -1, -1, -1, -1)))
                 continue
             try:
-                res = p.read_records(
-                    req.fetch_offset,
-                    min(req.partition_max_bytes, remaining) if remaining > 0 else 0,
-                    isolation_level,
-                    min_one,
-                    req.current_leader_epoch,
-                    req.last_fetched_epoch,
-                    for_follower,
-                )
+                preferred = -1
+                if client_rack is not None and p.is_leader:
+                    preferred = self._preferred_read_replica(p, req.fetch_offset, client_rack, now)
+                if preferred >= 0:
+                    # Sent to another replica: no read here (Kafka's LogReadResult without data).
+                    lg = p._leader_log(req.current_leader_epoch)
+                    hw = lg.high_watermark
+                    res = LogReadResult(Errors.NONE, b"", hw, hw, lg.log_start_offset, lg.log_end_offset,
+                                        preferred_read_replica=preferred)
+                else:
+                    res = p.read_records(
+                        req.fetch_offset,
+                        min(req.partition_max_bytes, remaining) if remaining > 0 else 0,
+                        isolation_level,
+                        min_one,
+                        req.current_leader_epoch,
+                        req.last_fetched_epoch,
+                        for_follower,
+                        fetch_only_from_leader=client_rack is None,
+                    )
             except KafkaError as e:
                 out.append(FetchPartitionResult(req, LogReadResult(e.code, None, -1, -1, -1, -1)))
                 continue
@@ -571,20 +590,26 @@ class ReplicaManager:
         requests: list[FetchPartitionRequest],
         replica_id: int = -1,
         replica_epoch: int = -1,
+        client_rack: str | None = None,
     ) -> list[FetchPartitionResult] | Awaitable[list[FetchPartitionResult]]:
         """The results, or an awaitable of them when the fetch waits in the purgatory.
         ``replica_id`` >= 0: a follower's fetch, read up to the log end offset (not the HW, no
-        isolation level), which tells the leader the follower's log end offset."""
+        isolation level), which tells the leader the follower's log end offset.
+        ``client_rack``: see :meth:`read_from_local_log` (ignored for a follower's fetch)."""
 
         loading = [(r.topic, r.partition) for r in requests if (r.topic, r.partition) in self._pending_log_work]
         if loading:
             return self._fetch_when_ready(
-                loading, max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch
+                loading, max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch,
+                client_rack,
             )
         follower = replica_id >= 0
+        rack = None if follower else client_rack
 
         def read() -> tuple[int, list[FetchPartitionResult]]:
-            return self.read_from_local_log(requests, max_bytes, 0 if follower else isolation_level, for_follower=follower)
+            return self.read_from_local_log(
+                requests, max_bytes, 0 if follower else isolation_level, for_follower=follower, client_rack=rack
+            )
 
         total, results = read()
         if follower:
@@ -678,7 +703,38 @@ class ReplicaManager:
                 n += 1
         return n
 
+    def _preferred_read_replica(self, p: Partition, fetch_offset: int, client_rack: str, now_ms: int) -> int:
+        """KIP-392 (Kafka's findPreferredReadReplica): the replica ``replica.selector.class``
+        picks for a consumer in ``client_rack`` among the leader and the in-sync followers that
+        hold ``fetch_offset``; -1 for the leader itself or no selector."""
+        selector = self.replica_selector
+        if selector is None or p.log is None:
+            return -1
+        brokers = self.metadata_cache.image.brokers
+
+        def rack(b: int) -> str | None:
+            reg = brokers.get(b)
+            return reg.rack if reg is not None else None
+
+        leader = ReplicaView(self.node_id, rack(self.node_id), p.log.log_end_offset, 0)
+        candidates = [
+            ReplicaView(r, rack(r), rep.log_end_offset, now_ms - rep.last_caught_up_time_ms)
+            for r, rep in p.remote_replicas.items()
+            if r in p.isr and rep.log_start_offset <= fetch_offset <= rep.log_end_offset
+            and (reg := brokers.get(r)) is not None and not reg.fenced
+        ]
+        chosen = selector.select(client_rack, leader, candidates)
+        if chosen is None or chosen.broker_id == self.node_id:
+            return -1
+        log.debug("%s: replica %d preferred for a consumer in rack %s at offset %d", p, chosen.broker_id,
+                  client_rack, fetch_offset)
+        return chosen.broker_id
+
     # -- the follower side (for the replica fetchers) -------------------------------------------
+
+    def follower_appended(self, tp: TopicPartition) -> None:
+        """A follower appended or took a new HW: consumer fetches waiting on it may complete."""
+        self.fetch_purgatory.check_and_complete(tp)
 
     def follower_partition(self, tp: TopicPartition) -> Partition | None:
         p = self.partitions.get(tp)
@@ -698,10 +754,11 @@ class ReplicaManager:
         requests: list[FetchPartitionRequest],
         replica_id: int = -1,
         replica_epoch: int = -1,
+        client_rack: str | None = None,
     ) -> list[FetchPartitionResult]:
         await self.wait_for_log_work(loading)
         result = self.fetch_messages(
-            max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch
+            max_wait_ms, min_bytes, max_bytes, isolation_level, requests, replica_id, replica_epoch, client_rack
         )
         return result if isinstance(result, list) else await result
 

@@ -221,3 +221,23 @@ def test_negative_or_zero_delay_times_out_at_the_next_tick(delay: int) -> None:
     assert op.delay_ms == 0
     timer.advance(0)
     assert op.expired
+
+
+def test_shutdown_never_acknowledges_a_produce_the_isr_does_not_hold(tmp_path: Path) -> None:
+    """A broker stopping with acks=-1 produces waiting: the one whose records the HW covers is
+    answered NONE, the one still waiting for a follower NOT_LEADER_OR_FOLLOWER (retried by the
+    producer on the next leader); before, both were answered NONE."""
+    p = leader(tmp_path, isr=(1, 2), replicas=(1, 2))
+    timer = FakeTimer()
+    purgatory = DelayedOperationPurgatory("Produce", timer)
+    partitions = {("t", 0): p}
+    covered_at = append(p, 2)
+    covered = DelayedProduce(5000, {("t", 0): ProducePartitionStatus(required_offset=covered_at)}, partitions.get)
+    purgatory.try_complete_else_watch(covered, [("t", 0)])
+    waiting = DelayedProduce(5000, {("t", 0): ProducePartitionStatus(required_offset=append(p, 2))}, partitions.get)
+    purgatory.try_complete_else_watch(waiting, [("t", 0)])
+    # The follower fetched the first records only; nothing checks the purgatory before shutdown.
+    p.update_follower_fetch_state(2, covered_at, 0, 0)
+    purgatory.shutdown()
+    assert covered.result[("t", 0)].error == Errors.NONE
+    assert waiting.result[("t", 0)].error == Errors.NOT_LEADER_OR_FOLLOWER

@@ -81,6 +81,9 @@ class Target:
     def clock_ms(self) -> int:
         return 0
 
+    def follower_appended(self, tp: tuple[str, int]) -> None:
+        pass
+
 
 def follower(tmp_path: Path) -> Partition:
     lg = Log.load(str(tmp_path / "t-0"), LogConfig(), now_ms=0, clean_shutdown=False)

@@ -121,6 +121,7 @@ class GroupCoordinator:
         self._topics_metadata: dict[str, TopicMetadata] | None = None
         self._create_task: asyncio.Task[None] | None = None
         self._offsets_topic_id: uuid.UUID | None = None
+        self._rf_warned = False  # the offsets topic refused for want of brokers, said once
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -203,11 +204,33 @@ class GroupCoordinator:
             return
         self._create_task = asyncio.get_running_loop().create_task(self._create_offsets_topic())
 
+    def offsets_topic_replication_factor(self) -> int:
+        """``offsets.topic.replication.factor``, as Kafka creates the topic: with fewer brokers
+        up, the controller refuses it and groups wait (COORDINATOR_NOT_AVAILABLE) until they
+        are. One exception, where waiting could never end: a single-node cluster (this node its
+        only controller and only registered broker, e.g. ``odradek server`` without a config,
+        which Kafka runs with the ``=1`` of its shipped server.properties) gets 1."""
+        cfg = self.config
+        rf = cfg.offsets_topic_replication_factor
+        voters = cfg.controller_quorum_voters
+        single_node = (
+            "controller" in cfg.process_roles
+            and len(voters) == 1
+            and voters[0].node_id == self.node_id
+            and set(self.metadata_cache.image.cluster.brokers) <= {self.node_id}
+        )
+        if single_node and rf > 1:
+            log.info(
+                "%s: offsets.topic.replication.factor=%d cannot be met by a single-node cluster; "
+                "creating it with replication factor 1", OFFSETS_TOPIC, rf,
+            )
+            return 1
+        return max(1, rf)
+
     async def _create_offsets_topic(self) -> None:
         assert self.controller_channel is not None
         cfg = self.config
-        live = len(self.metadata_cache.get_alive_brokers())
-        rf = max(1, min(cfg.offsets_topic_replication_factor, live))
+        rf = self.offsets_topic_replication_factor()
         topic = {
             "name": OFFSETS_TOPIC,
             "num_partitions": cfg.offsets_topic_num_partitions,
@@ -228,7 +251,18 @@ class GroupCoordinator:
             return  # at the next FindCoordinator
         for r in results:
             error = Errors(r["error_code"])
-            if error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
+            if error == Errors.INVALID_REPLICATION_FACTOR:
+                # Kafka's answer too: no coordinator until enough brokers are up (clients retry,
+                # and every FindCoordinator tries again: said once at WARNING).
+                level = logging.DEBUG if self._rf_warned else logging.WARNING
+                self._rf_warned = True
+                log.log(
+                    level,
+                    "Creating %s failed: %s; FindCoordinator answers COORDINATOR_NOT_AVAILABLE until "
+                    "%d brokers are up (offsets.topic.replication.factor=%d)",
+                    OFFSETS_TOPIC, r["error_message"] or error.name, rf, cfg.offsets_topic_replication_factor,
+                )
+            elif error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
                 log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, error.name, r["error_message"] or "")
             elif error == Errors.NONE:  # the controller logs the creation at INFO
                 log.debug(

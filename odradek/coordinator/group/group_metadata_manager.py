@@ -382,10 +382,13 @@ class GroupMetadataManager:
         lg = part.log
         pos = lg.log_start_offset
         while True:
-            hw = lg.high_watermark
-            if pos >= hw:
+            # To the log end, not the high watermark (Kafka's loader reads to the log end
+            # too): a follower that has just become leader may know a HW below records the
+            # old leader had acknowledged; its log is the partition's now, and they are in it.
+            end = lg.log_end_offset
+            if pos >= end:
                 break
-            data = lg.read(pos, 4 * 1024 * 1024, isolation_max_offset=hw).to_bytes()
+            data = lg.read(pos, 4 * 1024 * 1024, isolation_max_offset=end).to_bytes()
             if not data:
                 break
             progressed = False
