@@ -15,12 +15,9 @@ from odradek.raft.dynamic_quorum import UPDATE_RAFT_VOTER
 from odradek.raft.epoch_state import FollowerState, LeaderState
 from odradek.raft.raft_log import LogBatch, OffsetAndEpoch
 from odradek.raft.raft_messages import (
-    BROKER_NOT_AVAILABLE,
-    FENCED_LEADER_EPOCH,
     INVALID_REQUEST,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
-    UNKNOWN_LEADER_EPOCH,
     RaftMessage,
 )
 from odradek.raft.snapshot_fetch import SnapshotFetchPaths
@@ -116,18 +113,8 @@ class FetchPaths(SnapshotFetchPaths):
         self, request: RaftMessage, p: dict[str, Any], now_ms: int
     ) -> dict[str, Any]:
         epoch, leader = self.epoch, self.quorum.leader_id_or_nil
-        current_epoch = int(p.get("current_leader_epoch", -1))
         state = self.quorum.state
-        if current_epoch < epoch:
-            error = FENCED_LEADER_EPOCH
-        elif current_epoch > epoch:
-            error = UNKNOWN_LEADER_EPOCH
-        elif not isinstance(state, LeaderState):
-            error = NOT_LEADER_OR_FOLLOWER
-        elif self._shutdown_deadline_ms is not None:
-            error = BROKER_NOT_AVAILABLE
-        else:
-            error = NONE
+        error = self._leader_request_error(int(p.get("current_leader_epoch", -1)))
         if error != NONE or not isinstance(state, LeaderState):
             return msgs.fetch_response(error, epoch, leader, -1)
         fetch_offset = int(p["fetch_offset"])
@@ -256,10 +243,15 @@ class FetchPaths(SnapshotFetchPaths):
         voters = sorted(targets)
         if not voters:
             return
-        for _ in range(len(voters)):
-            voter = voters[self._observer_fetch_index % len(voters)]
-            self._observer_fetch_index += 1
+        self._fetch_from_next_ready(voters, now_ms)
+
+    def _fetch_from_next_ready(self, candidates: list[int], now_ms: int) -> None:
+        """Fetch from the first of ``candidates`` ready for a request, going round them from
+        where the last such fetch stopped."""
+        for i in range(len(candidates)):
+            voter = candidates[(self._observer_fetch_index + i) % len(candidates)]
             if self.requests.is_ready(voter, now_ms):
+                self._observer_fetch_index += i + 1
                 data = msgs.fetch_request(
                     self.cluster_id,
                     self.node_id,

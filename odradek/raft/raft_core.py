@@ -720,19 +720,7 @@ class RaftCore(FetchPaths):
             return
         if any(v in self.requests.inflight for v in others):
             return
-        for i in range(len(others)):
-            voter = others[(self._observer_fetch_index + i) % len(others)]
-            if self.requests.is_ready(voter, now_ms):
-                self._observer_fetch_index += i + 1
-                data = msgs.fetch_request(
-                    self.cluster_id,
-                    self.node_id,
-                    self.epoch,
-                    self.log.end_offset,
-                    self.log.last_epoch,
-                )
-                self._send(voter, msgs.FETCH, data, now_ms)
-                return
+        self._fetch_from_next_ready(others, now_ms)
 
     def _handle_quorum_epoch_response(
         self, source: int, p: dict[str, Any], now_ms: int, begin: bool

@@ -271,20 +271,23 @@ class SnapshotFetchPaths:
             return
         self._respond(request, self._answer_fetch_snapshot(request, p, now_ms))
 
+    def _leader_request_error(self, current_epoch: int) -> int:
+        """The error a Fetch or FetchSnapshot at ``current_epoch`` gets before anything is read
+        (NONE: this node leads that epoch and is not shutting down)."""
+        if current_epoch < self.epoch:
+            return FENCED_LEADER_EPOCH
+        if current_epoch > self.epoch:
+            return UNKNOWN_LEADER_EPOCH
+        if not isinstance(self.quorum.state, LeaderState):
+            return NOT_LEADER_OR_FOLLOWER
+        if self._shutdown_deadline_ms is not None:
+            return BROKER_NOT_AVAILABLE
+        return NONE
+
     def _answer_fetch_snapshot(self, request: RaftMessage, p: Data, now_ms: int) -> Data:
         epoch, leader = self.epoch, self.quorum.leader_id_or_nil
-        current_epoch = int(p["current_leader_epoch"])
         state = self.quorum.state
-        if current_epoch < epoch:
-            error = FENCED_LEADER_EPOCH
-        elif current_epoch > epoch:
-            error = UNKNOWN_LEADER_EPOCH
-        elif not isinstance(state, LeaderState):
-            error = NOT_LEADER_OR_FOLLOWER
-        elif self._shutdown_deadline_ms is not None:
-            error = BROKER_NOT_AVAILABLE
-        else:
-            error = NONE
+        error = self._leader_request_error(int(p["current_leader_epoch"]))
         if error != NONE or not isinstance(state, LeaderState):
             return fetch_snapshot_response(error, epoch, leader)
         sid = _snapshot_id(p)
