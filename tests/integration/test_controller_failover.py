@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 
-from .test_kraft_cluster import Broker, _stop_all, _wait_for_brokers
+from .kraft_processes import Broker, _stop_all, _wait_for_brokers
 from .test_raft_quorum import Controller, _free_ports, describe_quorum, find_leader
 
 

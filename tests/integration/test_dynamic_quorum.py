@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
-from tests.integration.test_kraft_cluster import _create_topic, _stop_all, _wait_for_brokers
+from tests.integration.kraft_processes import _create_topic, _stop_all, _wait_for_brokers
 from tests.integration.test_raft_quorum import (
     CLUSTER_ID,
     Controller,

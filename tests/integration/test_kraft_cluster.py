@@ -14,17 +14,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from odradek.cli.cluster import LocalCluster
 
+from .kraft_processes import _create_topic
 from .test_raft_quorum import Controller, _free_ports, find_leader
-
-
-def _create_topic(admin: AdminClient, name: str, partitions: int, timeout_s: float = 15) -> None:
-    fut = admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout_s,
-                              operation_timeout=timeout_s)[name]
-    fut.result(timeout=timeout_s + 5)
 
 
 @pytest.mark.timeout(240)

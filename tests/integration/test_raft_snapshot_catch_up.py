@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.raft.snapshot import list_snapshots, read_snapshot
 
-from .test_kraft_cluster import Broker, _stop_all, _wait_for_brokers
+from .kraft_processes import Broker, _stop_all, _wait_for_brokers
 from .test_raft_quorum import Controller, _free_ports, describe_quorum, find_leader
 
 SNAPSHOTTING = (
