@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from odradek.controller import envelope
 from odradek.controller.quorum_controller import QuorumController
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)
 _ENDPOINT_TYPE_BROKER = 1
 _ENDPOINT_TYPE_CONTROLLER = 2
+
+# What a Kafka broker forwards to its controller in an Envelope (the admin writes).
+_FORWARDABLE: list[Api] = [
+    m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
+]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
 
@@ -127,7 +133,27 @@ class ControllerApis:
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
         ]
-        return {api: served(api) for api in apis}
+        out = {api: served(api) for api in apis}
+        out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
+        return out
+
+    def envelope_handler(self, forwardable: list[Api]) -> Handler:
+        """Envelope (KIP-590): a Kafka broker forwards its client's admin request wrapped, and
+        gets the whole response back; the request is answered as if the client had sent it."""
+        served = {api.api_key: api for api in forwardable}
+
+        async def handler(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+            try:
+                inner = envelope.unwrap(req, served, invalid_request=Errors.INVALID_REQUEST,
+                                        unsupported_version=Errors.UNSUPPORTED_VERSION)
+            except envelope.EnvelopeError as e:
+                log.warning("Envelope from %s refused: %s", ctx.conn.peer, e.message)
+                return {"response_data": None, "error_code": e.code}
+            client = RequestClient(inner.client_id, inner.client_host or ctx.conn.peer)
+            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, inner.data, client))
+            return {"response_data": envelope.wrap_response(inner, resp), "error_code": Errors.NONE}
+
+        return handler
 
     # -- DescribeQuorum -------------------------------------------------------------------------
 

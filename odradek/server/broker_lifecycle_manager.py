@@ -62,8 +62,11 @@ class BrokerLifecycleManager:
         listeners: list[tuple[str, str, int]],
         features: dict[str, tuple[int, int]],
         rack: str | None,
+        log_dirs: list[uuid.UUID] | None = None,
     ) -> None:
-        """Register and heartbeat in the background; ``listeners``: (name, host, port)."""
+        """Register and heartbeat in the background; ``listeners``: (name, host, port);
+        ``log_dirs``: the ``directory.id`` of each log directory (KIP-858: a controller at
+        metadata.version 3.7-IV2 or later refuses a registration without them, as Kafka's does)."""
         self._registration = {
             "broker_id": self.node_id,
             "cluster_id": self.cluster_id,
@@ -77,7 +80,7 @@ class BrokerLifecycleManager:
             ],
             "rack": rack,
             "is_migrating_zk_broker": False,
-            "log_dirs": [],
+            "log_dirs": list(log_dirs or []),
             "previous_broker_epoch": self.broker_epoch,
         }
         self._unfenced = asyncio.Event()

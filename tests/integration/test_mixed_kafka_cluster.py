@@ -1,0 +1,379 @@
+"""Mixed clusters with Apache Kafka 4.x (issue 12, part 8): the proof that Odradek's
+inter-broker protocol and metadata records are Kafka's.
+
+A. An Apache Kafka broker (``process.roles=broker``, formatted by ``kafka-storage.sh format``
+   with our cluster id) registers with an Odradek controller, follows its metadata log and
+   replicates with an Odradek broker.
+B. An Odradek broker registers with an Apache Kafka controller (formatted at
+   ``--release-version 3.9-IV0``, the newest metadata.version Odradek runs) and does the same.
+
+In both: one topic led by the Kafka broker, one by the Odradek broker (replication factor 2,
+explicit assignments), an idempotent ``acks=all`` producer; the leader of each is killed with
+SIGKILL in turn while the producer runs — the other broker takes over (the controller fences
+the dead one after ``broker.session.timeout.ms``) and every acknowledged record is read back
+exactly once, in order. Between the two kills the first victim returns, truncates/catches up as
+a follower of the other implementation and is in the ISR again.
+
+Skipped without Java or the fetched Kafka jars (failed under CI), as the other Kafka tests.
+Every process is killed in a finalizer; Kafka JVMs run with ``-Xmx384m``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .kafka_reference import KafkaTools, find_kafka_tools
+from .support import die_with_parent
+from .test_raft_quorum import CLUSTER_ID, _free_ports
+
+SESSION_TIMEOUT_MS = 4000
+KAFKA_HEAP = "-Xmx384m -Xms64m"
+# The metadata.version both sides run: the newest Odradek supports (Kafka 4.x runs 3.3-IV3 up).
+RELEASE_VERSION = "3.9-IV0"
+
+
+class Node:
+    """One server process (Odradek or Apache Kafka) with its properties and log file."""
+
+    kind = "?"
+
+    def __init__(self, node_id: int, base: Path, props: dict[str, Any]) -> None:
+        self.node_id = node_id
+        self.data = base / f"n{node_id}"
+        self.config = base / f"n{node_id}.properties"
+        self.log_path = base / f"n{node_id}.log"
+        self.props = {**props, "node.id": node_id, "log.dirs": self.data}
+        self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def start(self) -> None:
+        assert self.proc is None
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env(), preexec_fn=die_with_parent,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+            self.proc = None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            text = self.log_path.read_text("utf-8", "replace")
+        except OSError:
+            return ""
+        # Kafka's stack traces drown the story: keep the lines that are not "\tat ...".
+        lines = [ln for ln in text.splitlines() if not ln.startswith("\tat ")]
+        return "\n".join(lines)[-chars:]
+
+
+class OdradekNode(Node):
+    kind = "odradek"
+
+    def format(self) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "odradek.cli.main", "storage", "format", "--config", str(self.config),
+             "--cluster-id", CLUSTER_ID, "--release-version", RELEASE_VERSION],
+            check=True, capture_output=True, timeout=60,
+        )
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "odradek.cli.main", "server", "--config", str(self.config)]
+
+
+class KafkaNode(Node):
+    kind = "kafka"
+
+    def __init__(self, tools: KafkaTools, node_id: int, base: Path, props: dict[str, Any]) -> None:
+        self.tools = tools
+        super().__init__(node_id, base, props)
+
+    def _java(self, *args: str) -> list[str]:
+        lib = self.tools.home / self.tools.line / "lib"
+        # Kafka's fetched jars log through slf4j-nop; a slf4j 1.7 binding put first (when the
+        # machine has one) gives the server log a failure message can show.
+        binding = sorted(glob.glob("/usr/share/maven-repo/org/slf4j/slf4j-simple/1.7.*/slf4j-simple-1.7.*.jar"))
+        cp = ":".join([*binding[-1:], f"{lib}/*"])
+        return ["java", *KAFKA_HEAP.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
+                "-Dorg.slf4j.simpleLogger.log.kafka.server.KafkaConfig=warn",
+                "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common.config=warn",
+                "-cp", cp, *args]
+
+    def format(self) -> None:
+        r = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "--cluster-id", CLUSTER_ID,
+                       "--config", str(self.config), "--release-version", RELEASE_VERSION),
+            capture_output=True, text=True, timeout=120,
+        )
+        if r.returncode != 0:
+            raise AssertionError(f"kafka-storage format of node {self.node_id}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+
+    def command(self) -> list[str]:
+        return self._java("kafka.Kafka", str(self.config))
+
+
+def _controller_props(port: int, voters: str) -> dict[str, Any]:
+    return {
+        "process.roles": "controller",
+        "listeners": f"CONTROLLER://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        "controller.quorum.voters": voters,
+        "broker.session.timeout.ms": SESSION_TIMEOUT_MS,
+    }
+
+
+def _broker_props(port: int, voters: str) -> dict[str, Any]:
+    return {
+        "process.roles": "broker",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "controller.quorum.voters": voters,
+        "offsets.topic.replication.factor": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        "broker.heartbeat.interval.ms": 500,
+        "replica.lag.time.max.ms": 5000,
+        "replica.fetch.backoff.ms": 200,
+    }
+
+
+class MixedCluster:
+    """One controller and two brokers: an Odradek broker (id 100) and a Kafka broker (id 200)."""
+
+    ODRADEK, KAFKA = 100, 200
+
+    def __init__(self, base: Path, tools: KafkaTools, kafka_controller: bool) -> None:
+        c, b1, b2 = _free_ports(3)
+        voters = f"1@127.0.0.1:{c}"
+        ctl_cls: Any = KafkaNode if kafka_controller else OdradekNode
+        ctl_args: tuple[Any, ...] = (tools,) if kafka_controller else ()
+        self.controller: Node = ctl_cls(*ctl_args, 1, base, _controller_props(c, voters))
+        self.brokers: dict[int, Node] = {
+            self.ODRADEK: OdradekNode(self.ODRADEK, base, _broker_props(b1, voters)),
+            self.KAFKA: KafkaNode(tools, self.KAFKA, base, _broker_props(b2, voters)),
+        }
+        self.ports = {self.ODRADEK: b1, self.KAFKA: b2}
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.controller, *self.brokers.values()]
+
+    def bootstrap(self, only: int | None = None) -> str:
+        return ",".join(f"127.0.0.1:{p}" for i, p in self.ports.items() if only in (None, i))
+
+    def start(self) -> None:
+        for n in self.nodes:
+            n.format()
+        for n in self.nodes:
+            n.start()
+
+    def stop(self) -> None:
+        for n in self.nodes:  # SIGKILL: nothing to wait for, and nothing left behind
+            n.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.kind} node {n.node_id}\n{n.log_tail()}" for n in self.nodes)
+
+
+def _wait_for(what: str, cond: Any, cluster: MixedCluster, deadline_s: float) -> Any:
+    end = time.monotonic() + deadline_s
+    last: Any = None
+    while time.monotonic() < end:
+        try:
+            last = cond()
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"{what}: not within {deadline_s}s (last: {last!r})\n{cluster.logs()}")
+
+
+def _partition(admin: AdminClient, topic: str) -> Any:
+    md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+    if md is None or md.error is not None or 0 not in md.partitions:
+        return None
+    return md.partitions[0]
+
+
+def _create(admin: AdminClient, topic: str, replicas: list[int]) -> None:
+    last: Exception | None = None
+    for _ in range(5):
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas],
+                                          config={"min.insync.replicas": "1"})])[topic].result(30)
+            return
+        except Exception as e:  # noqa: BLE001 - retried (librdkafka may drop its bootstrap handle)
+            if "TOPIC_ALREADY_EXISTS" in str(e):
+                return
+            last = e
+            time.sleep(0.5)
+    raise AssertionError(f"CreateTopics {topic}: {last}")
+
+
+class Load:
+    """An idempotent acks=all producer and what it got acknowledged, per topic."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 90000})
+        self.acked: dict[str, list[bytes]] = {}
+        self.errors: list[str] = []
+
+    def send(self, topic: str, values: list[bytes]) -> None:
+        def report(err: Any, msg: Any) -> None:
+            if err is None:
+                self.acked.setdefault(msg.topic(), []).append(msg.value())
+            else:
+                self.errors.append(str(err))
+
+        for v in values:
+            while True:
+                try:
+                    self.producer.produce(topic, value=v, partition=0, on_delivery=report)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.producer.poll(0)
+
+    def flush(self, cluster: MixedCluster, timeout: float = 90) -> None:
+        assert self.producer.flush(timeout) == 0, f"records still unacknowledged\n{cluster.logs()}"
+        assert self.errors == [], f"{self.errors[:5]}\n{cluster.logs()}"
+
+
+def _consume(bootstrap: str, topic: str, expected: int, deadline_s: float) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end and len(got) < expected:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        end = time.monotonic() + 2  # nothing beyond what was acknowledged may show up twice
+        while time.monotonic() < end:
+            msg = consumer.poll(0.3)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def _kill_the_leader_scenario(cluster: MixedCluster) -> None:
+    o, k = MixedCluster.ODRADEK, MixedCluster.KAFKA
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    _wait_for("both brokers registered and unfenced",
+              lambda: sorted(admin.list_topics(timeout=3).brokers) == [o, k], cluster, 120)
+    topics = {"led-by-kafka": [k, o], "led-by-odradek": [o, k]}
+    for topic, replicas in topics.items():
+        _create(admin, topic, replicas)
+        _wait_for(f"{topic}: leader {replicas[0]} with the ISR of 2",
+                  lambda t=topic, r=replicas: (p := _partition(admin, t)) is not None and p.leader == r[0]
+                  and sorted(p.isrs) == sorted(r), cluster, 60)
+
+    load = Load(cluster.bootstrap())
+    sent: dict[str, list[bytes]] = {t: [] for t in topics}
+
+    def send(tag: str, n: int) -> None:
+        for t in topics:
+            values = [f"{t}-{tag}-{i:04d}".encode() for i in range(n)]
+            sent[t].extend(values)
+            load.send(t, values)
+
+    send("a", 200)
+    load.flush(cluster)  # acks=all: both brokers hold them
+
+    # 1. kill -9 the Kafka broker (the leader of led-by-kafka) under load: Odradek takes over.
+    send("b", 100)
+    cluster.brokers[k].kill()
+    send("c", 100)
+    load.flush(cluster)
+    admin_o = AdminClient({"bootstrap.servers": cluster.bootstrap(only=o)})
+    _wait_for("led-by-kafka led by the Odradek broker", lambda: (p := _partition(admin_o, "led-by-kafka"))
+              is not None and p.leader == o and k not in p.isrs, cluster, 30)
+    for t in topics:
+        got = _consume(cluster.bootstrap(only=o), t, len(sent[t]), 30)
+        assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
+
+    # 2. The Kafka broker returns as a follower of Odradek for both topics and rejoins the ISRs.
+    cluster.brokers[k].start()
+    for t in topics:
+        _wait_for(f"{t}: the Kafka broker back in the ISR", lambda t=t: (p := _partition(admin_o, t)) is not None
+                  and sorted(p.isrs) == [o, k], cluster, 90)
+    send("d", 100)
+    load.flush(cluster)
+
+    # 3. kill -9 the Odradek broker (now the leader of both) under load: Kafka takes over.
+    send("e", 100)
+    cluster.brokers[o].kill()
+    send("f", 100)
+    load.flush(cluster)
+    admin_k = AdminClient({"bootstrap.servers": cluster.bootstrap(only=k)})
+    for t in topics:
+        _wait_for(f"{t} led by the Kafka broker", lambda t=t: (p := _partition(admin_k, t)) is not None
+                  and p.leader == k, cluster, 30)
+        got = _consume(cluster.bootstrap(only=k), t, len(sent[t]), 30)
+        assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
+    load.producer.flush(5)
+
+
+@pytest.mark.timeout(420)
+def test_kafka_broker_with_an_odradek_controller(tmp_path: Path) -> None:
+    tools = find_kafka_tools("4")
+    cluster = MixedCluster(tmp_path, tools, kafka_controller=False)
+    try:
+        cluster.start()
+        _kill_the_leader_scenario(cluster)
+        kafka_log = cluster.brokers[MixedCluster.KAFKA].log_tail(10**7)
+        # Every request the Kafka broker sends its controller is one the controller serves.
+        assert "failed due to unsupported version error" not in kafka_log, kafka_log[-3000:]
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.timeout(420)
+def test_odradek_broker_with_a_kafka_controller(tmp_path: Path) -> None:
+    tools = find_kafka_tools("4")
+    cluster = MixedCluster(tmp_path, tools, kafka_controller=True)
+    try:
+        cluster.start()
+        _kill_the_leader_scenario(cluster)
+    finally:
+        cluster.stop()
