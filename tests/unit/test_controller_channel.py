@@ -451,6 +451,7 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
             m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key, m.DESCRIBE_CLUSTER.api_key,
             BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS,
             g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
+            g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
         }
         capis.listener_endpoints["CONTROLLER"] = ("ctl.example", 9093)
         describe = capis.handlers()[m.DESCRIBE_CLUSTER]

@@ -1,0 +1,128 @@
+"""What a mixed cluster with Apache Kafka 4.x needs of Odradek's controller and broker (issue 12,
+part 8; the real-process proof is tests/integration/test_mixed_kafka_cluster.py):
+
+- Envelope (KIP-590) on the controller listener: a Kafka broker forwards its clients' admin
+  requests wrapped; the answer is the one the request gets unwrapped, as bytes with the
+  client's correlation id; bad envelopes get Kafka's error codes.
+- New replicas are placed in the broker's only registered log directory (Kafka's
+  ``ClusterControlManager.defaultDir``), so a Kafka broker has no AssignReplicasToDirs to send.
+- A broker registers the ``directory.id`` of its log directories (KIP-858).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+from odradek.controller.controller_apis import ControllerApis
+from odradek.controller.replication_control import (
+    DIRECTORY_MIGRATING,
+    DIRECTORY_UNASSIGNED,
+    ReplicationControlManager,
+)
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.image import EMPTY_IMAGE
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.protocol.header import RequestHeader, decode_response_header, encode_request_header
+from odradek.protocol.messages import generated as g
+from odradek.server import config_defs
+from odradek.server.meta_properties import directory_ids, ensure_formatted, read_meta_properties
+
+from test_controller_channel import CLUSTER_ID, CONFIG, ctx, new_controller
+
+D1, D2, D3 = (uuid.UUID(int=(1 << 100) + i) for i in range(3))
+
+
+def _enveloped(api: Any, version: int, body: dict[str, Any], correlation_id: int = 4242) -> dict[str, Any]:
+    header = RequestHeader(api.api_key, version, correlation_id, "kafka-admin")
+    raw = encode_request_header(header, api.request_header_version(version)) + b"".join(
+        bytes(p) for p in api.encode_request(version, body))
+    return {"request_data": raw, "request_principal": b"\x00\x00\x04User\x09ANONYMOUS\x00",
+            "client_host_address": bytes([127, 0, 0, 9])}
+
+
+def test_an_enveloped_create_topics_gets_the_answer_of_the_request_itself(tmp_path: Path) -> None:
+    async def go() -> None:
+        controller = new_controller(tmp_path, node_id=3000)
+        capis = ControllerApis(node_id=3000, cluster_id=CLUSTER_ID, config=CONFIG, controller=controller,
+                               leader_id=lambda: 3000)
+        handlers = capis.handlers()
+        assert g.ENVELOPE in handlers
+        body = {"topics": [{"name": "forwarded", "num_partitions": 3, "replication_factor": 1,
+                            "assignments": [], "configs": []}], "timeout_ms": 5000, "validate_only": True}
+        direct = await handlers[m.CREATE_TOPICS](ctx(m.CREATE_TOPICS.api_key, 7), dict(body))
+        resp = await handlers[g.ENVELOPE](ctx(g.ENVELOPE.api_key, 0), _enveloped(m.CREATE_TOPICS, 7, body))
+        assert resp["error_code"] == Errors.NONE
+        raw = resp["response_data"]
+        correlation_id, pos = decode_response_header(raw, m.CREATE_TOPICS.response_header_version(7))
+        inner, end = m.CREATE_TOPICS.decode_response(7, raw, pos)
+        assert correlation_id == 4242 and end == len(raw)
+        assert inner["topics"][0]["name"] == "forwarded"
+        assert [(t["name"], t["error_code"], t["error_message"]) for t in inner["topics"]] == [
+            (t["name"], t["error_code"], t["error_message"]) for t in direct["topics"]]
+
+        # Bytes that are no request, an API that is not forwarded, a version not served.
+        bad = await handlers[g.ENVELOPE](ctx(g.ENVELOPE.api_key, 0), {
+            "request_data": b"\x00\x13", "request_principal": None, "client_host_address": b""})
+        assert (bad["error_code"], bad["response_data"]) == (Errors.INVALID_REQUEST, None)
+        meta = await handlers[g.ENVELOPE](ctx(g.ENVELOPE.api_key, 0), _enveloped(m.METADATA, 12, {
+            "topics": None, "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False}))
+        assert meta["error_code"] == Errors.INVALID_REQUEST
+        raw = bytearray(_enveloped(m.CREATE_TOPICS, 7, body)["request_data"])
+        raw[2:4] = (99).to_bytes(2, "big")  # CreateTopics v99
+        old = await handlers[g.ENVELOPE](ctx(g.ENVELOPE.api_key, 0), {
+            "request_data": bytes(raw), "request_principal": None, "client_host_address": b""})
+        assert old["error_code"] == Errors.UNSUPPORTED_VERSION
+        truncated = _enveloped(m.CREATE_TOPICS, 7, body)
+        truncated["request_data"] = truncated["request_data"][:-5]
+        cut = await handlers[g.ENVELOPE](ctx(g.ENVELOPE.api_key, 0), truncated)
+        assert cut["error_code"] == Errors.INVALID_REQUEST
+
+    asyncio.run(go())
+
+
+def _register(broker_id: int, log_dirs: list[uuid.UUID]) -> dict[str, Any]:
+    return {
+        "broker_id": broker_id, "incarnation_id": uuid.UUID(int=broker_id), "broker_epoch": broker_id,
+        "end_points": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": 9000 + broker_id, "security_protocol": 0}],
+        "features": [{"name": "metadata.version", "min_supported_version": 7, "max_supported_version": 21}],
+        "rack": None, "fenced": False, "in_controlled_shutdown": False, "log_dirs": log_dirs,
+    }
+
+
+def test_new_replicas_are_placed_in_the_brokers_only_directory() -> None:
+    delta = MetadataDelta(EMPTY_IMAGE)
+    delta.replay("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21})
+    delta.replay("RegisterBrokerRecord", _register(1, [D1]))
+    delta.replay("RegisterBrokerRecord", _register(2, []))
+    delta.replay("RegisterBrokerRecord", _register(3, [D2, D3]))
+    rc = ReplicationControlManager(delta.apply(), default_partitions=1, default_replication_factor=3,
+                                   validate_config=config_defs.validate_topic_config, rng=random.Random(1))
+    assert rc.default_dir(1) == D1
+    assert rc.default_dir(2) == DIRECTORY_MIGRATING
+    assert rc.default_dir(3) == DIRECTORY_UNASSIGNED
+    assert rc.default_dir(4) == DIRECTORY_UNASSIGNED  # not registered
+    _, records = rc.create_topic("t", -1, -1, [{"partition_index": 0, "broker_ids": [3, 1, 2]}], [],
+                                 pending_names=set())
+    parts = [r for name, r in records if name == "PartitionRecord"]
+    assert len(parts) == 1
+    assert parts[0]["replicas"] == [3, 1, 2]
+    assert parts[0]["directories"] == [DIRECTORY_UNASSIGNED, D1, DIRECTORY_MIGRATING]
+
+
+def test_a_broker_registers_the_directory_ids_of_its_log_dirs(tmp_path: Path) -> None:
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    ensure_formatted(dirs, node_id=5, cluster_id=CLUSTER_ID)
+    ids = directory_ids(dirs)
+    expected = []
+    for d in dirs:
+        text = read_meta_properties(f"{d}/meta.properties")["directory.id"]
+        expected.append(uuid.UUID(bytes=base64.urlsafe_b64decode(text + "==")))
+    assert ids == expected and len(set(ids)) == 2
+    assert directory_ids([str(tmp_path / "missing")]) == []
