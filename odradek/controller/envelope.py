@@ -13,7 +13,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.protocol.header import decode_request_header, encode_response_header, peek_request_header
+from odradek.protocol.header import (
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
 from odradek.protocol.schema import Api, SchemaError
 
 

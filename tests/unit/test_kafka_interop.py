@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from test_controller_channel import CLUSTER_ID, CONFIG, ctx, new_controller
+
 from odradek.controller.controller_apis import ControllerApis
 from odradek.controller.replication_control import (
     DIRECTORY_MIGRATING,
@@ -32,8 +34,6 @@ from odradek.protocol.header import RequestHeader, decode_response_header, encod
 from odradek.protocol.messages import generated as g
 from odradek.server import config_defs
 from odradek.server.meta_properties import directory_ids, ensure_formatted, read_meta_properties
-
-from test_controller_channel import CLUSTER_ID, CONFIG, ctx, new_controller
 
 D1, D2, D3 = (uuid.UUID(int=(1 << 100) + i) for i in range(3))
 
