@@ -11,8 +11,10 @@ In both: one topic led by the Kafka broker, one by the Odradek broker (replicati
 explicit assignments), an idempotent ``acks=all`` producer; the leader of each is killed with
 SIGKILL in turn while the producer runs — the other broker takes over (the controller fences
 the dead one after ``broker.session.timeout.ms``) and every acknowledged record is read back
-exactly once, in order. Between the two kills the first victim returns, truncates/catches up as
-a follower of the other implementation and is in the ISR again.
+exactly once, in order. After each kill the victim returns, truncates/catches up as a follower
+of the other implementation and is added back to the ISR (by the Odradek leader, then by the
+Kafka leader's AlterPartition); at the end the Odradek follower's segment files hold exactly the
+acknowledged records.
 
 Skipped without Java or the fetched Kafka jars (failed under CI), as the other Kafka tests.
 Every process is killed in a finalizer; Kafka JVMs run with ``-Xmx384m``.
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -36,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from .kafka_reference import KafkaTools, find_kafka_tools
 from .support import die_with_parent
 from .test_raft_quorum import CLUSTER_ID, _free_ports
+from .test_replication import _log_values
 
 SESSION_TIMEOUT_MS = 4000
 KAFKA_HEAP = "-Xmx384m -Xms64m"
@@ -351,6 +354,22 @@ def _kill_the_leader_scenario(cluster: MixedCluster) -> None:
                   and p.leader == k, cluster, 30)
         got = _consume(cluster.bootstrap(only=k), t, len(sent[t]), 30)
         assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
+
+    # 4. The Odradek broker returns as a follower of Kafka (truncating what it alone may hold),
+    # the Kafka leader adds it back to the ISRs (its AlterPartition to the controller), and it
+    # serves exactly the acknowledged records.
+    cluster.brokers[o].start()
+    for t in topics:
+        _wait_for(f"{t}: the Odradek broker back in the ISR", lambda t=t: (p := _partition(admin_k, t)) is not None
+                  and p.leader == k and sorted(p.isrs) == [o, k], cluster, 90)
+    send("g", 100)
+    load.flush(cluster)
+    for t in topics:
+        got = _consume(cluster.bootstrap(only=k), t, len(sent[t]), 30)
+        assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
+        # The Odradek follower's segment files hold exactly the same records.
+        _wait_for(f"{t}: the Odradek follower's log equals the leader's",
+                  lambda t=t: _log_values(cast(Any, cluster.brokers[o]), t) == sent[t], cluster, 30)
     load.producer.flush(5)
 
 
