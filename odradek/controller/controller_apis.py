@@ -80,6 +80,7 @@ class ControllerApis:
             g.BROKER_REGISTRATION.api_key: self.handle_broker_registration,
             g.BROKER_HEARTBEAT.api_key: self.handle_broker_heartbeat,
             g.ALTER_PARTITION.api_key: self.handle_alter_partition,
+            g.ASSIGN_REPLICAS_TO_DIRS.api_key: self.handle_assign_replicas_to_dirs,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -132,6 +133,7 @@ class ControllerApis:
             m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS,
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
+            g.ASSIGN_REPLICAS_TO_DIRS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -381,6 +383,17 @@ class ControllerApis:
         }
 
     # -- AlterPartition -------------------------------------------------------------------------
+
+    async def handle_assign_replicas_to_dirs(self, request: ControllerRequest) -> dict[str, Any]:
+        """A broker's replica directories (KIP-858), as an Apache Kafka broker sends them."""
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        try:
+            return await self.controller.assign_replicas_to_dirs(request.data)
+        except KafkaError as e:
+            log.info("AssignReplicasToDirs from broker %d refused: %s", request.data.get("broker_id", -1), e.message)
+            return error_response(request, e.code, e.message)
 
     async def handle_alter_partition(self, request: ControllerRequest) -> dict[str, Any]:
         """A partition leader's ISR change (Kafka's handleAlterPartitionRequest)."""

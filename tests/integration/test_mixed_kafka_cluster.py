@@ -22,18 +22,25 @@ Every process is killed in a finalizer; Kafka JVMs run with ``-Xmx384m``.
 
 from __future__ import annotations
 
+import base64
 import glob
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
+from odradek.records.batch import parse_header
+from odradek.records.records import decode_batch
+from odradek.server.meta_properties import read_meta_properties
 
 from .kafka_reference import KafkaTools, find_kafka_tools
 from .support import die_with_parent
@@ -117,16 +124,26 @@ class OdradekNode(Node):
 class KafkaNode(Node):
     kind = "kafka"
 
-    def __init__(self, tools: KafkaTools, node_id: int, base: Path, props: dict[str, Any]) -> None:
+    def __init__(self, tools: KafkaTools, node_id: int, base: Path, props: dict[str, Any], log_dirs: int = 1) -> None:
         self.tools = tools
         super().__init__(node_id, base, props)
+        if log_dirs > 1:
+            # JBOD (KIP-858): the controller places new replicas in UNASSIGNED, the broker picks
+            # a directory and reports it with AssignReplicasToDirs.
+            dirs = ",".join(str(self.data / f"d{i}") for i in range(log_dirs))
+            self.props["log.dirs"] = dirs
+            self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+
+    @staticmethod
+    def slf4j_binding() -> list[str]:
+        """A slf4j 1.7 binding on this machine, if any (Kafka's fetched jars log to slf4j-nop)."""
+        return sorted(glob.glob("/usr/share/maven-repo/org/slf4j/slf4j-simple/1.7.*/slf4j-simple-1.7.*.jar"))[-1:]
 
     def _java(self, *args: str) -> list[str]:
         lib = self.tools.home / self.tools.line / "lib"
         # Kafka's fetched jars log through slf4j-nop; a slf4j 1.7 binding put first (when the
         # machine has one) gives the server log a failure message can show.
-        binding = sorted(glob.glob("/usr/share/maven-repo/org/slf4j/slf4j-simple/1.7.*/slf4j-simple-1.7.*.jar"))
-        cp = ":".join([*binding[-1:], f"{lib}/*"])
+        cp = ":".join([*self.slf4j_binding(), f"{lib}/*"])
         return ["java", *KAFKA_HEAP.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
@@ -187,7 +204,10 @@ class MixedCluster:
         self.controller: Node = ctl_cls(*ctl_args, 1, base, _controller_props(c, voters))
         self.brokers: dict[int, Node] = {
             self.ODRADEK: OdradekNode(self.ODRADEK, base, _broker_props(b1, voters)),
-            self.KAFKA: KafkaNode(tools, self.KAFKA, base, _broker_props(b2, voters)),
+            # Under an Odradek controller the Kafka broker has two log directories: replicas
+            # are placed by AssignReplicasToDirs.
+            self.KAFKA: KafkaNode(tools, self.KAFKA, base, _broker_props(b2, voters),
+                                  log_dirs=1 if kafka_controller else 2),
         }
         self.ports = {self.ODRADEK: b1, self.KAFKA: b2}
 
@@ -373,6 +393,41 @@ def _kill_the_leader_scenario(cluster: MixedCluster) -> None:
     load.producer.flush(5)
 
 
+def _recorded_directories(controller: Node) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """topic id -> the directories of partition 0 in the last record of the controller's
+    metadata log that set them (PartitionRecord or PartitionChangeRecord)."""
+    out: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for path in sorted((controller.data / "__cluster_metadata-0").glob("*.log")):
+        buf = path.read_bytes()
+        pos = 0
+        while pos + 61 <= len(buf):
+            size = parse_header(buf, pos).size
+            if size <= 0 or pos + size > len(buf):
+                break
+            for r in decode_batch(buf[pos:pos + size]):
+                try:
+                    name, rec = METADATA_RECORD_SERDE.read(bytes(r.value or b""))
+                except Exception:  # noqa: BLE001, S112 - control records and the like
+                    continue
+                if name in ("PartitionRecord", "PartitionChangeRecord") and rec.get("directories"):
+                    out[rec["topic_id"]] = list(rec["directories"])
+            pos += size
+    return out
+
+
+def _dir_holding(node: Node, topic: str) -> Path:
+    """The log directory of a Kafka broker holding ``topic``-0."""
+    for d in str(node.props["log.dirs"]).split(","):
+        if (Path(d) / f"{topic}-0").is_dir():
+            return Path(d)
+    raise AssertionError(f"no log directory of {node.node_id} holds {topic}-0")
+
+
+def _directory_id(log_dir: Path) -> uuid.UUID:
+    text = read_meta_properties(str(log_dir / "meta.properties"))["directory.id"]
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+
+
 @pytest.mark.timeout(420)
 def test_kafka_broker_with_an_odradek_controller(tmp_path: Path) -> None:
     tools = find_kafka_tools("4")
@@ -380,9 +435,22 @@ def test_kafka_broker_with_an_odradek_controller(tmp_path: Path) -> None:
     try:
         cluster.start()
         _kill_the_leader_scenario(cluster)
-        kafka_log = cluster.brokers[MixedCluster.KAFKA].log_tail(10**7)
-        # Every request the Kafka broker sends its controller is one the controller serves.
-        assert "failed due to unsupported version error" not in kafka_log, kafka_log[-3000:]
+        # The Kafka broker (two log directories) reported where it keeps each replica with
+        # AssignReplicasToDirs, and the controller recorded it (KIP-858).
+        kafka = cluster.brokers[MixedCluster.KAFKA]
+        recorded = _recorded_directories(cluster.controller)
+        for topic, kafka_index in (("led-by-kafka", 0), ("led-by-odradek", 1)):
+            d = _dir_holding(kafka, topic)
+            meta = dict(line.split(": ", 1) for line in (d / f"{topic}-0" / "partition.metadata").read_text().split("\n") if line)
+            topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(meta["topic_id"] + "=="))
+            assert recorded[topic_id][kafka_index] == _directory_id(d), (topic, recorded[topic_id])
+        # Every request the Kafka broker sends its controller (AssignReplicasToDirs, Envelope,
+        # AlterPartition, ...) is one the controller serves. Only readable with a slf4j binding.
+        if KafkaNode.slf4j_binding():
+            kafka_log = cluster.brokers[MixedCluster.KAFKA].log_tail(10**7)
+            assert "Kafka Server started" in kafka_log
+            assert "AssignReplicasToDirs" not in kafka_log or "failed due to" not in kafka_log, kafka_log[-3000:]
+            assert "unsupported version" not in kafka_log.lower(), kafka_log[-3000:]
     finally:
         cluster.stop()
 

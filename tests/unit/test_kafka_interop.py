@@ -6,7 +6,8 @@ part 8; the real-process proof is tests/integration/test_mixed_kafka_cluster.py)
   client's correlation id; bad envelopes get Kafka's error codes.
 - New replicas are placed in the broker's only registered log directory (Kafka's
   ``ClusterControlManager.defaultDir``), so a Kafka broker has no AssignReplicasToDirs to send.
-- A broker registers the ``directory.id`` of its log directories (KIP-858).
+- A broker registers the ``directory.id`` of its log directories (KIP-858), and the controller
+  records the directories a broker reports with AssignReplicasToDirs.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_controller_channel import CLUSTER_ID, CONFIG, ctx, new_controller
 
+from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.controller_apis import ControllerApis
 from odradek.controller.replication_control import (
     DIRECTORY_MIGRATING,
@@ -29,7 +32,7 @@ from odradek.controller.replication_control import (
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE
 from odradek.protocol import messages as m
-from odradek.protocol.errors import Errors
+from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader, decode_response_header, encode_request_header
 from odradek.protocol.messages import generated as g
 from odradek.server import config_defs
@@ -126,3 +129,50 @@ def test_a_broker_registers_the_directory_ids_of_its_log_dirs(tmp_path: Path) ->
         expected.append(uuid.UUID(bytes=base64.urlsafe_b64decode(text + "==")))
     assert ids == expected and len(set(ids)) == 2
     assert directory_ids([str(tmp_path / "missing")]) == []
+
+
+def test_assign_replicas_to_dirs_records_the_directory_of_each_replica() -> None:
+    topic_id, other_id = uuid.UUID(int=77), uuid.UUID(int=78)
+    delta = MetadataDelta(EMPTY_IMAGE)
+    delta.replay("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21})
+    delta.replay("RegisterBrokerRecord", _register(1, [D2, D3]))
+    delta.replay("RegisterBrokerRecord", _register(2, [D1]))
+    delta.replay("TopicRecord", {"name": "t", "topic_id": topic_id})
+    for pid, replicas in ((0, [1, 2]), (1, [2, 1]), (2, [2])):
+        delta.replay("PartitionRecord", {
+            "partition_id": pid, "topic_id": topic_id, "replicas": replicas, "isr": replicas,
+            "removing_replicas": [], "adding_replicas": [], "leader": replicas[0], "leader_epoch": 0,
+            "partition_epoch": 0, "directories": [DIRECTORY_UNASSIGNED if r == 1 else D1 for r in replicas]})
+    image = delta.apply()
+    request = {"broker_id": 1, "broker_epoch": 1, "directories": [
+        {"id": D3, "topics": [
+            {"topic_id": topic_id, "partitions": [{"partition_index": 0}, {"partition_index": 1},
+                                                  {"partition_index": 2}, {"partition_index": 9}]},
+            {"topic_id": other_id, "partitions": [{"partition_index": 0}]},
+        ]},
+    ]}
+    resp, records = assign_replicas_to_dirs(image, request, 21)
+    errors = [(t["topic_id"], p["partition_index"], p["error_code"])
+              for d in resp["directories"] for t in d["topics"] for p in t["partitions"]]
+    assert resp["error_code"] == Errors.NONE and errors == [
+        (topic_id, 0, Errors.NONE), (topic_id, 1, Errors.NONE),
+        (topic_id, 2, Errors.NOT_LEADER_OR_FOLLOWER),  # broker 1 holds no replica of it
+        (topic_id, 9, Errors.UNKNOWN_TOPIC_OR_PARTITION), (other_id, 0, Errors.UNKNOWN_TOPIC_ID)]
+    assert records == [
+        ("PartitionChangeRecord", {"partition_id": 0, "topic_id": topic_id, "directories": [D3, D1]}),
+        ("PartitionChangeRecord", {"partition_id": 1, "topic_id": topic_id, "directories": [D1, D3]}),
+    ]
+    after = MetadataDelta(image)
+    for name, rec in records:
+        after.replay(name, rec)
+    img = after.apply()
+    p0 = img.topics_by_id[topic_id].partitions[0]
+    assert (p0.directories, p0.partition_epoch, p0.leader_epoch) == ((D3, D1), 1, 0)
+    # Already there: nothing to write.
+    assert assign_replicas_to_dirs(img, request, 21)[1] == []
+    with pytest.raises(KafkaError) as e:
+        assign_replicas_to_dirs(image, request, 16)  # before 3.7-IV2
+    assert e.value.code == Errors.UNSUPPORTED_VERSION
+    with pytest.raises(KafkaError) as e:
+        assign_replicas_to_dirs(image, {**request, "broker_id": 5}, 21)
+    assert e.value.code == Errors.BROKER_ID_NOT_REGISTERED

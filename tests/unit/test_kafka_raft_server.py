@@ -48,6 +48,7 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                     g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key, g.FETCH_SNAPSHOT.api_key,
                     g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
                     g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
+                    g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
                 ])
                 quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
                     {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
