@@ -33,6 +33,13 @@ log = logging.getLogger(__name__)
 # after a failed registration.
 _INITIAL_BACKOFF_MS = 100
 _FENCED_HEARTBEAT_MS = 10
+_REGISTRATION_HINTS = {
+    Errors.UNSUPPORTED_VERSION: "(a feature level the controller finalized, typically an Apache Kafka "
+    "controller's metadata.version, is outside what this broker runs; format the controller with "
+    "--release-version 3.9-IV0 or older). This broker runs:",
+    Errors.INVALID_REGISTRATION: "(the controller refused this broker's log directories or listeners)",
+    Errors.INCONSISTENT_CLUSTER_ID: "(the controller belongs to another cluster id)",
+}
 
 
 class BrokerLifecycleManager:
@@ -122,9 +129,16 @@ class BrokerLifecycleManager:
                 self.is_fenced = True
                 log.debug("Broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
                 return
+            # BrokerRegistrationResponse carries no message: say what the common refusals mean.
+            hint = resp.get("error_message") or _REGISTRATION_HINTS.get(code, "")
+            if code == Errors.UNSUPPORTED_VERSION:
+                hint = hint + " " + ", ".join(
+                    f"{f['name']} {f['min_supported_version']}-{f['max_supported_version']}"
+                    for f in self._registration.get("features", [])
+                )
             log.warning(
                 "Registration of broker %d failed: %s %s; retrying in %d ms",
-                self.node_id, code.name, resp.get("error_message") or "", backoff,
+                self.node_id, code.name, hint, backoff,
             )
             await asyncio.sleep(backoff / 1000.0)
             backoff = min(backoff * 2, max(_INITIAL_BACKOFF_MS, self._heartbeat_interval_ms()))

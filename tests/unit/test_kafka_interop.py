@@ -36,6 +36,7 @@ from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.header import RequestHeader, decode_response_header, encode_request_header
 from odradek.protocol.messages import generated as g
 from odradek.server import config_defs
+from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.meta_properties import directory_ids, ensure_formatted, read_meta_properties
 
 D1, D2, D3 = (uuid.UUID(int=(1 << 100) + i) for i in range(3))
@@ -176,3 +177,32 @@ def test_assign_replicas_to_dirs_records_the_directory_of_each_replica() -> None
     with pytest.raises(KafkaError) as e:
         assign_replicas_to_dirs(image, {**request, "broker_id": 5}, 21)
     assert e.value.code == Errors.BROKER_ID_NOT_REGISTERED
+
+
+def test_a_refused_registration_says_what_the_broker_runs(caplog: pytest.LogCaptureFixture) -> None:
+    """An Apache Kafka controller at a metadata.version above Odradek's answers the registration
+    with a bare UNSUPPORTED_VERSION (BrokerRegistrationResponse has no message): the broker's
+    log line says what that means and which levels it runs. The registration carries the log
+    directory ids."""
+    sent: list[dict[str, Any]] = []
+
+    class Refusing:
+        async def send(self, request: Any) -> dict[str, Any]:
+            sent.append(request.data)
+            return {"throttle_time_ms": 0, "error_code": Errors.UNSUPPORTED_VERSION, "broker_epoch": -1}
+
+    async def go() -> None:
+        lifecycle = BrokerLifecycleManager(node_id=100, cluster_id=CLUSTER_ID, channel=Refusing(),  # type: ignore[arg-type]
+                                           heartbeat_interval_ms=lambda: 50, metadata_offset=lambda: -1)
+        lifecycle.start([("PLAINTEXT", "127.0.0.1", 9092)], {"metadata.version": (7, 21)}, None, [D1, D2])
+        for _ in range(100):  # bounded
+            if "UNSUPPORTED_VERSION" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        await lifecycle.close()
+
+    with caplog.at_level("WARNING", logger="odradek.server.broker_lifecycle_manager"):
+        asyncio.run(go())
+    assert "Registration of broker 100 failed: UNSUPPORTED_VERSION" in caplog.text
+    assert "--release-version 3.9-IV0" in caplog.text and "metadata.version 7-21" in caplog.text
+    assert sent and sent[0]["log_dirs"] == [D1, D2]
