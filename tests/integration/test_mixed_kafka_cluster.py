@@ -7,14 +7,16 @@ A. An Apache Kafka broker (``process.roles=broker``, formatted by ``kafka-storag
 B. An Odradek broker registers with an Apache Kafka controller (formatted at
    ``--release-version 3.9-IV0``, the newest metadata.version Odradek runs) and does the same.
 
-In both: one topic led by the Kafka broker, one by the Odradek broker (replication factor 2,
-explicit assignments), an idempotent ``acks=all`` producer; the leader of each is killed with
-SIGKILL in turn while the producer runs — the other broker takes over (the controller fences
-the dead one after ``broker.session.timeout.ms``) and every acknowledged record is read back
-exactly once, in order. After each kill the victim returns, truncates/catches up as a follower
-of the other implementation and is added back to the ISR (by the Odradek leader, then by the
-Kafka leader's AlterPartition); at the end the Odradek follower's segment files hold exactly the
-acknowledged records.
+In both, beside the controller: two Odradek brokers (100, 101) and a Kafka broker (200); three
+topics with replication factor 3 and ``min.insync.replicas=2``, each preferring another leader
+(explicit assignments); an idempotent ``acks=all`` producer. Each broker is killed with SIGKILL in
+turn under load: the controller fences it after ``broker.session.timeout.ms``, another ISR member
+of either implementation leads, and every acknowledged record is read back exactly once, in
+order; the victim returns, truncates and catches up as a follower and is in every ISR again. At
+the end every Odradek replica's segment files hold exactly the acknowledged records. Under the
+Kafka controller, its auto leader rebalance gives every partition back to its preferred leader;
+under the Odradek controller, the Kafka broker runs two log directories and the controller's
+metadata log records where it placed each replica (AssignReplicasToDirs).
 
 Skipped without Java or the fetched Kafka jars (failed under CI), as the other Kafka tests.
 Every process is killed in a finalizer; Kafka JVMs run with ``-Xmx384m``.
@@ -166,6 +168,7 @@ class KafkaNode(Node):
 
 def _controller_props(port: int, voters: str) -> dict[str, Any]:
     return {
+        "leader.imbalance.check.interval.seconds": 3,
         "process.roles": "controller",
         "listeners": f"CONTROLLER://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -192,31 +195,33 @@ def _broker_props(port: int, voters: str) -> dict[str, Any]:
 
 
 class MixedCluster:
-    """One controller and two brokers: an Odradek broker (id 100) and a Kafka broker (id 200)."""
+    """One controller and three brokers: two Odradek brokers (ids 100, 101) and a Kafka broker
+    (id 200)."""
 
-    ODRADEK, KAFKA = 100, 200
+    ODRADEK, ODRADEK2, KAFKA = 100, 101, 200
 
     def __init__(self, base: Path, tools: KafkaTools, kafka_controller: bool) -> None:
-        c, b1, b2 = _free_ports(3)
+        c, b1, b3, b2 = _free_ports(4)
         voters = f"1@127.0.0.1:{c}"
         ctl_cls: Any = KafkaNode if kafka_controller else OdradekNode
         ctl_args: tuple[Any, ...] = (tools,) if kafka_controller else ()
         self.controller: Node = ctl_cls(*ctl_args, 1, base, _controller_props(c, voters))
         self.brokers: dict[int, Node] = {
             self.ODRADEK: OdradekNode(self.ODRADEK, base, _broker_props(b1, voters)),
+            self.ODRADEK2: OdradekNode(self.ODRADEK2, base, _broker_props(b3, voters)),
             # Under an Odradek controller the Kafka broker has two log directories: replicas
             # are placed by AssignReplicasToDirs.
             self.KAFKA: KafkaNode(tools, self.KAFKA, base, _broker_props(b2, voters),
                                   log_dirs=1 if kafka_controller else 2),
         }
-        self.ports = {self.ODRADEK: b1, self.KAFKA: b2}
+        self.ports = {self.ODRADEK: b1, self.ODRADEK2: b3, self.KAFKA: b2}
 
     @property
     def nodes(self) -> list[Node]:
         return [self.controller, *self.brokers.values()]
 
-    def bootstrap(self, only: int | None = None) -> str:
-        return ",".join(f"127.0.0.1:{p}" for i, p in self.ports.items() if only in (None, i))
+    def bootstrap(self, only: int | None = None, exclude: int | None = None) -> str:
+        return ",".join(f"127.0.0.1:{p}" for i, p in self.ports.items() if only in (None, i) and i != exclude)
 
     def start(self) -> None:
         for n in self.nodes:
@@ -253,12 +258,12 @@ def _partition(admin: AdminClient, topic: str) -> Any:
     return md.partitions[0]
 
 
-def _create(admin: AdminClient, topic: str, replicas: list[int]) -> None:
+def _create(admin: AdminClient, topic: str, replicas: list[int], min_isr: int = 2) -> None:
     last: Exception | None = None
     for _ in range(5):
         try:
             admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[replicas],
-                                          config={"min.insync.replicas": "1"})])[topic].result(30)
+                                          config={"min.insync.replicas": str(min_isr)})])[topic].result(30)
             return
         except Exception as e:  # noqa: BLE001 - retried (librdkafka may drop its bootstrap handle)
             if "TOPIC_ALREADY_EXISTS" in str(e):
@@ -319,77 +324,78 @@ def _consume(bootstrap: str, topic: str, expected: int, deadline_s: float) -> li
     return got
 
 
-def _kill_the_leader_scenario(cluster: MixedCluster) -> None:
-    o, k = MixedCluster.ODRADEK, MixedCluster.KAFKA
+# Each topic's preferred leader is another broker; every broker follows the two others.
+TOPICS: dict[str, list[int]] = {
+    "led-by-200": [200, 100, 101],  # Kafka leads, Odradek follows
+    "led-by-100": [100, 101, 200],
+    "led-by-101": [101, 200, 100],
+}
+
+
+def _kill_each_leader_in_turn(cluster: MixedCluster, *, preferred_restored: bool = False) -> None:
+    """The issue's scenario: RF=3, min.insync.replicas=2, an idempotent acks=all producer; each
+    broker is killed with SIGKILL in turn under load (the Kafka broker first: an Odradek broker
+    takes over its partition; then the Odradek brokers: the Kafka broker takes over one of
+    theirs); every acknowledged record is read back exactly once, in order; the killed broker
+    returns, truncates and catches up as a follower of the others and is in every ISR again.
+    ``preferred_restored``: the controller's auto leader rebalance then gives every partition
+    back to its preferred leader (Odradek's controller has no auto rebalance yet)."""
+    ids = sorted(cluster.brokers)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    _wait_for("both brokers registered and unfenced",
-              lambda: sorted(admin.list_topics(timeout=3).brokers) == [o, k], cluster, 120)
-    topics = {"led-by-kafka": [k, o], "led-by-odradek": [o, k]}
-    for topic, replicas in topics.items():
+    _wait_for("the three brokers registered and unfenced",
+              lambda: sorted(admin.list_topics(timeout=3).brokers) == ids, cluster, 120)
+    for topic, replicas in TOPICS.items():
         _create(admin, topic, replicas)
-        _wait_for(f"{topic}: leader {replicas[0]} with the ISR of 2",
+        _wait_for(f"{topic}: leader {replicas[0]} with the ISR of 3",
                   lambda t=topic, r=replicas: (p := _partition(admin, t)) is not None and p.leader == r[0]
-                  and sorted(p.isrs) == sorted(r), cluster, 60)
+                  and sorted(p.isrs) == ids, cluster, 60)
 
     load = Load(cluster.bootstrap())
-    sent: dict[str, list[bytes]] = {t: [] for t in topics}
+    sent: dict[str, list[bytes]] = {t: [] for t in TOPICS}
 
     def send(tag: str, n: int) -> None:
-        for t in topics:
+        for t in TOPICS:
             values = [f"{t}-{tag}-{i:04d}".encode() for i in range(n)]
             sent[t].extend(values)
             load.send(t, values)
 
-    send("a", 200)
-    load.flush(cluster)  # acks=all: both brokers hold them
-
-    # 1. kill -9 the Kafka broker (the leader of led-by-kafka) under load: Odradek takes over.
-    send("b", 100)
-    cluster.brokers[k].kill()
-    send("c", 100)
+    send("start", 200)
     load.flush(cluster)
-    admin_o = AdminClient({"bootstrap.servers": cluster.bootstrap(only=o)})
-    _wait_for("led-by-kafka led by the Odradek broker", lambda: (p := _partition(admin_o, "led-by-kafka"))
-              is not None and p.leader == o and k not in p.isrs, cluster, 30)
-    for t in topics:
-        got = _consume(cluster.bootstrap(only=o), t, len(sent[t]), 30)
+    for victim in (MixedCluster.KAFKA, MixedCluster.ODRADEK, MixedCluster.ODRADEK2):
+        others = AdminClient({"bootstrap.servers": cluster.bootstrap(exclude=victim)})
+        led = [t for t in TOPICS if _partition(others, t).leader == victim]
+        assert led, f"broker {victim} leads nothing"
+        send(f"before-{victim}", 100)
+        cluster.brokers[victim].kill()
+        send(f"after-{victim}", 100)
+        load.flush(cluster)  # acks=all with the two others (the ISR shrinks when the victim is fenced)
+        for t in led:
+            _wait_for(f"{t}: a new leader after broker {victim} died",
+                      lambda t=t, a=others, v=victim: (p := _partition(a, t)) is not None
+                      and p.leader not in (-1, v) and v not in p.isrs, cluster, 30)
+        for t in TOPICS:
+            got = _consume(cluster.bootstrap(exclude=victim), t, len(sent[t]), 30)
+            assert got == sent[t] == load.acked[t], (victim, t, len(got), len(sent[t]), len(load.acked[t]))
+        print(f"broker {victim} killed; leaders now",
+              {t: _partition(others, t).leader for t in TOPICS})
+        cluster.brokers[victim].start()
+        for t in TOPICS:
+            _wait_for(f"{t}: broker {victim} back in the ISR", lambda t=t, a=others: (p := _partition(a, t)) is not None
+                      and sorted(p.isrs) == ids, cluster, 90)
+    if preferred_restored:
+        for t, replicas in TOPICS.items():
+            _wait_for(f"{t}: the preferred leader {replicas[0]} restored",
+                      lambda t=t, r=replicas: (p := _partition(admin, t)) is not None and p.leader == r[0],
+                      cluster, 60)
+    send("end", 100)
+    load.flush(cluster)
+    for t in TOPICS:
+        got = _consume(cluster.bootstrap(), t, len(sent[t]), 30)
         assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
-
-    # 2. The Kafka broker returns as a follower of Odradek for both topics and rejoins the ISRs.
-    cluster.brokers[k].start()
-    for t in topics:
-        _wait_for(f"{t}: the Kafka broker back in the ISR", lambda t=t: (p := _partition(admin_o, t)) is not None
-                  and sorted(p.isrs) == [o, k], cluster, 90)
-    send("d", 100)
-    load.flush(cluster)
-
-    # 3. kill -9 the Odradek broker (now the leader of both) under load: Kafka takes over.
-    send("e", 100)
-    cluster.brokers[o].kill()
-    send("f", 100)
-    load.flush(cluster)
-    admin_k = AdminClient({"bootstrap.servers": cluster.bootstrap(only=k)})
-    for t in topics:
-        _wait_for(f"{t} led by the Kafka broker", lambda t=t: (p := _partition(admin_k, t)) is not None
-                  and p.leader == k, cluster, 30)
-        got = _consume(cluster.bootstrap(only=k), t, len(sent[t]), 30)
-        assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
-
-    # 4. The Odradek broker returns as a follower of Kafka (truncating what it alone may hold),
-    # the Kafka leader adds it back to the ISRs (its AlterPartition to the controller), and it
-    # serves exactly the acknowledged records.
-    cluster.brokers[o].start()
-    for t in topics:
-        _wait_for(f"{t}: the Odradek broker back in the ISR", lambda t=t: (p := _partition(admin_k, t)) is not None
-                  and p.leader == k and sorted(p.isrs) == [o, k], cluster, 90)
-    send("g", 100)
-    load.flush(cluster)
-    for t in topics:
-        got = _consume(cluster.bootstrap(only=k), t, len(sent[t]), 30)
-        assert got == sent[t] == load.acked[t], (t, len(got), len(sent[t]), len(load.acked[t]))
-        # The Odradek follower's segment files hold exactly the same records.
-        _wait_for(f"{t}: the Odradek follower's log equals the leader's",
-                  lambda t=t: _log_values(cast(Any, cluster.brokers[o]), t) == sent[t], cluster, 30)
+        for o in (MixedCluster.ODRADEK, MixedCluster.ODRADEK2):
+            # Every Odradek replica's segment files hold exactly the acknowledged records.
+            _wait_for(f"{t}: broker {o}'s log equals what was acknowledged",
+                      lambda t=t, o=o: _log_values(cast(Any, cluster.brokers[o]), t) == sent[t], cluster, 30)
     load.producer.flush(5)
 
 
@@ -434,12 +440,13 @@ def test_kafka_broker_with_an_odradek_controller(tmp_path: Path) -> None:
     cluster = MixedCluster(tmp_path, tools, kafka_controller=False)
     try:
         cluster.start()
-        _kill_the_leader_scenario(cluster)
+        _kill_each_leader_in_turn(cluster)
         # The Kafka broker (two log directories) reported where it keeps each replica with
         # AssignReplicasToDirs, and the controller recorded it (KIP-858).
         kafka = cluster.brokers[MixedCluster.KAFKA]
         recorded = _recorded_directories(cluster.controller)
-        for topic, kafka_index in (("led-by-kafka", 0), ("led-by-odradek", 1)):
+        for topic, replicas in TOPICS.items():
+            kafka_index = replicas.index(MixedCluster.KAFKA)
             d = _dir_holding(kafka, topic)
             meta = dict(line.split(": ", 1) for line in (d / f"{topic}-0" / "partition.metadata").read_text().split("\n") if line)
             topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(meta["topic_id"] + "=="))
@@ -461,6 +468,6 @@ def test_odradek_broker_with_a_kafka_controller(tmp_path: Path) -> None:
     cluster = MixedCluster(tmp_path, tools, kafka_controller=True)
     try:
         cluster.start()
-        _kill_the_leader_scenario(cluster)
+        _kill_each_leader_in_turn(cluster, preferred_restored=True)
     finally:
         cluster.stop()
