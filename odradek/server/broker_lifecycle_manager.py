@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 _INITIAL_BACKOFF_MS = 100
 _FENCED_HEARTBEAT_MS = 10
 _REGISTRATION_HINTS = {
-    Errors.UNSUPPORTED_VERSION: "(a feature level the controller finalized, typically an Apache Kafka "
-    "controller's metadata.version, is outside what this broker runs; format the controller with "
-    "--release-version 3.9-IV0 or older). This broker runs:",
+    Errors.UNSUPPORTED_VERSION: "(a feature level the controller finalized is outside what this broker "
+    "runs: typically an Apache Kafka controller's metadata.version above 3.9-IV0, or kraft.version 1 "
+    "of a dynamic quorum; format the controller with --release-version 3.9-IV0 and static "
+    "controller.quorum.voters). This broker runs:",
     Errors.INVALID_REGISTRATION: "(the controller refused this broker's log directories or listeners)",
     Errors.INCONSISTENT_CLUSTER_ID: "(the controller belongs to another cluster id)",
 }
