@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from odradek.controller import envelope
 from odradek.controller.quorum_controller import QuorumController
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)
 _ENDPOINT_TYPE_BROKER = 1
 _ENDPOINT_TYPE_CONTROLLER = 2
+
+# What a Kafka broker forwards to its controller in an Envelope (the admin writes).
+_FORWARDABLE: list[Api] = [
+    m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
+    m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
+]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
 
@@ -79,6 +86,7 @@ class ControllerApis:
             m.ELECT_LEADERS.api_key: self.handle_elect_leaders,
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.handle_alter_partition_reassignments,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.handle_list_partition_reassignments,
+            g.ASSIGN_REPLICAS_TO_DIRS.api_key: self.handle_assign_replicas_to_dirs,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -132,8 +140,29 @@ class ControllerApis:
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
+            g.ASSIGN_REPLICAS_TO_DIRS,
         ]
-        return {api: served(api) for api in apis}
+        out = {api: served(api) for api in apis}
+        out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
+        return out
+
+    def envelope_handler(self, forwardable: list[Api]) -> Handler:
+        """Envelope (KIP-590): a Kafka broker forwards its client's admin request wrapped, and
+        gets the whole response back; the request is answered as if the client had sent it."""
+        served = {api.api_key: api for api in forwardable}
+
+        async def handler(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+            try:
+                inner = envelope.unwrap(req, served, invalid_request=Errors.INVALID_REQUEST,
+                                        unsupported_version=Errors.UNSUPPORTED_VERSION)
+            except envelope.EnvelopeError as e:
+                log.warning("Envelope from %s refused: %s", ctx.conn.peer, e.message)
+                return {"response_data": None, "error_code": e.code}
+            client = RequestClient(inner.client_id, inner.client_host or ctx.conn.peer)
+            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, inner.data, client))
+            return {"response_data": envelope.wrap_response(inner, resp), "error_code": Errors.NONE}
+
+        return handler
 
     # -- DescribeQuorum -------------------------------------------------------------------------
 
@@ -364,6 +393,17 @@ class ControllerApis:
         }
 
     # -- AlterPartition -------------------------------------------------------------------------
+
+    async def handle_assign_replicas_to_dirs(self, request: ControllerRequest) -> dict[str, Any]:
+        """A broker's replica directories (KIP-858), as an Apache Kafka broker sends them."""
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        try:
+            return await self.controller.assign_replicas_to_dirs(request.data)
+        except KafkaError as e:
+            log.info("AssignReplicasToDirs from broker %d refused: %s", request.data.get("broker_id", -1), e.message)
+            return error_response(request, e.code, e.message)
 
     async def handle_alter_partition(self, request: ControllerRequest) -> dict[str, Any]:
         """A partition leader's ISR change (Kafka's handleAlterPartitionRequest)."""

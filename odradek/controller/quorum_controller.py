@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from odradek.controller.alter_partition import alter_partition
+from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
 from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
 from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
@@ -402,6 +403,17 @@ class QuorumController(Listener[MetadataRecord]):
             return alter_partition(self.image, request, version)
 
         return await self._write("alterPartition", op)
+
+    async def assign_replicas_to_dirs(self, request: dict[str, Any]) -> dict[str, Any]:
+        """AssignReplicasToDirs from a broker (KIP-858; see
+        :mod:`odradek.controller.assign_replicas_to_dirs`): its broker epoch, then each replica's
+        directory; answered once the records are committed."""
+
+        def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
+            self.cluster.check_broker_epoch(request["broker_id"], request["broker_epoch"])
+            return assign_replicas_to_dirs(self.image, request, self.features.metadata_version())
+
+        return await self._write("assignReplicasToDirs", op)
 
     async def create_topics(
         self, topics: list[dict[str, Any]], validate_only: bool, timeout_ms: int | None = None

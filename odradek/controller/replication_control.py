@@ -101,6 +101,12 @@ def new_topic_id() -> uuid.UUID:
             return u
 
 
+# Kafka's reserved DirectoryId values (KIP-858).
+DIRECTORY_UNASSIGNED = uuid.UUID(int=0)
+DIRECTORY_LOST = uuid.UUID(int=1)
+DIRECTORY_MIGRATING = uuid.UUID(int=2)
+
+
 class ReplicationControlManager:
     def __init__(
         self,
@@ -172,7 +178,7 @@ class ReplicationControlManager:
                         "leader": leader,
                         "leader_epoch": 0,
                         "partition_epoch": 0,
-                        "directories": [uuid.UUID(int=0)] * len(replicas),
+                        "directories": [self.default_dir(r) for r in replicas],
                     },
                 )
             )
@@ -181,6 +187,20 @@ class ReplicationControlManager:
     def _active(self) -> set[int]:
         """Kafka's ClusterControlManager.isActive: unfenced and not in controlled shutdown."""
         return {b.broker_id for b in self.image.brokers.values() if not b.fenced and not b.in_controlled_shutdown}
+
+    def default_dir(self, broker_id: int) -> uuid.UUID:
+        """The directory a new replica on ``broker_id`` is placed in (Kafka's
+        ``ClusterControlManager.defaultDir``, KIP-858): the broker's only registered log
+        directory; MIGRATING when it registered none; UNASSIGNED when it has several (the broker
+        then chooses and reports with AssignReplicasToDirs) or is not registered."""
+        broker = self.image.brokers.get(broker_id)
+        if broker is None:
+            return DIRECTORY_UNASSIGNED
+        if not broker.log_dirs:
+            return DIRECTORY_MIGRATING
+        if len(broker.log_dirs) == 1:
+            return broker.log_dirs[0]
+        return DIRECTORY_UNASSIGNED
 
     # -- CreateTopics ---------------------------------------------------------------------------
 

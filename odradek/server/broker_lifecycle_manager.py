@@ -33,6 +33,14 @@ log = logging.getLogger(__name__)
 # after a failed registration.
 _INITIAL_BACKOFF_MS = 100
 _FENCED_HEARTBEAT_MS = 10
+_REGISTRATION_HINTS = {
+    Errors.UNSUPPORTED_VERSION: "(a feature level the controller finalized is outside what this broker "
+    "runs: typically an Apache Kafka controller's metadata.version above 3.9-IV0, or kraft.version 1 "
+    "of a dynamic quorum; format the controller with --release-version 3.9-IV0 and static "
+    "controller.quorum.voters). This broker runs:",
+    Errors.INVALID_REGISTRATION: "(the controller refused this broker's log directories or listeners)",
+    Errors.INCONSISTENT_CLUSTER_ID: "(the controller belongs to another cluster id)",
+}
 
 
 class BrokerLifecycleManager:
@@ -62,8 +70,11 @@ class BrokerLifecycleManager:
         listeners: list[tuple[str, str, int]],
         features: dict[str, tuple[int, int]],
         rack: str | None,
+        log_dirs: list[uuid.UUID] | None = None,
     ) -> None:
-        """Register and heartbeat in the background; ``listeners``: (name, host, port)."""
+        """Register and heartbeat in the background; ``listeners``: (name, host, port);
+        ``log_dirs``: the ``directory.id`` of each log directory (KIP-858: a controller at
+        metadata.version 3.7-IV2 or later refuses a registration without them, as Kafka's does)."""
         self._registration = {
             "broker_id": self.node_id,
             "cluster_id": self.cluster_id,
@@ -77,7 +88,7 @@ class BrokerLifecycleManager:
             ],
             "rack": rack,
             "is_migrating_zk_broker": False,
-            "log_dirs": [],
+            "log_dirs": list(log_dirs or []),
             "previous_broker_epoch": self.broker_epoch,
         }
         self._unfenced = asyncio.Event()
@@ -119,9 +130,16 @@ class BrokerLifecycleManager:
                 self.is_fenced = True
                 log.debug("Broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
                 return
+            # BrokerRegistrationResponse carries no message: say what the common refusals mean.
+            hint = resp.get("error_message") or _REGISTRATION_HINTS.get(code, "")
+            if code == Errors.UNSUPPORTED_VERSION:
+                hint = hint + " " + ", ".join(
+                    f"{f['name']} {f['min_supported_version']}-{f['max_supported_version']}"
+                    for f in self._registration.get("features", [])
+                )
             log.warning(
                 "Registration of broker %d failed: %s %s; retrying in %d ms",
-                self.node_id, code.name, resp.get("error_message") or "", backoff,
+                self.node_id, code.name, hint, backoff,
             )
             await asyncio.sleep(backoff / 1000.0)
             backoff = min(backoff * 2, max(_INITIAL_BACKOFF_MS, self._heartbeat_interval_ms()))

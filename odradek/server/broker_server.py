@@ -36,6 +36,7 @@ from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.meta_properties import directory_ids
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_fetcher_thread import FetcherConfig
@@ -246,7 +247,7 @@ class BrokerServer:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
         features = registration_features(self.metadata_cache.image.features.levels)
-        lifecycle.start(endpoints, features, cfg.broker_rack)
+        lifecycle.start(endpoints, features, cfg.broker_rack, directory_ids(list(cfg.log_dirs)))
         await lifecycle.wait_for_unfence()
         # Once more now that the controller has unfenced us (it does so once this broker has
         # replayed past its registration): records committed while we caught up may have deleted

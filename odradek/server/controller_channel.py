@@ -320,6 +320,10 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
             "throttle_time_ms": 0, "error_code": error,
             "is_caught_up": False, "is_fenced": True, "should_shut_down": False,
         }
+    if key == g.ALTER_PARTITION.api_key:  # a top-level error (AlterPartitionRequest.getErrorResponse)
+        return {"throttle_time_ms": 0, "error_code": error, "topics": []}
+    if key == g.ASSIGN_REPLICAS_TO_DIRS.api_key:  # a top-level error, as Kafka's getErrorResponse
+        return {"throttle_time_ms": 0, "error_code": error, "directories": []}
     if key == g.DESCRIBE_QUORUM.api_key:  # a top-level error (DescribeQuorumRequest.getErrorResponse)
         return {"error_code": error, "error_message": message, "topics": [], "nodes": []}
     if key == m.ELECT_LEADERS.api_key:

@@ -151,3 +151,25 @@ def ensure_formatted(
                 os.path.abspath(d), cluster_id, node_id, directory_id,
             )
     return cluster_id
+
+
+def directory_ids(log_dirs: list[str]) -> list[uuid.UUID]:
+    """The ``directory.id`` of each formatted log directory (Kafka's
+    ``LogManager.directoryIdsSet``), in ``log.dirs`` order: what a broker registers (KIP-858).
+    A directory without one (formatted before directory ids) is left out."""
+    out: list[uuid.UUID] = []
+    for d in log_dirs:
+        path = os.path.join(d, META_PROPERTIES)
+        try:
+            text = read_meta_properties(path).get("directory.id")
+        except OSError:
+            continue
+        if not text:
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (ValueError, TypeError):
+            continue
+        if len(raw) == 16 and uuid.UUID(bytes=raw) not in out:
+            out.append(uuid.UUID(bytes=raw))
+    return out

@@ -202,6 +202,8 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     g.END_QUORUM_EPOCH.api_key, g.DESCRIBE_QUORUM.api_key,
                     # KIP-853: AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter
                     g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key, g.UPDATE_RAFT_VOTER.api_key,
+                    g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
+                    g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)

@@ -452,6 +452,8 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
             BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS,
             g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
             m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key, m.LIST_PARTITION_REASSIGNMENTS.api_key,
+            g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
+            g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
         }
         capis.listener_endpoints["CONTROLLER"] = ("ctl.example", 9093)
         describe = capis.handlers()[m.DESCRIBE_CLUSTER]
