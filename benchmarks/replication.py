@@ -412,8 +412,10 @@ def record_epochs(bootstrap: str, topic: str, first: int, last: int) -> dict[int
         end = time.monotonic() + 30
         while len(out) < last - first + 1 and time.monotonic() < end:
             for msg in c.consume(100, 0.5):
-                if msg.error() is None:
-                    out[msg.offset()] = msg.leader_epoch() or -1
+                offset = msg.offset()
+                if msg.error() is None and offset is not None:
+                    epoch = msg.leader_epoch()
+                    out[offset] = -1 if epoch is None else epoch
     finally:
         c.close()
     return out
@@ -518,6 +520,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="throughput runs and failovers of each kind")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=int, default=1, help="1: one unmeasured kcat run per cluster")
+    ap.add_argument("--latency-rate", type=int, default=0,
+                    help="records/s for (d); 0: half of the lower of (b) and (c)")
     ap.add_argument("--kafka-heap", default="-Xmx512m -Xms512m")
     ap.add_argument("--skip-kafka", action="store_true")
     ap.add_argument("--profile", action="store_true", help="py-spy on one Odradek broker in (b)")
@@ -568,7 +572,7 @@ def main() -> int:
                 out["c_kafka_rf3_acksall"] = k["throughput"]
             rates = [out[x]["records_per_s"] for x in ("b_odradek_rf3_acksall", "c_kafka_rf3_acksall")
                      if x in out]
-            half = max(1, min(rates) // 2)
+            half = args.latency_rate or max(1, min(rates) // 2)
             out["d_latency"] = {}
             for c in clusters:
                 topic = f"repl-latency-{c.name}"
