@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Partition replication: what RF=3 ``acks=all`` costs, beside Apache Kafka 4.x, and failover.
 
-    python3 benchmarks/replication.py                       # 200k x 100 B, 2 rounds, table
+    python3 benchmarks/replication.py                       # 1M x 100 B, 3 rounds, table (~6 min)
     python3 benchmarks/replication.py --records 50000 --rounds 1 --json
     python3 benchmarks/replication.py --skip-kafka           # Odradek only
     python3 benchmarks/replication.py --profile              # + py-spy on one broker in (b)
+    python3 benchmarks/replication.py --latency-rate 20000   # (d) at a rate of your choice
 
 In one run on this box:
 
@@ -15,15 +16,22 @@ In one run on this box:
     (target >= 40 %);
 (c) the same 3-broker RF=3 ``acks=all`` run on Apache Kafka 4.x (1 controller + 3 brokers, each
     JVM with ``--kafka-heap``, the jars ``scripts/kafka_reference.sh`` fetched);
-(d) produce latency p50 / p99 at half load: a confluent-kafka producer (``acks=all``) paced to
-    half of the lower of the (b) and (c) rates for ``--latency-seconds``, every record timed from
-    ``produce()`` to its delivery callback; on both 3-broker clusters;
+(d) produce latency p50 / p99 at half load: a confluent-kafka producer (``acks=all``,
+    ``linger.ms=1``) paced in 10 ms ticks to half of the lower of the (b) and (c) rates (or
+    ``--latency-rate``) for ``--latency-seconds``, every record timed from ``produce()`` to its
+    delivery callback (a full local queue is waited out and counted); on both 3-broker clusters,
+    the topic as in (b); ``achieved_rate`` below the target means the cluster could not keep up;
 (e) failover: a 1-partition RF=3 topic; the producer (``acks=all``, one record at a time) is
     idle, the partition's leader gets SIGKILL (``kill -9``: the controller fences it after
     ``broker.session.timeout.ms``, Kafka's default 9000 ms) or SIGTERM (controlled shutdown);
     from that instant the producer sends one record after another (librdkafka retries, metadata
-    refresh backoff 20-100 ms) and the time to the first acknowledged one is reported. The broker
-    is started again and the next round waits until the ISR is whole. ``--rounds`` of each.
+    refresh backoff 20-100 ms) and the time to the ack of the first record the *new* leader
+    appended is reported: the records are read back afterwards and the first one whose batch
+    carries a later partition leader epoch than the last record before the signal is it (during a
+    controlled shutdown the old leader still acknowledges for a while; those are counted apart).
+    The broker is started again and the next round waits until the ISR is whole. ``--rounds`` of
+    each. ``--profile``: py-spy (``--gil``) on broker 101 in the last (b) round, a summary in
+    the JSON, the raw stacks in the temp directory.
 
 Throughput rows are the median over ``--rounds`` (a fresh topic each); the record count of every
 topic is checked afterwards (sum of the log end offsets). The 1-minute load average is logged
@@ -334,7 +342,7 @@ def throughput(tag: str, bootstrap: str, path: Path, n: int, partitions: int, rf
         log(f"{tag} round {r + 1}/{rounds}: kcat acks={acks}, {n} x {SIZE} B; load {loadavg()}")
         spy = None
         if profile_pid is not None and r == rounds - 1:
-            raw = BENCH_DIR / f"repl-profile-{time.strftime('%Y%m%d-%H%M%S')}-{tag}.txt"
+            raw = Path(tempfile.gettempdir()) / f"repl-profile-{time.strftime('%Y%m%d-%H%M%S')}-{tag}.txt"
             spy = PySpy(profile_pid, raw, 100, ["--gil"])
             spy.start()
         try:
@@ -515,9 +523,9 @@ def three_broker_session(c: Cluster, args: argparse.Namespace, path: Path, res: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2, help="throughput runs and failovers of each kind")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput runs and failovers of each kind")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=int, default=1, help="1: one unmeasured kcat run per cluster")
     ap.add_argument("--latency-rate", type=int, default=0,
