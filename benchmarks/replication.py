@@ -146,8 +146,10 @@ class KafkaCluster:
 
     name = "kafka"
 
-    def __init__(self, tools: KafkaTools, base: Path, heap: str, brokers: int = 3) -> None:
+    def __init__(self, tools: KafkaTools, base: Path, heap: str, brokers: int = 3,
+                 overrides: dict[str, str] | None = None) -> None:
         self.tools = tools
+        self.overrides = dict(overrides or {})
         self.base = base
         self.heap = heap
         ports = free_ports(1 + brokers)
@@ -178,7 +180,8 @@ class KafkaCluster:
             port = self.ports[node_id]
             common.update({"process.roles": "broker",
                            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-                           "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}"})
+                           "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                           **self.overrides})
         return "".join(f"{k}={v}\n" for k, v in common.items())
 
     def _launch(self, node_id: int) -> None:
@@ -531,6 +534,8 @@ def main() -> int:
     ap.add_argument("--latency-rate", type=int, default=0,
                     help="records/s for (d); 0: half of the lower of (b) and (c)")
     ap.add_argument("--kafka-heap", default="-Xmx512m -Xms512m")
+    ap.add_argument("--kafka-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Kafka broker setting (repeatable)")
     ap.add_argument("--skip-kafka", action="store_true")
     ap.add_argument("--profile", action="store_true", help="py-spy on one Odradek broker in (b)")
     ap.add_argument("--json", action="store_true")
@@ -568,7 +573,8 @@ def main() -> int:
             three_broker_session(od, args, path, b, od.pid(101) if args.profile else None)
             out["b_odradek_rf3_acksall"] = b["throughput"]
             if tools is not None:
-                kc = KafkaCluster(tools, work / "kafka", args.kafka_heap)
+                kc = KafkaCluster(tools, work / "kafka", args.kafka_heap,
+                                  overrides=dict(o.split("=", 1) for o in args.kafka_override))
                 try:
                     kc.start()
                 except Exception:
