@@ -259,7 +259,7 @@ class ReplicaFetcherThread:
                 continue
             if should_follower_throttle(self.quota, tp, st.is_replica_in_sync, now_ms):
                 assert self.quota is not None
-                self.quota.throttled_count += 1
+                self.quota.note_throttled(tp, now_ms)
                 continue  # over the follower quota: left out of this fetch
             sent[tp] = PartitionFetchState(st.topic_id, st.fetch_offset, st.current_leader_epoch, st.last_fetched_epoch)
             p = self.target.follower_partition(tp)

@@ -579,7 +579,7 @@ class ReplicaManager:
                     ):
                         # Over the leader quota: this follower gets no records of tp this time.
                         assert self.leader_quota is not None
-                        self.leader_quota.throttled_count += 1
+                        self.leader_quota.note_throttled(tp, now)
                         res.records = b""
             except KafkaError as e:
                 out.append(FetchPartitionResult(req, LogReadResult(e.code, None, -1, -1, -1, -1)))

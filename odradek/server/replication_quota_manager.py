@@ -19,8 +19,14 @@ rate is above the configured bytes/s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# A throttled partition is logged at most this often per quota manager (the count goes on).
+THROTTLE_LOG_INTERVAL_MS = 5000
 
 LONG_MAX = (1 << 63) - 1
 TopicPartition = tuple[str, int]
@@ -98,6 +104,7 @@ class ReplicationQuotaManager:
         # Counters (Kafka's metrics): throttled bytes recorded; fetches held back by the quota.
         self.recorded_bytes = 0
         self.throttled_count = 0
+        self._last_logged_ms: int | None = None
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -133,6 +140,18 @@ class ReplicationQuotaManager:
 
     def measured_rate(self, now_ms: int) -> float:
         return self.rate.measure(now_ms)
+
+    def note_throttled(self, tp: TopicPartition, now_ms: int) -> None:
+        """A fetch was held back for ``tp``: counted, and logged at most every
+        :data:`THROTTLE_LOG_INTERVAL_MS`."""
+        self.throttled_count += 1
+        if self._last_logged_ms is None or now_ms - self._last_logged_ms >= THROTTLE_LOG_INTERVAL_MS:
+            self._last_logged_ms = now_ms
+            log.info(
+                "%s replication throttle: holding back %s-%d (%.0f B/s over the quota of %d B/s; "
+                "%d fetches throttled so far)", self.name, tp[0], tp[1], self.rate.measure(now_ms),
+                self.quota_bytes_per_second, self.throttled_count,
+            )
 
 
 def should_leader_throttle(

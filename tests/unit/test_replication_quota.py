@@ -179,3 +179,15 @@ def test_leader_never_throttles_an_in_sync_follower(s: Setup) -> None:
         assert len(r.result.records) > 0 and quota.throttled_count == 0
 
     asyncio.run(run())
+
+
+def test_throttled_fetches_are_counted_and_logged_at_most_every_five_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    q = ReplicationQuotaManager("Follower", 11, 1, rate=100)
+    q.record(5000, 0)
+    with caplog.at_level("INFO", logger="odradek.server.replication_quota_manager"):
+        for now in (0, 100, 4999, 5000, 5001):
+            q.note_throttled(("t", 3), now)
+    assert q.throttled_count == 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Follower replication throttle: holding back t-3 (5000 B/s over the quota of 100 B/s")
