@@ -8,12 +8,25 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from test_replica_fetcher import LEADER, TOPIC_ID, TP, FakeLeader, Target, follower, partition_answer, run_until
+from test_replica_fetcher import (
+    LEADER,
+    TOPIC_ID,
+    TP,
+    FakeLeader,
+    Target,
+    follower,
+    partition_answer,
+    run_until,
+)
 from test_replica_manager import Setup, produce
 from test_replica_manager_replication import follower_fetch, register, topic
 
 from odradek.records.builder import build_batch
-from odradek.server.replica_fetcher_thread import FetcherConfig, PartitionFetchState, ReplicaFetcherThread
+from odradek.server.replica_fetcher_thread import (
+    FetcherConfig,
+    PartitionFetchState,
+    ReplicaFetcherThread,
+)
 from odradek.server.replication_quota_manager import (
     ALL_REPLICAS,
     LONG_MAX,
