@@ -52,7 +52,11 @@ from odradek.server.purgatory import DelayedOperationPurgatory, Timer
 from odradek.server.replica_fetcher_manager import source_broker
 from odradek.server.replica_fetcher_thread import PartitionFetchState
 from odradek.server.replica_selector import ReplicaSelector, ReplicaView
-from odradek.server.replication_quota_manager import ReplicationQuotaManager, should_leader_throttle
+from odradek.server.replication_quota_manager import (
+    ReplicationQuotaManager,
+    record_leader_throttled,
+    should_leader_throttle,
+)
 from odradek.server.system_timer import AsyncioTimer, completion_future
 
 if TYPE_CHECKING:
@@ -627,29 +631,19 @@ class ReplicaManager:
         if follower:
             self._update_follower_fetch_state(replica_id, replica_epoch, results)
         if max_wait_ms <= 0 or not requests or fetch_can_complete(total, min_bytes, results):
-            return self._record_leader_throttled(results) if follower else results
+            return self._record_throttled(results) if follower else results
         op = DelayedFetch(max_wait_ms, min_bytes, read, results)
         if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition) for r in requests]):
             done: list[FetchPartitionResult] = op.result
-            return self._record_leader_throttled(done) if follower else done
+            return self._record_throttled(done) if follower else done
         fut = completion_future(op)
         if follower and self.leader_quota is not None:
-            fut.add_done_callback(
-                lambda f: None if f.cancelled() or f.exception() is not None else self._record_leader_throttled(f.result())
-            )
+            fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self._record_throttled(f.result()))
         return fut
 
-    def _record_leader_throttled(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
-        """Count the bytes of throttled partitions sent to a follower against the leader quota
-        (Kafka's KafkaApis.sizeOfThrottledPartitions, recorded once per response)."""
-        quota = self.leader_quota
-        if quota is not None:
-            size = sum(
-                len(r.result.records) for r in results
-                if r.result.records and quota.is_throttled((r.request.topic, r.request.partition))
-            )
-            if size:
-                quota.record(size, self.clock_ms())
+    def _record_throttled(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
+        if self.leader_quota is not None:
+            record_leader_throttled(self.leader_quota, results, self.clock_ms())
         return results
 
     def _update_follower_fetch_state(

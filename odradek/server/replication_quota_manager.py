@@ -20,8 +20,9 @@ rate is above the configured bytes/s.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,27 @@ def should_leader_throttle(
     the follower is not in the ISR, the partition is throttled here and the leader quota is
     exceeded. In-sync followers are never throttled, so ``acks=all`` is not slowed down."""
     return quota is not None and not replica_in_isr and quota.is_throttled(tp) and quota.is_quota_exceeded(now_ms)
+
+
+class _FetchResult(Protocol):
+    """A FetchPartitionResult, as far as the leader's accounting reads it."""
+
+    @property
+    def request(self) -> Any: ...
+
+    @property
+    def result(self) -> Any: ...
+
+
+def record_leader_throttled(quota: ReplicationQuotaManager, results: Sequence[_FetchResult], now_ms: int) -> None:
+    """Count the bytes of throttled partitions sent to a follower against the leader quota
+    (Kafka's KafkaApis.sizeOfThrottledPartitions, recorded once per response)."""
+    size = sum(
+        len(r.result.records) for r in results
+        if r.result.records and quota.is_throttled((r.request.topic, r.request.partition))
+    )
+    if size:
+        quota.record(size, now_ms)
 
 
 def should_follower_throttle(
