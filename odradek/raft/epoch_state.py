@@ -365,8 +365,11 @@ class LeaderState(EpochState):
             self.check_quorum_deadline_ms = now_ms + self.check_quorum_timeout_ms
 
     def has_check_quorum_expired(self, now_ms: int) -> bool:
-        """No majority of voters fetched within the check-quorum timeout (never for one voter)."""
-        return len(self.voters) > 1 and now_ms >= self.check_quorum_deadline_ms
+        """No majority of voters fetched within the check-quorum timeout (never when this leader
+        is the only voter; a leader that removed itself from a voter set of one still needs
+        that voter's fetches, or it would lead forever beside the voter's own epoch)."""
+        alone = len(self.voters) == 1 and self.local_id in self.voters
+        return not alone and now_ms >= self.check_quorum_deadline_ms
 
     def _maybe_update_high_watermark(self) -> bool:
         offsets = sorted(

@@ -52,6 +52,7 @@ class FetchPaths(SnapshotFetchPaths):
         _high_watermark_moved: bool
         _shutdown_deadline_ms: int | None
         _observer_fetch_index: int
+        _high_watermark_sent: dict[int, tuple[int, int]]
 
         @property
         def epoch(self) -> int: ...
@@ -102,12 +103,29 @@ class FetchPaths(SnapshotFetchPaths):
             and max_wait_ms > 0
         )
         replica_id = msgs.fetch_replica_id(data)
-        if parkable and replica_id >= 0:
+        if parkable and replica_id >= 0 and not self._high_watermark_news(replica_id, response):
             previous = self.fetch_purgatory.park(replica_id, request, now_ms + max_wait_ms)
             if previous is not None:  # a replica has one fetch in flight: answer the old one
-                self._respond(previous, response)
+                self._respond_fetch(previous, response)
         else:
-            self._respond(request, response)
+            self._respond_fetch(request, response)
+
+    def _high_watermark_news(self, replica_id: int, response: dict[str, Any]) -> bool:
+        """Does ``response`` carry a high watermark ``replica_id`` has not been sent in this
+        epoch? Then it is answered at once rather than parked: a commit that lands between
+        a replica's fetches (its records went out before they were committed) reaches it now,
+        not a ``max_wait_ms`` later (what KIP-1166 does with the replica's HW in the request;
+        here the leader remembers what it sent)."""
+        hw = int(response["responses"][0]["partitions"][0]["high_watermark"])
+        sent = self._high_watermark_sent.get(replica_id)
+        return sent is None or sent[0] != self.epoch or hw > sent[1]
+
+    def _respond_fetch(self, request: RaftMessage, response: dict[str, Any]) -> None:
+        replica_id = msgs.fetch_replica_id(request.data)
+        partitions = response["responses"][0]["partitions"] if response["responses"] else []
+        if replica_id >= 0 and partitions and partitions[0]["error_code"] == NONE:
+            self._high_watermark_sent[replica_id] = (self.epoch, int(partitions[0]["high_watermark"]))
+        self._respond(request, response)
 
     def _try_complete_fetch(
         self, request: RaftMessage, p: dict[str, Any], now_ms: int
@@ -139,7 +157,7 @@ class FetchPaths(SnapshotFetchPaths):
         for request in self.fetch_purgatory.take(now_ms, expired_only):
             partition = msgs.single_partition(request.data)
             assert partition is not None
-            self._respond(request, self._try_complete_fetch(request, partition, now_ms))
+            self._respond_fetch(request, self._try_complete_fetch(request, partition, now_ms))
 
     def _fail_parked_fetches(self) -> None:
         self.dynamic.on_leadership_lost(cast("RaftCore", self))

@@ -121,6 +121,8 @@ class RaftCore(FetchPaths):
         self._ready = Ready()
         self._next_correlation = rng.randrange(1 << 30)
         self.fetch_purgatory = FetchPurgatory()
+        # The (epoch, high watermark) last sent to each fetching replica (see _high_watermark_news).
+        self._high_watermark_sent: dict[int, tuple[int, int]] = {}
         self.peer_failures = PeerFailureLog(node_id)
         self._high_watermark: int | None = None
         self._next_commit_offset = self.log.start.offset

@@ -7,8 +7,8 @@ BrokerHeartbeat at once and every ``broker.heartbeat.interval.ms``, carrying the
 it has applied; the controller unfences it once it has caught up with its own registration.
 ``wait_for_unfence`` returns then. A heartbeat the controller refuses as stale (it no longer
 knows this registration) makes the broker register again. On shutdown, ``controlled_shutdown``
-heartbeats with ``want_shut_down`` until the controller, having moved this broker's leaderships
-away and fenced it, answers ``should_shut_down``.
+heartbeats with ``want_shut_down`` (the first at once, then every 50 ms) until the controller,
+having moved this broker's leaderships away and fenced it, answers ``should_shut_down``.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ _INITIAL_BACKOFF_MS = 100
 _FENCED_HEARTBEAT_MS = 10
 _REGISTRATION_HINTS = {
     Errors.UNSUPPORTED_VERSION: "(a feature level the controller finalized is outside what this broker "
-    "runs: typically an Apache Kafka controller's metadata.version above 3.9-IV0, or kraft.version 1 "
-    "of a dynamic quorum; format the controller with --release-version 3.9-IV0 and static "
-    "controller.quorum.voters). This broker runs:",
+    "runs: typically an Apache Kafka controller's metadata.version above 3.9-IV0; format the controller with "
+    "--release-version 3.9-IV0). This broker runs:",
     Errors.INVALID_REGISTRATION: "(the controller refused this broker's log directories or listeners)",
     Errors.INCONSISTENT_CLUSTER_ID: "(the controller belongs to another cluster id)",
 }
+_CONTROLLED_SHUTDOWN_HEARTBEAT_MS = 50
 
 
 class BrokerLifecycleManager:
@@ -180,7 +180,8 @@ class BrokerLifecycleManager:
         await self.close()  # the periodic heartbeats stop: these carry want_shut_down
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
-        first = True
+        attempts = 1
+        start = loop.time()
         while True:
             data = {
                 "broker_id": self.node_id,
@@ -196,15 +197,19 @@ class BrokerLifecycleManager:
                 resp, code = {}, Errors.REQUEST_TIMED_OUT
                 log.warning("Broker %d controlled shutdown heartbeat timed out: %s", self.node_id, e)
             if code == Errors.NONE and resp["should_shut_down"]:
-                log.info("Broker %d: the controller has asked us to exit controlled shutdown.", self.node_id)
+                log.info("Broker %d: the controller has asked us to exit controlled shutdown (after %d "
+                         "heartbeats, %d ms).", self.node_id, attempts, (loop.time() - start) * 1000)
                 self.is_fenced = True
                 return True
             if code in (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED):
                 log.warning("Broker %d controlled shutdown refused (%s)", self.node_id, code.name)
                 return False
-            # As Kafka: the first retry a little sooner, then at the heartbeat interval.
-            wait = 0.05 if first else max(1, self._heartbeat_interval_ms()) / 1000.0
-            first = False
+            # Kafka retries 50 ms after the first answer, then at the heartbeat interval; here
+            # every 50 ms (at most the interval) until the controller agrees, so the broker
+            # exits as soon as the other brokers' metadata has the leaders moved, not up to a
+            # heartbeat interval later (a few small requests for a second at most).
+            wait = min(_CONTROLLED_SHUTDOWN_HEARTBEAT_MS, max(1, self._heartbeat_interval_ms())) / 1000.0
+            attempts += 1
             if loop.time() + wait > deadline:
                 log.error("Broker %d timed out waiting for the controller to approve controlled shutdown", self.node_id)
                 return False

@@ -42,6 +42,7 @@ from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
+from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.replica_fetcher_manager: ReplicaFetcherManager | None = None
+        self.replication_quotas: ReplicationQuotas | None = None
         self.alter_partition_manager: AlterPartitionManager | None = None
         self.controller_channel: ControllerChannel | None = None
         self.heartbeat_channel: ControllerChannel | None = None
@@ -200,6 +202,7 @@ class BrokerServer:
         # Dynamic broker configs first: a change reaches every log through the replica manager.
         loader.publishers.append(self._on_broker_configs)
         loader.publishers.append(self.replica_manager.apply_delta)
+        loader.publishers.append(self._on_replication_throttles)
 
         # 3b. Group coordinator: loads the __consumer_offsets partitions this node leads (now
         # and on every later leadership change) and serves the group APIs.
@@ -292,13 +295,41 @@ class BrokerServer:
             fetch_backoff_ms=cfg._int("replica.fetch.backoff.ms"),
             socket_timeout_ms=cfg._int("replica.socket.timeout.ms"),
         )
-        self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config, cfg._int("num.replica.fetchers"))
+        quotas = self.replication_quotas = ReplicationQuotas(
+            self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds")
+        )
+        self._update_replication_throttles(set(self.metadata_cache.image.topics.by_name), rates=True)
+        self.replica_fetcher_manager = ReplicaFetcherManager(
+            rm, fetcher_config, cfg._int("num.replica.fetchers"), quota=quotas.follower
+        )
+        rm.leader_quota = quotas.leader
         self.alter_partition_manager = AlterPartitionManager(channel, self.node_id, broker_epoch)
         rm.replica_fetcher_manager = self.replica_fetcher_manager
         rm.alter_partition_manager = self.alter_partition_manager
         rm.inter_broker_listener = cfg.inter_broker_listener_name
         rm.broker_epoch = broker_epoch
         rm.replica_lag_time_max_ms = cfg.replica_lag_time_max_ms
+
+    def _update_replication_throttles(self, topics: set[str], rates: bool) -> None:
+        """Replication throttles from the configs: the rates (dynamic broker configs) and the
+        throttled replicas of ``topics`` (topic configs; a topic no longer there is unthrottled)."""
+        quotas = self.replication_quotas
+        if quotas is None:
+            return
+        if rates:
+            quotas.update_rates(
+                self.config._int("leader.replication.throttled.rate"),
+                self.config._int("follower.replication.throttled.rate"),
+            )
+        known = self.metadata_cache.image.topics.by_name
+        for topic in topics:
+            quotas.update_topic(topic, self.metadata_cache.topic_config(topic) if topic in known else None)
+
+    def _on_replication_throttles(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        topics = set(delta.changed_topic_configs) | set(delta.deleted_topics)
+        rates = bool(delta.changed_broker_configs & {"", str(self.node_id)})
+        if topics or rates:
+            self._update_replication_throttles(topics, rates)
 
     def _schedule_on_loop(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
         """Run ``fn`` on the event loop every ``interval_ms`` (work on in-memory state)."""

@@ -544,6 +544,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("auto.include.jmx.reporter", "boolean", "true", None, "JMX reporter"),
     C("quota.window.num", "int", "11", at_least(1), "Quota samples"),
     C("quota.window.size.seconds", "int", "1", at_least(1), "Quota sample window"),
+    C("replication.quota.window.num", "int", "11", at_least(1), "Replication quota samples"),
+    C("replication.quota.window.size.seconds", "int", "1", at_least(1), "Replication quota sample window"),
 )
 
 # Key prefixes accepted without validation and without an "unknown key" warning: families of

@@ -25,6 +25,7 @@ from odradek.server.replica_fetcher_thread import (
     TopicPartition,
     _default_client,
 )
+from odradek.server.replication_quota_manager import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,10 @@ class ReplicaFetcherManager:
         config: FetcherConfig,
         num_fetchers: int = 1,
         client_factory: ClientFactory = _default_client,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.target = target
+        self.quota = quota  # the follower replication throttle, shared by all fetchers
         self.config = config
         self.num_fetchers = max(1, num_fetchers)
         self.client_factory = client_factory
@@ -82,7 +85,9 @@ class ReplicaFetcherManager:
             else:
                 moved = {}
             if fetcher is None:
-                fetcher = ReplicaFetcherThread(key[1], source, self.target, self.config, self.client_factory)
+                fetcher = ReplicaFetcherThread(
+                    key[1], source, self.target, self.config, self.client_factory, self.quota
+                )
                 self.fetchers[key] = fetcher
                 fetcher.add_partitions(moved)
                 for moved_tp in moved:

@@ -39,6 +39,10 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.messages import generated as g
 from odradek.records.errors import RecordError
+from odradek.server.replication_quota_manager import (
+    ReplicationQuotaManager,
+    should_follower_throttle,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,12 @@ class PartitionFetchState:
     current_leader_epoch: int
     last_fetched_epoch: int = UNDEFINED_EPOCH
     delayed_until: float = 0.0  # monotonic seconds: backing off after an error
+    lag: int | None = None  # the leader's HW minus the fetch offset after the last fetch
+
+    @property
+    def is_replica_in_sync(self) -> bool:
+        """Caught up with the leader's high watermark (Kafka's isReplicaInSync)."""
+        return self.lag is not None and self.lag <= 0
 
 
 def truncation_offset(
@@ -126,8 +136,10 @@ class ReplicaFetcherThread:
         target: FetcherTarget,
         config: FetcherConfig,
         client_factory: ClientFactory = _default_client,
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.fetcher_id = fetcher_id
+        self.quota = quota  # the follower replication throttle (None: never throttled)
         self.source = source
         self.target = target
         self.config = config
@@ -241,9 +253,14 @@ class ReplicaFetcherThread:
     def _fetch_request(self, now: float) -> tuple[dict[str, Any], dict[TopicPartition, PartitionFetchState]]:
         topics: dict[str, dict[str, Any]] = {}
         sent: dict[TopicPartition, PartitionFetchState] = {}
+        now_ms = self.target.clock_ms()
         for tp, st in self.partitions.items():
             if st.delayed_until > now or self.target.follower_partition(tp) is None:
                 continue
+            if should_follower_throttle(self.quota, tp, st.is_replica_in_sync, now_ms):
+                assert self.quota is not None
+                self.quota.note_throttled(tp, now_ms)
+                continue  # over the follower quota: left out of this fetch
             sent[tp] = PartitionFetchState(st.topic_id, st.fetch_offset, st.current_leader_epoch, st.last_fetched_epoch)
             p = self.target.follower_partition(tp)
             assert p is not None and p.log is not None
@@ -332,6 +349,9 @@ class ReplicaFetcherThread:
                 return
             st.fetch_offset = p.log.log_end_offset
             st.last_fetched_epoch = p.log.latest_epoch
+            st.lag = max(0, pd["high_watermark"] - st.fetch_offset)
+            if self.quota is not None and self.quota.is_throttled(tp):
+                self.quota.record(len(pd.get("records") or b""), self.target.clock_ms())
             self.target.follower_appended(tp)
             return
         if error == Errors.OFFSET_OUT_OF_RANGE:

@@ -52,6 +52,11 @@ from odradek.server.purgatory import DelayedOperationPurgatory, Timer
 from odradek.server.replica_fetcher_manager import source_broker
 from odradek.server.replica_fetcher_thread import PartitionFetchState
 from odradek.server.replica_selector import ReplicaSelector, ReplicaView
+from odradek.server.replication_quota_manager import (
+    ReplicationQuotaManager,
+    record_leader_throttled,
+    should_leader_throttle,
+)
 from odradek.server.system_timer import AsyncioTimer, completion_future
 
 if TYPE_CHECKING:
@@ -132,6 +137,8 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = 30000
         # KIP-392 (replica.selector.class): None keeps every consumer on the leader.
         self.replica_selector: ReplicaSelector | None = None
+        # The leader replication throttle (None: followers are never throttled).
+        self.leader_quota: ReplicationQuotaManager | None = None
         self._background: set[asyncio.Task[None]] = set()
 
     # -- metadata → partition states -------------------------------------------------------------
@@ -533,6 +540,7 @@ class ReplicaManager:
         hard_max_bytes_limit: bool = False,
         for_follower: bool = False,
         client_rack: str | None = None,
+        replica_id: int = -1,
     ) -> tuple[int, list[FetchPartitionResult]]:
         """``client_rack``: None for a fetch only a leader may serve (a follower's, or a
         consumer's before Fetch v11); a string (maybe empty) for a consumer's Fetch v11+, which
@@ -570,6 +578,13 @@ class ReplicaManager:
                         for_follower,
                         fetch_only_from_leader=client_rack is None,
                     )
+                    if for_follower and res.records and should_leader_throttle(
+                        self.leader_quota, tp, replica_id in p.isr, now
+                    ):
+                        # Over the leader quota: this follower gets no records of tp this time.
+                        assert self.leader_quota is not None
+                        self.leader_quota.note_throttled(tp, now)
+                        res.records = b""
             except KafkaError as e:
                 out.append(FetchPartitionResult(req, LogReadResult(e.code, None, -1, -1, -1, -1)))
                 continue
@@ -608,19 +623,28 @@ class ReplicaManager:
 
         def read() -> tuple[int, list[FetchPartitionResult]]:
             return self.read_from_local_log(
-                requests, max_bytes, 0 if follower else isolation_level, for_follower=follower, client_rack=rack
+                requests, max_bytes, 0 if follower else isolation_level, for_follower=follower, client_rack=rack,
+                replica_id=replica_id,
             )
 
         total, results = read()
         if follower:
             self._update_follower_fetch_state(replica_id, replica_epoch, results)
         if max_wait_ms <= 0 or not requests or fetch_can_complete(total, min_bytes, results):
-            return results
+            return self._record_throttled(results) if follower else results
         op = DelayedFetch(max_wait_ms, min_bytes, read, results)
         if self.fetch_purgatory.try_complete_else_watch(op, [(r.topic, r.partition) for r in requests]):
             done: list[FetchPartitionResult] = op.result
-            return done
-        return completion_future(op)
+            return self._record_throttled(done) if follower else done
+        fut = completion_future(op)
+        if follower and self.leader_quota is not None:
+            fut.add_done_callback(lambda f: None if f.cancelled() or f.exception() else self._record_throttled(f.result()))
+        return fut
+
+    def _record_throttled(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
+        if self.leader_quota is not None:
+            record_leader_throttled(self.leader_quota, results, self.clock_ms())
+        return results
 
     def _update_follower_fetch_state(
         self, replica_id: int, replica_epoch: int, results: list[FetchPartitionResult]

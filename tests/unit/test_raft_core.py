@@ -369,3 +369,40 @@ def test_hostile_requests_and_responses_never_raise() -> None:
     leader.propose(leader.epoch, ["after"], cluster.now)
     cluster.run(1000)
     assert all(c[-1:] == ["after"] for c in cluster.committed.values())
+
+
+def test_a_fetch_is_answered_at_once_when_the_high_watermark_moved_since_the_last_answer() -> None:
+    """An observer got records before they were committed (old HW); the commit lands before its
+    next fetch. That fetch, with nothing new to read, is answered at once with the new HW rather
+    than parked for max_wait_ms; a fetch with nothing new at all is parked as before."""
+    c = core(1, frozenset({1}))
+    c.tick(2000)
+    c.durable(c.log.end_offset, 2000)
+    c.ready()
+    hw = c.high_watermark
+    assert hw == c.log.end_offset
+
+    def observer_fetch(offset: int, correlation: int, now: int) -> None:
+        data = msgs.fetch_request(CLUSTER, 9, c.epoch, offset, c.epoch)
+        c.handle(RaftMessage(9, 1, msgs.FETCH, correlation, data), now)
+
+    def answer(correlation: int) -> dict[str, Any] | None:
+        found = [m.data for m in c.ready().messages if m.is_response and m.correlation_id == correlation]
+        return partition_of(found[0], "responses") if found else None
+
+    observer_fetch(hw, 1, 2001)  # caught up: parked (its first answer tells it the HW at once)
+    first = answer(1)
+    assert first is not None and first["high_watermark"] == hw
+    observer_fetch(hw, 2, 2002)
+    assert answer(2) is None  # nothing new: parked
+    c.propose(c.epoch, ["a"], 2003)  # the parked fetch gets the record, not yet committed
+    got = answer(2)
+    assert got is not None and got["high_watermark"] == hw and got["records"]
+    c.durable(c.log.end_offset, 2004)  # committed: HW moves, nobody is parked
+    c.ready()
+    assert c.high_watermark == hw + 1
+    observer_fetch(hw + 1, 3, 2005)
+    now_answer = answer(3)
+    assert now_answer is not None and now_answer["high_watermark"] == hw + 1 and not now_answer["records"]
+    observer_fetch(hw + 1, 4, 2006)
+    assert answer(4) is None  # the HW it has: parked until something new

@@ -239,3 +239,13 @@ def test_quorum_config_uses_kafkas_names_and_defaults() -> None:
     assert (config.election_timeout_ms, config.fetch_timeout_ms) == (500, 900)
     with pytest.raises(ValueError, match="controller.quorum.election.timeout.ms"):
         QuorumConfig.from_props({"controller.quorum.election.timeout.ms": "soon"})
+
+
+def test_a_leader_outside_a_voter_set_of_one_needs_that_voters_fetches() -> None:
+    """A leader that removed itself, leaving one other voter: its check-quorum expires when that
+    voter does not fetch from it (or it would lead forever beside the voter's own epoch)."""
+    removed = LeaderState(1, 1, frozenset({4}), 0, {1, 4}, 0, 3000)
+    assert not removed.has_check_quorum_expired(2999)
+    assert removed.has_check_quorum_expired(3000)
+    removed.update_replica_state(4, 2500, 0)
+    assert not removed.has_check_quorum_expired(5499)
