@@ -194,3 +194,106 @@ def test_kill_the_leader_of_every_partition_in_turn_under_load(tmp_path: Path) -
         if load is not None:
             load._stop.set()
         cluster.stop()
+
+
+def _produce_acked(bootstrap: str, topic: str, values: list[bytes], cluster: ReplicationCluster) -> list[bytes]:
+    """``values`` to partition 0 with an idempotent ``acks=all`` producer; the acknowledged ones."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "message.timeout.ms": 60_000})
+    acked: list[bytes] = []
+    errors: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        (acked.append(msg.value()) if err is None else errors.append(str(err)))
+
+    for v in values:
+        producer.produce(topic, value=v, partition=0, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(90) == 0, cluster.logs()
+    assert errors == [], errors[:5]
+    return acked
+
+
+@pytest.mark.timeout(600)
+def test_jepsen_2013_isr_of_the_leader_alone_then_the_leader_is_cut_off(tmp_path: Path) -> None:
+    """Two topics led by broker 1, replicas [1, 2, 3], min.insync.replicas=1; ``clean`` with
+    unclean.leader.election.enable=false, ``unclean`` with it true. Both followers paused past
+    replica.lag.time.max.ms: the ISR is [1] and acks=all completes on the leader alone. Then the
+    leader is paused and the followers resumed."""
+    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n",
+                                 broker_extra=LAG_MS)
+    cluster.start()
+    try:
+        for name, unclean in (("clean", "false"), ("unclean", "true")):
+            _create(cluster, name, [[1, 2, 3]], **{"min.insync.replicas": "1",
+                                                  "unclean.leader.election.enable": unclean})
+        acked: dict[str, list[bytes]] = {}
+        for name in ("clean", "unclean"):
+            acked[name] = _produce_acked(cluster.bootstrap, name, [f"{name}-a-{i:04d}".encode() for i in range(200)],
+                                         cluster)
+            cluster.wait_for(name, lambda s: len(s[0][2]) == 3, what="with the ISR full after the first writes")
+
+        # The followers stop: the ISR shrinks to the leader alone, acks=all goes on with it.
+        cluster.pause(2)
+        cluster.pause(3)
+        for name in ("clean", "unclean"):
+            cluster.wait_for(name, lambda s: s[0][0] == 1 and s[0][2] == [1], deadline_s=60,
+                             what="with the ISR shrunk to [1]")
+        only_leader = {name: _produce_acked(cluster.brokers[1].bootstrap, name,
+                                            [f"{name}-b-{i:04d}".encode() for i in range(300)], cluster)
+                       for name in ("clean", "unclean")}
+        for name in ("clean", "unclean"):
+            assert len(only_leader[name]) == 300
+            acked[name] += only_leader[name]
+
+        # The leader is cut off, the followers come back.
+        cluster.pause(1)
+        cluster.resume(2)
+        cluster.resume(3)
+        live = {2, 3}
+
+        def by_live(topic: str, check: Any, what: str) -> Any:
+            end = time.monotonic() + 60
+            state: Any = None
+            while time.monotonic() < end:
+                try:
+                    admin = cluster.admin()
+                    md = admin.list_topics(topic=topic, timeout=3).topics[topic]
+                    state = {p: (pm.leader, list(pm.replicas), list(pm.isrs)) for p, pm in md.partitions.items()}
+                    if check(state):
+                        return state
+                except Exception:  # noqa: BLE001 - retried until the deadline
+                    pass
+                time.sleep(0.3)
+            raise AssertionError(f"{topic} never {what}: last {state}\n{cluster.logs()}")
+
+        # With unclean election on, a follower leads, without the writes only broker 1 held.
+        new = by_live("unclean", lambda s: s[0][0] in live, "led by a follower (unclean)")[0][0]
+        print(f"unclean: broker {new} elected")
+        # Without it the partition has no leader as long as broker 1 is away.
+        by_live("clean", lambda s: s[0][0] == -1, "offline")
+        time.sleep(2)
+        assert by_live("clean", lambda s: True, "described")[0][0] == -1
+        bootstrap_live = ",".join(cluster.brokers[b].bootstrap for b in sorted(live))
+        got_unclean = _read_partition(bootstrap_live, "unclean", 0, 200, 60)
+        lost = [v for v in acked["unclean"] if v not in set(got_unclean)]
+        print(f"unclean election: {len(lost)} of {len(acked['unclean'])} acknowledged records lost")
+        assert got_unclean == acked["unclean"][:200], (len(got_unclean), got_unclean[-3:])
+        assert lost == only_leader["unclean"]
+        log = cluster.controller.log_path.read_text()
+        warned = [line for line in log.splitlines() if " WARN" in line and "Partition unclean-0: UNCLEAN election" in line]
+        assert warned, cluster.controller.log_tail()
+        assert "Partition clean-0: UNCLEAN" not in log
+
+        # The old leader returns: the clean partition is led by it again and has every write;
+        # in the unclean one it truncates to the new leader's log (the loss stays, nothing doubles).
+        cluster.resume(1)
+        cluster.wait_for("clean", lambda s: s[0][0] == 1, deadline_s=60, what="led by 1 again")
+        got_clean = _read_partition(cluster.bootstrap, "clean", 0, len(acked["clean"]), 60)
+        assert got_clean == acked["clean"], (len(got_clean), len(acked["clean"]))
+        cluster.wait_for("unclean", lambda s: len(s[0][2]) == 3, deadline_s=60, what="with the ISR full again")
+        after = _produce_acked(cluster.bootstrap, "unclean", [b"unclean-c-0000"], cluster)
+        got_unclean = _read_partition(cluster.bootstrap, "unclean", 0, 201, 60)
+        assert got_unclean == acked["unclean"][:200] + after
+    finally:
+        cluster.stop()
