@@ -17,6 +17,7 @@ Every wait is bounded; no timing is asserted; processes are stopped in ``finally
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -26,7 +27,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from .replication_cluster import ReplicationCluster
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+
+from .replication_cluster import Node, ReplicationCluster
+from .test_raft_quorum import _free_ports
 
 PREFERRED_LAYOUT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
 LAG_MS = "replica.lag.time.max.ms=3000\nreplica.fetch.backoff.ms=200\n"
@@ -296,4 +301,105 @@ def test_jepsen_2013_isr_of_the_leader_alone_then_the_leader_is_cut_off(tmp_path
         got_unclean = _read_partition(cluster.bootstrap, "unclean", 0, 201, 60)
         assert got_unclean == acked["unclean"][:200] + after
     finally:
+        cluster.stop()
+
+
+def _add_broker(cluster: ReplicationCluster, tmp_path: Path, node_id: int) -> None:
+    """A fourth broker, configured as broker 3 but for its id, port and log dir; started."""
+    port = _free_ports(1)[0]
+    template = cluster.brokers[3]
+    config = template.config.read_text()
+    config = config.replace("node.id=3\n", f"node.id={node_id}\n")
+    config = config.replace(f"127.0.0.1:{template.port}\n", f"127.0.0.1:{port}\n")
+    config = config.replace(f"log.dirs={tmp_path / 'c3'}\n", f"log.dirs={tmp_path / f'c{node_id}'}\n")
+    voters = f"0@127.0.0.1:{cluster.controller.port}"
+    node = Node(node_id, port, voters, tmp_path, config)
+    cluster.brokers[node_id] = node
+    node.format()
+    node.start()
+    cluster.wait_for_brokers(set(cluster.brokers), 90)
+
+
+def _reassignments(cluster: ReplicationCluster) -> dict[tuple[str, int], Any]:
+    listed = cluster.send(m.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 10_000, "topics": None})
+    assert listed["error_code"] == Errors.NONE, listed
+    return {(t["name"], p["partition_index"]): (p["replicas"], p["adding_replicas"], p["removing_replicas"])
+            for t in listed["topics"] for p in t["partitions"]}
+
+
+@pytest.mark.timeout(600)
+def test_reassignment_under_produce_load(tmp_path: Path) -> None:
+    """``grow`` (RF 1) and ``move`` (RF 3, min.insync.replicas=2), each written by an idempotent
+    acks=all producer; a fourth broker joins; grow-0 goes 1 -> [1, 2, 3] and move-0 [1, 2, 3] ->
+    [4, 2, 3] through AlterPartitionReassignments, grow-1 2 -> [2, 3, 4] and move-1 [2, 3, 1] ->
+    [3, 4, 1] through ``odradek reassign --execute`` and ``--verify``."""
+    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n",
+                                 broker_extra=LAG_MS)
+    loads: list[LoadProducer] = []
+    cluster.start()
+    try:
+        _add_broker(cluster, tmp_path, 4)
+        _create(cluster, "grow", [[1], [2]])
+        _create(cluster, "move", [[1, 2, 3], [2, 3, 1]], **{"min.insync.replicas": "2"})
+        loads = [LoadProducer(cluster.bootstrap, t, 2, rate=500) for t in ("grow", "move")]
+        for load in loads:
+            load.start()
+        for load in loads:
+            load.wait_acked(200, cluster, 60, "before the reassignment")
+
+        resp = cluster.send(m.ALTER_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 10_000, "topics": [
+            {"name": "grow", "partitions": [{"partition_index": 0, "replicas": [1, 2, 3]}]},
+            {"name": "move", "partitions": [{"partition_index": 0, "replicas": [4, 2, 3]}]},
+        ]})
+        assert [p["error_code"] for t in resp["responses"] for p in t["partitions"]] == [Errors.NONE] * 2, resp
+        moves = {("grow", 1): [2, 3, 4], ("move", 1): [3, 4, 1]}
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": t, "partition": p, "replicas": r} for (t, p), r in moves.items()]}))
+        out = cluster.odradek("reassign", "--bootstrap-server", cluster.bootstrap, "--execute",
+                              "--reassignment-json-file", str(plan)).stdout
+        assert "Successfully started partition reassignments for grow-1,move-1" in out or (
+            "Successfully started partition reassignment for grow-1" in out
+            and "Successfully started partition reassignment for move-1" in out), out
+
+        expected = {("grow", 0): [1, 2, 3], ("move", 0): [4, 2, 3], **moves}
+        end = time.monotonic() + 180
+        pending: Any = None
+        while time.monotonic() < end:
+            pending = _reassignments(cluster)
+            if not pending:
+                break
+            time.sleep(0.5)
+        assert pending == {}, f"reassignments still in progress: {pending}\n{cluster.logs()}"
+        verify = ""
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            verify = cluster.odradek("reassign", "--bootstrap-server", cluster.bootstrap, "--verify",
+                                     "--reassignment-json-file", str(plan)).stdout
+            if "Reassignment of partition grow-1 is completed." in verify \
+                    and "Reassignment of partition move-1 is completed." in verify:
+                break
+            time.sleep(1)
+        assert "Reassignment of partition grow-1 is completed." in verify, verify
+        assert "Reassignment of partition move-1 is completed." in verify, verify
+        for topic in ("grow", "move"):
+            cluster.wait_for(topic, lambda s, topic=topic: all(
+                s[p][1] == expected[(topic, p)] and sorted(s[p][2]) == sorted(expected[(topic, p)])
+                and s[p][0] in expected[(topic, p)] for p in (0, 1)), deadline_s=60,
+                what="with the replicas asked for, all in the ISR")
+        for load in loads:
+            load.wait_acked(200, cluster, 60, "after the reassignment")
+
+        for load in loads:
+            assert load.stop() == 0, cluster.logs()
+            assert not load.errors, load.errors[:5]
+            for p in (0, 1):
+                acked = load.acked[p]
+                got = _read_partition(cluster.bootstrap, load.topic, p, len(acked), 120)
+                assert len(got) == len(set(got)), f"{load.topic}-{p}: duplicates"
+                assert got == acked, (load.topic, p, len(got), len(acked))
+            print(f"{load.topic}: {load.acked_count()} acknowledged, all read back")
+    finally:
+        for load in loads:
+            load._stop.set()
         cluster.stop()
