@@ -224,9 +224,11 @@ def test_jepsen_2013_isr_of_the_leader_alone_then_the_leader_is_cut_off(tmp_path
     """Two topics led by broker 1, replicas [1, 2, 3], min.insync.replicas=1; ``clean`` with
     unclean.leader.election.enable=false, ``unclean`` with it true. Both followers paused past
     replica.lag.time.max.ms: the ISR is [1] and acks=all completes on the leader alone. Then the
-    leader is paused and the followers resumed."""
-    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n",
-                                 broker_extra=LAG_MS)
+    leader is paused and the followers resumed. The broker session (12 s) outlasts
+    replica.lag.time.max.ms (3 s): the leader shrinks the ISR (AlterPartition) before the
+    controller would fence the paused followers, as in Jepsen's run where ZooKeeper still saw them."""
+    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n"
+                                 "broker.session.timeout.ms=12000\n", broker_extra=LAG_MS)
     cluster.start()
     try:
         for name, unclean in (("clean", "false"), ("unclean", "true")):
@@ -238,15 +240,20 @@ def test_jepsen_2013_isr_of_the_leader_alone_then_the_leader_is_cut_off(tmp_path
                                          cluster)
             cluster.wait_for(name, lambda s: len(s[0][2]) == 3, what="with the ISR full after the first writes")
 
-        # The followers stop: the ISR shrinks to the leader alone, acks=all goes on with it.
+        # The followers stop. A caught-up follower is in sync however long it is quiet (Kafka's
+        # isCaughtUp); the next writes leave them behind, and replica.lag.time.max.ms later the
+        # leader shrinks the ISR to itself (AlterPartition), which completes the acks=all.
         cluster.pause(2)
         cluster.pause(3)
-        for name in ("clean", "unclean"):
-            cluster.wait_for(name, lambda s: s[0][0] == 1 and s[0][2] == [1], deadline_s=60,
-                             what="with the ISR shrunk to [1]")
         only_leader = {name: _produce_acked(cluster.brokers[1].bootstrap, name,
                                             [f"{name}-b-{i:04d}".encode() for i in range(300)], cluster)
                        for name in ("clean", "unclean")}
+        for name in ("clean", "unclean"):
+            cluster.wait_for(name, lambda s: s[0][0] == 1 and s[0][2] == [1], deadline_s=60,
+                             what="with the ISR shrunk to [1]")
+        shrinks = [line for line in cluster.brokers[1].log_path.read_text().splitlines()
+                   if "shrinking the ISR from" in line and " to [1]: follower" in line]
+        assert shrinks, cluster.brokers[1].log_tail()
         for name in ("clean", "unclean"):
             assert len(only_leader[name]) == 300
             acked[name] += only_leader[name]
