@@ -141,9 +141,11 @@ def _read_partition(bootstrap: str, topic: str, partition: int, expected: int, d
                 if eof_at and len(got) >= expected and time.monotonic() - eof_at > 2:
                     break
                 continue
-            if msg.error() is None:
-                got.append(msg.value())
-            elif msg.error().code() == KafkaError._PARTITION_EOF:
+            err = msg.error()
+            value = msg.value()
+            if err is None and value is not None:
+                got.append(value)
+            elif err is not None and err.code() == KafkaError._PARTITION_EOF:
                 eof_at = time.monotonic()
     finally:
         consumer.close()
