@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import ConfigResource, NewTopic
 
-from odradek.controller.controller_apis import ControllerApis
-
 from .kafka_reference import find_kafka_tools
 from .replication_cluster import ReplicationCluster
 
@@ -116,8 +114,6 @@ def test_killed_broker_returns_and_gets_its_leadership_back(tmp_path: Path) -> N
     """kill -9 of a broker: its partitions get other leaders; it restarts, catches up, rejoins
     the ISR (the followers' fetching and the leader's AlterPartition) and becomes leader again,
     once through ElectLeaders and once through the automatic balancing."""
-    if not hasattr(ControllerApis, "handle_alter_partition"):
-        pytest.skip("needs follower fetching and AlterPartition (issue 12 parts 1-2) to rejoin the ISR")
     # The balancing runs 20 s after a partition becomes imbalanced: the first return is handled
     # by ElectLeaders before that, the second one is left to the balancing.
     cluster = ReplicationCluster(tmp_path, controller_extra="leader.imbalance.check.interval.seconds=20\n")
