@@ -310,3 +310,29 @@ def test_uncommitted_writes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None
         assert set(c.image.topics_by_name) == {"t0", "t1", "t2"}
 
     asyncio.run(run())
+
+
+def test_failed_append_drops_the_appended_state() -> None:
+    """Raft refuses an append (it no longer leads, the controller not told yet): that write
+    and the ones waiting for their commit fail with NOT_CONTROLLER, and the write image is the
+    committed one again (Kafka renounces)."""
+    raft = FakeRaft()
+    c = _controller(raft)
+    raft.leader = LeaderAndEpoch(1, 7)
+    c.handle_leader_change(raft.leader)
+
+    async def run() -> None:
+        await _with_unfenced_broker(c, raft)
+        waiting = asyncio.ensure_future(c.create_topics([{"name": "a"}], validate_only=False))
+        await _settle()
+        assert "a" in c.write_image.topics_by_name and len(raft.proposed) == 1
+        raft.leader = LeaderAndEpoch(2, 8)  # Raft moved on; handle_leader_change not yet run
+        refused = asyncio.ensure_future(c.create_topics([{"name": "b"}], validate_only=False))
+        for fut in (refused, waiting):
+            with pytest.raises(KafkaError) as e:
+                await asyncio.wait_for(fut, 5)
+            assert e.value.code == Errors.NOT_CONTROLLER
+        assert c.write_image is c.image and c.image.topics_by_name == {}
+        assert len(raft.proposed) == 1
+
+    asyncio.run(run())
