@@ -428,6 +428,8 @@ class QuorumController(Listener[MetadataRecord]):
 
     def _defer(self, offset: int) -> asyncio.Future[None]:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its failure is retrieved even when the caller stopped waiting (no asyncio warning).
+        done.add_done_callback(_retrieve)
         self._deferred.append((offset, done))
         return done
 
@@ -627,6 +629,11 @@ def _config_changes(records: list[MetadataRecord]) -> str:
         value = rec.get("value")
         parts.append(f"{rec['name']} reset to default" if value is None else f"{rec['name']}={value}")
     return ", ".join(parts)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _after_commit(appended: asyncio.Future[tuple[T, asyncio.Future[None] | None]]) -> T:
