@@ -85,6 +85,9 @@ class ClusterControlManager:
         # Offset of each broker's latest RegisterBrokerRecord (what it must have caught up with
         # to be unfenced), from the records replayed through replay().
         self._register_offsets: dict[int, int] = {}
+        # The same for the records this active controller appended that are not committed yet
+        # (None: unregistered); dropped when they commit or are abandoned.
+        self._speculative_register_offsets: dict[int, int | None] = {}
 
     # -- active / standby ----------------------------------------------------------------------
 
@@ -111,10 +114,24 @@ class ClusterControlManager:
         elif name == "UnregisterBrokerRecord":
             self._register_offsets.pop(record["broker_id"], None)
 
+    def replay_speculative(self, name: str, record: dict[str, Any], offset: int) -> None:
+        """A record this active controller appended, not committed yet."""
+        if name == "RegisterBrokerRecord":
+            self._speculative_register_offsets[record["broker_id"]] = offset
+        elif name == "UnregisterBrokerRecord":
+            self._speculative_register_offsets[record["broker_id"]] = None
+
+    def drop_speculative(self) -> None:
+        """The appended records are all committed (and replayed), or abandoned."""
+        self._speculative_register_offsets.clear()
+
     def register_broker_record_offset(self, broker_id: int) -> int | None:
         """Offset of the broker's registration record; its broker epoch (never past it) for a
         registration this node did not replay itself."""
-        offset = self._register_offsets.get(broker_id)
+        if broker_id in self._speculative_register_offsets:
+            offset = self._speculative_register_offsets[broker_id]
+        else:
+            offset = self._register_offsets.get(broker_id)
         if offset is not None:
             return offset
         b = self.image.brokers.get(broker_id)

@@ -1,11 +1,18 @@
 """QuorumController: the active controller of a KRaft quorum, a Raft listener.
 
 Every write runs through one event queue (Kafka's KafkaEventQueue, :mod:`event_queue`), in order:
-a manager (sans-I/O) validates the operation against the controller's image and produces records;
-the controller proposes them to Raft with ``prepare_append`` at the epoch Raft gave it in
-``handle_leader_change`` and waits until Raft delivers them committed in ``handle_commit``, where
-(and only where) its image moves. Nobody acts on a change before it is committed. A write still
-queued at its deadline fails with REQUEST_TIMED_OUT. When this node does not lead the quorum,
+a manager (sans-I/O) validates the operation against the controller's *write image* and produces
+records; the controller proposes them to Raft with ``prepare_append`` at the epoch Raft gave it in
+``handle_leader_change``. Writes are pipelined as Kafka's are: the write image is the committed
+image plus the records appended and not yet committed (Kafka's SnapshotRegistry state at the
+log end), so the next write runs at once against it, and several writes share one fsync and one
+replication round. A write is answered only once its last offset is committed (a write with no
+records: once everything appended before it is); the committed image, :attr:`image`, moves only
+in ``handle_commit``, and nobody outside the controller acts on a change before it is committed.
+On a leader change, resignation or a failed append the write image goes back to the committed
+one and the writes waiting for their commit fail with NOT_CONTROLLER. At most
+:data:`MAX_UNCOMMITTED_WRITES` writes wait for their commit; the next one waits for the oldest.
+A write still queued at its deadline fails with REQUEST_TIMED_OUT. When this node does not lead the quorum,
 writes are refused with NOT_CONTROLLER. A newly active controller first writes its activation
 records (the abort of a metadata transaction left open, the bootstrap metadata.version of a new
 log), and checks for brokers whose session ran out with a tagged deferred event that each
@@ -72,6 +79,13 @@ T = TypeVar("T")
 # The tag of the deferred event that fences brokers whose session ran out (Kafka's name).
 MAYBE_FENCE_REPLICAS = "maybeFenceReplicas"
 
+# Writes appended and waiting for their commit, at most (the bound on the speculative state).
+MAX_UNCOMMITTED_WRITES = 1024
+
+# Metadata-transaction markers: MetadataTransactions handles them on commit, the image never sees
+# them (the controller writes only AbortTransactionRecord, on activation).
+_TRANSACTION_MARKERS = frozenset({"BeginTransactionRecord", "EndTransactionRecord", "AbortTransactionRecord"})
+
 
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
@@ -108,7 +122,13 @@ class QuorumController(Listener[MetadataRecord]):
         self.raft_client = raft_client
         self._colocated_broker = colocated_broker
         self._activated_before = False
+        # The committed image; the managers work on the write image (committed + appended).
         self.image: MetadataImage = EMPTY_IMAGE
+        self.write_image: MetadataImage = EMPTY_IMAGE
+        # The last offset appended by this active controller (speculatively applied to the write
+        # image) and the last offset delivered committed.
+        self._speculative_end = -1
+        self._committed_offset = -1
         self.transactions = MetadataTransactions()
         # The quorum's leader as Raft last announced it; this node writes only while it leads.
         self.leader_and_epoch = UNKNOWN_LEADER
@@ -146,11 +166,14 @@ class QuorumController(Listener[MetadataRecord]):
     def handle_load_snapshot(self, reader: SnapshotReader[MetadataRecord]) -> None:
         self.transactions.reset()
         offset = reader.last_contained_log_offset
+        self._committed_offset = offset
         self.replay(((offset, name, fields) for name, fields in reader.records), base=EMPTY_IMAGE)
 
     def handle_commit(self, batches: Sequence[Batch[MetadataRecord]]) -> None:
         """One delta over every committed batch, one image swapped in; then the writes whose
         records are now committed complete."""
+        if batches:
+            self._committed_offset = max(self._committed_offset, batches[-1].last_offset)
         self.replay(
             (offset, name, fields)
             for batch in batches
@@ -163,9 +186,10 @@ class QuorumController(Listener[MetadataRecord]):
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         was = self.leader_and_epoch
         self.leader_and_epoch = leader
-        if was.is_leader(self.node_id) and was != leader:
+        if was != leader:
             # Renounce: what was proposed in the old epoch will not be committed by us.
             self._fail_deferred(_not_controller(leader))
+            self._drop_speculative()
         if leader.is_leader(self.node_id):
             log.info(
                 "Node %d is the active controller in epoch %d, at metadata offset %d",
@@ -189,6 +213,7 @@ class QuorumController(Listener[MetadataRecord]):
         was = self.leader_and_epoch
         self.leader_and_epoch = LeaderAndEpoch(None, self.leader_and_epoch.epoch)
         self._fail_deferred(_not_controller(self.leader_and_epoch))
+        self._drop_speculative()
         if was.is_leader(self.node_id):
             self._deactivate()
         self.queue.begin_shutdown("QuorumController.begin_shutdown")
@@ -211,17 +236,37 @@ class QuorumController(Listener[MetadataRecord]):
         self, records: Iterable[tuple[int, str, dict[str, Any]]], base: MetadataImage | None = None
     ) -> MetadataDelta:
         """Apply committed records (offset, name, fields) to the controller's image: one delta
-        over the current image (or ``base``: a snapshot starts from the empty one), and the
-        next image swapped in for the managers too."""
+        over the current image (or ``base``: a snapshot starts from the empty one); the
+        managers' write image becomes it too once nothing appended is left uncommitted."""
         delta = MetadataDelta(self.image if base is None else base)
         for offset, name, fields in records:
             delta.replay(name, fields, offset)
             self.cluster.replay(name, fields, offset)
         self.image = delta.apply()
-        for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
-            manager.image = self.image
+        if self._speculative_end <= self._committed_offset or base is not None:
+            self._drop_speculative()
         self.replication_ops.after_replay(delta, full=base is not None)
         return delta
+
+    def _set_write_image(self, image: MetadataImage) -> None:
+        self.write_image = image
+        for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
+            manager.image = image
+
+    def _drop_speculative(self) -> None:
+        """Back to the committed image: what was appended is committed, or abandoned."""
+        self._speculative_end = -1
+        self.cluster.drop_speculative()
+        self._set_write_image(self.image)
+
+    def _speculative_image(self, records: list[MetadataRecord], first_offset: int) -> MetadataImage:
+        """The write image with ``records`` (to be appended at ``first_offset``) applied; raises
+        MetadataReplayError for records that would not replay (then nothing is appended)."""
+        delta = MetadataDelta(self.write_image)
+        for i, (name, fields) in enumerate(records):
+            if name not in _TRANSACTION_MARKERS:
+                delta.replay(name, fields, first_offset + i)
+        return delta.apply()
 
     # -- activation -----------------------------------------------------------------------------
 
@@ -308,17 +353,36 @@ class QuorumController(Listener[MetadataRecord]):
         on_appended: Callable[[T, int], None] | None = None,
     ) -> asyncio.Future[T]:
         """Queue the write ``op``; it fails with REQUEST_TIMED_OUT if still queued after
-        ``timeout_ms`` (None or <= 0: no deadline)."""
+        ``timeout_ms`` (None or <= 0: no deadline). The queue moves on once its records are
+        appended; the future is done once they are committed."""
         deadline = self.clock_ms() + timeout_ms if timeout_ms is not None and timeout_ms > 0 else None
-        return self.queue.submit_async(name, lambda: self._run_write(op, on_appended), deadline, prepend=prepend)
+        appended = self.queue.submit_async(
+            name, lambda: self._append_write(op, on_appended), deadline, prepend=prepend
+        )
+        return asyncio.ensure_future(_after_commit(appended))
 
     async def _run_write(
         self,
         op: Callable[[], tuple[T, list[MetadataRecord]]],
         on_appended: Callable[[T, int], None] | None = None,
     ) -> T:
+        """One write run from inside a queue event, done once committed (the event waits)."""
+        result, committed = await self._append_write(op, on_appended)
+        if committed is not None:
+            await committed
+        return result
+
+    async def _append_write(
+        self,
+        op: Callable[[], tuple[T, list[MetadataRecord]]],
+        on_appended: Callable[[T, int], None] | None = None,
+    ) -> tuple[T, asyncio.Future[None] | None]:
         """One write event: refused unless active; activation records first; the operation's
-        records proposed as one batch; done once they are committed. The queue waits for it."""
+        records proposed as one batch. Returns its result and the future of its commit (None:
+        nothing to wait for)."""
+        while len(self._deferred) >= MAX_UNCOMMITTED_WRITES:
+            # Bounded speculation: wait for the oldest write's commit (or failure).
+            await asyncio.wait([self._deferred[0][1]])
         leader = self.leader_and_epoch
         if not leader.is_leader(self.node_id):
             raise _not_controller(leader)
@@ -326,28 +390,49 @@ class QuorumController(Listener[MetadataRecord]):
             self._activation_pending = False
             activation = self._activation_records()
             if activation:
-                await self._append(leader.epoch, activation)
+                self._append(leader.epoch, activation)
         result, records = op()
         if records:
-            await self._append(leader.epoch, records, lambda last: on_appended(result, last) if on_appended else None)
-        elif on_appended is not None:
+            committed = self._append(
+                leader.epoch, records, lambda last: on_appended(result, last) if on_appended else None
+            )
+            return result, committed
+        if on_appended is not None:
             on_appended(result, self.raft_client.log_end_offset - 1)
-        return result
+        if self._speculative_end > self._committed_offset:
+            # The result was computed on appended state: answer once that is committed.
+            return result, self._defer(self._speculative_end)
+        return result, None
 
-    async def _append(
+    def _append(
         self, epoch: int, records: list[MetadataRecord], on_appended: Callable[[int], None] | None = None
-    ) -> None:
-        """Propose ``records`` as one batch and wait until Raft delivers them committed."""
+    ) -> asyncio.Future[None]:
+        """Propose ``records`` as one batch, apply them to the write image; returns the future
+        of their commit."""
+        image = self._speculative_image(records, self.raft_client.log_end_offset)
         try:
             last = self.raft_client.prepare_append(epoch, records)
         except NotLeaderError as e:
-            raise _not_controller(self.raft_client.leader_and_epoch) from e
+            error = _not_controller(self.raft_client.leader_and_epoch)
+            self._fail_deferred(error)
+            self._drop_speculative()
+            raise error from e
+        self._set_write_image(image)
+        for i, (name, fields) in enumerate(records):
+            self.cluster.replay_speculative(name, fields, last - len(records) + 1 + i)
+        self._speculative_end = last
         if on_appended is not None:
             on_appended(last)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._deferred.append((last, done))
+        done = self._defer(last)
         self.raft_client.schedule_prepared_append()
-        await done
+        return done
+
+    def _defer(self, offset: int) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its failure is retrieved even when the caller stopped waiting (no asyncio warning).
+        done.add_done_callback(_retrieve)
+        self._deferred.append((offset, done))
+        return done
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -400,7 +485,7 @@ class QuorumController(Listener[MetadataRecord]):
 
         def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
             self.cluster.check_broker_epoch(request["broker_id"], request["broker_epoch"])
-            return alter_partition(self.image, request, version)
+            return alter_partition(self.write_image, request, version)
 
         return await self._write("alterPartition", op)
 
@@ -474,12 +559,12 @@ class QuorumController(Listener[MetadataRecord]):
             for name, tid in zip(names, ids, strict=True):
                 t = None
                 if name is not None:
-                    t = self.image.topics_by_name.get(name)
+                    t = self.write_image.topics_by_name.get(name)
                     if t is None:
                         out.append((name, zero, Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."))
                         continue
                 elif tid is not None:
-                    t = self.image.topics_by_id.get(tid)
+                    t = self.write_image.topics_by_id.get(tid)
                     if t is None:
                         out.append((None, tid, Errors.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."))
                         continue
@@ -514,7 +599,7 @@ class QuorumController(Listener[MetadataRecord]):
                 used += len(recs)
                 if code == Errors.NONE and not validate_only:
                     records.extend(recs)
-                    t = self.image.topics_by_name.get(r["name"])
+                    t = self.write_image.topics_by_name.get(r["name"])
                     log.info(
                         "Increased the partitions of topic %s from %d to %d",
                         r["name"], len(t.partitions) if t else -1, r["count"],
@@ -556,6 +641,19 @@ def _config_changes(records: list[MetadataRecord]) -> str:
         value = rec.get("value")
         parts.append(f"{rec['name']} reset to default" if value is None else f"{rec['name']}={value}")
     return ", ".join(parts)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def _after_commit(appended: asyncio.Future[tuple[T, asyncio.Future[None] | None]]) -> T:
+    """The result of a write once its records are committed."""
+    result, committed = await appended
+    if committed is not None:
+        await committed
+    return result
 
 
 def _log_deferred_failure(future: asyncio.Future[None]) -> None:

@@ -73,7 +73,8 @@ class ReplicationOps:
 
     @property
     def image(self) -> MetadataImage:
-        return self.controller.image
+        """The controller's write image (committed + appended): what new records build on."""
+        return self.controller.write_image
 
     def unclean_enabled(self, topic: str) -> bool:
         return unclean_enabled(self.image, topic, self.unclean_leader_election_enable)
@@ -93,13 +94,13 @@ class ReplicationOps:
         return await self.controller._write("alterPartitionReassignments", op, request.get("timeout_ms"))
 
     def list_partition_reassignments(self, request: dict[str, Any]) -> dict[str, Any]:
-        return list_partition_reassignments(self.image, request)
+        return list_partition_reassignments(self.controller.image, request)
 
     # -- after commits --------------------------------------------------------------------------
 
     def after_replay(self, delta: MetadataDelta, full: bool) -> None:
         """Committed records were applied (``full``: a snapshot, the whole image is new)."""
-        image = self.image
+        image = self.controller.image
         if full:
             self.imbalanced = {
                 (name, pid)

@@ -11,9 +11,11 @@ losing unfsynced data, drifting clocks, pauses) and puts on top what ``QuorumCon
   is caught up); it runs a seeded workload through the sans-I/O managers
   (ReplicationControlManager, ConfigurationControlManager, ClusterControlManager with a fake
   drifting clock and short broker sessions, ProducerIdControlManager, FeatureControlManager's
-  bootstrap records), one write in flight at a time as the controller's event queue does, each
-  proposed with ``RaftCore.propose(epoch, ...)`` at the epoch it leads. A write is acknowledged
-  when its proposer applies it while still active in that epoch.
+  bootstrap records), each write proposed with ``RaftCore.propose(epoch, ...)`` at the epoch it
+  leads. Writes are pipelined as QuorumController's are: up to :data:`PIPELINE_DEPTH` in flight,
+  the managers working on the write image (the committed image plus the records proposed and not
+  yet applied), which goes back to the committed image when the node stops being active. A write
+  is acknowledged when its proposer applies it (committed) while still active in that epoch.
 
 Invariants, on top of raft_sim's (checked on every event; :class:`Violation`):
 
@@ -61,6 +63,7 @@ from odradek.raft.raft_log import LogBatch
 
 from .raft_sim import CLUSTER_ID, Faults, Node, Simulation, Violation
 
+PIPELINE_DEPTH = 3  # writes in flight (proposed, not yet applied) per active controller
 SESSION_TIMEOUT_MS = 2000  # short broker sessions, so that fencing happens within a schedule
 TOPIC_NAMES = ("a", "b", "c.d", "c_d", "e", "f")  # 'c.d' and 'c_d' collide
 BROKER_IDS = (1, 2, 3, 4)
@@ -94,9 +97,10 @@ class Controller:
     """What one node's controller holds in memory (lost at a crash)."""
 
     node_id: int
-    image: MetadataImage = EMPTY_IMAGE
+    image: MetadataImage = EMPTY_IMAGE  # the committed image
+    write_image: MetadataImage = EMPTY_IMAGE  # committed + proposed: what the managers see
     active_epoch: int | None = None  # the epoch this node is the active controller of
-    inflight: Write | None = None
+    inflight: list[Write] = field(default_factory=list)  # proposed, not yet applied
     replication: ReplicationControlManager = field(init=False)
     configuration: ConfigurationControlManager = field(init=False)
     features: FeatureControlManager = field(init=False)
@@ -119,7 +123,19 @@ class Controller:
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
 
     def set_image(self, image: MetadataImage) -> None:
+        """The committed image; the managers' too unless proposed writes are pending."""
         self.image = image
+        if not self.inflight:
+            self.set_write_image(image)
+
+    def drop_speculative(self) -> None:
+        """What was proposed is applied, or abandoned: back to the committed image."""
+        self.inflight = []
+        self.cluster.drop_speculative()
+        self.set_write_image(self.image)
+
+    def set_write_image(self, image: MetadataImage) -> None:
+        self.write_image = image
         for m in (
             self.replication,
             self.configuration,
@@ -238,12 +254,13 @@ class ControllerSimulation(Simulation):
                 c.cluster.replay(name, fields, batch.base_offset + i)
         applied = len(node.applied)
         self.check_image(node, c.image, applied)
-        w = c.inflight
-        if w is not None and applied > w.last:
-            c.inflight = None
+        while c.inflight and applied > c.inflight[0].last:
+            w = c.inflight.pop(0)
             core = node.core
             if core is not None and core.is_leader() and core.epoch == w.epoch == c.active_epoch:
                 self.acknowledge(w)
+        if not c.inflight:
+            c.drop_speculative()
 
     # -- invariants ---------------------------------------------------------------------------
 
@@ -312,7 +329,7 @@ class ControllerSimulation(Simulation):
             if self.wait_for_catch_up and len(node.applied) <= state.epoch_start_offset:
                 return None
             c.active_epoch = core.epoch
-            c.inflight = None
+            c.drop_speculative()
             c.cluster.activate(node.local_ms(self.now))
         return c
 
@@ -330,10 +347,10 @@ class ControllerSimulation(Simulation):
             self.at(resume, self.propose)
 
     def propose(self) -> None:
-        """One step of the workload on each active controller with no write in flight."""
+        """One step of the workload on each active controller with room in its pipeline."""
         for node in self.nodes.values():
             c = self.active(node)
-            if c is None or c.inflight is not None:
+            if c is None or len(c.inflight) >= PIPELINE_DEPTH:
                 continue
             kind, records, block = self.next_operation(node, c)
             if records:
@@ -353,7 +370,12 @@ class ControllerSimulation(Simulation):
         first = core.log_end_offset
         last = core.propose(core.epoch, encoded, node.local_ms(self.now))
         w = Write(core.epoch, first, last, kind, records, encoded, block)
-        c.inflight = w
+        # Applied to the write image when proposed (QuorumController refuses, before the
+        # append, records the replay refuses; here they are a violation).
+        c.set_write_image(replay(c.write_image, list(enumerate(records, first)), f"node {node.node_id} (write image)"))
+        for i, (name, fields) in enumerate(records):
+            c.cluster.replay_speculative(name, fields, first + i)
+        c.inflight.append(w)
         self.writes_proposed += 1
         if max(self.leaders, default=0) > core.epoch:
             for i, r in enumerate(encoded):
@@ -374,7 +396,7 @@ class ControllerSimulation(Simulation):
         fence = c.cluster.maybe_fence_one_stale_broker(now)
         if fence:
             return "fence", fence, None
-        image = c.image
+        image = c.write_image
         op = rng.choice(
             (
                 "create",
@@ -537,7 +559,7 @@ def run_deposed_leader_schedule(
     def pause_idle_leader() -> None:
         for node in sim.nodes.values():
             c = sim.active(node)
-            if c is not None and c.inflight is None:
+            if c is not None and not c.inflight:
                 node.paused_until = sim.now + pause_ms
                 sim.log(f"pause node {node.node_id} until {node.paused_until}")
                 sim.at(node.paused_until, sim.propose)

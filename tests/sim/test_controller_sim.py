@@ -121,8 +121,8 @@ def test_schedules_exercise_the_managers() -> None:
 
 def _stale_managers(self: Controller, image: MetadataImage) -> None:
     """Once active, the managers (but the feature levels) keep reading the image of the
-    activation: the controller's own image moves on."""
-    self.image = image
+    activation: the controller's own image (and write image) moves on."""
+    self.write_image = image
     self.features.image = image
     if self.active_epoch is None:
         for m in (self.replication, self.configuration, self.cluster, self.producer_ids):
@@ -184,7 +184,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
         [80, 102, 158, 36],
     ),
     "managers propose from a stale image": (
-        lambda mp: mp.setattr(Controller, "set_image", _stale_managers),
+        lambda mp: mp.setattr(Controller, "set_write_image", _stale_managers),
         [0],
     ),
     "leader applies its records when appended, not when committed": (

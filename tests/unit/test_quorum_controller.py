@@ -97,6 +97,22 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _with_unfenced_broker(c: QuorumController, raft: FakeRaft) -> None:
+    """Activation, broker 1 registered and unfenced, all committed."""
+    reg = asyncio.ensure_future(c.register_broker(_registration(1)))
+    committed = 0
+    for _ in range(3):  # activation, then the registration (at once, or once it committed)
+        await _settle()
+        c.handle_commit(raft.proposed[committed:])
+        committed = len(raft.proposed)
+    epoch = await asyncio.wait_for(reg, 5)
+    beat = asyncio.ensure_future(c.broker_heartbeat(_heartbeat(1, epoch, offset=raft.log_end_offset - 1)))
+    await _settle()
+    c.handle_commit(raft.proposed[-1:])
+    assert not (await asyncio.wait_for(beat, 5)).is_fenced
+    raft.proposed.clear()
+
+
 def test_controller_refuses_writes_when_not_leader() -> None:
     raft = FakeRaft()
     c = _controller(raft)
@@ -125,17 +141,17 @@ def test_controller_proposes_at_raft_epoch_and_applies_only_committed_records() 
         reg = asyncio.ensure_future(c.register_broker(_registration(1)))
         await _settle()
         # First the activation records of a new leader on an empty log (the bootstrap
-        # metadata.version), committed before anything else is proposed.
-        (activation,) = raft.proposed
+        # metadata.version), then at once (pipelined, on the write image that has them) the
+        # registration; neither is in the committed image before it is committed.
+        activation, batch = raft.proposed
         assert activation.epoch == 7 and [n for n, _ in activation.records] == ["FeatureLevelRecord"]
-        assert not reg.done() and raft.scheduled == 1 and c.image.features.levels == {}
+        assert batch.epoch == 7 and [n for n, _ in batch.records] == ["RegisterBrokerRecord"]
+        assert not reg.done() and raft.scheduled == 2 and c.image.features.levels == {}
+        assert c.image.brokers == {} and 1 in c.write_image.brokers
         c.handle_commit([activation])
         await _settle()
         assert c.image.features.levels == {"metadata.version": METADATA_VERSION}
-        batch = raft.proposed[-1]
-        assert batch.epoch == 7
-        assert [n for n, _ in batch.records] == ["RegisterBrokerRecord"]
-        assert c.image.brokers == {}  # proposed, not committed: the image has not moved
+        assert not reg.done() and c.image.brokers == {}  # answered only once committed
         c.handle_commit([batch])
         assert await reg == 1  # the broker epoch: the offset of its registration record
         assert c.image.brokers[1].fenced
@@ -206,6 +222,117 @@ def test_new_leader_writes_activation_records_at_once() -> None:
         raft.leader = LeaderAndEpoch(1, 3)
         c.handle_leader_change(raft.leader)
         await _settle()
+        assert len(raft.proposed) == 1
+
+    asyncio.run(run())
+
+
+def test_writes_are_pipelined_on_the_write_image_and_answered_only_when_committed() -> None:
+    """Kafka's pipelining: the next write is proposed before the previous one commits, and is
+    validated against the appended state (the write image); each is answered only once its
+    offset commits; a leader change drops the appended state and fails what waits."""
+    raft = FakeRaft()
+    c = _controller(raft)
+    raft.leader = LeaderAndEpoch(1, 7)
+    c.handle_leader_change(raft.leader)
+
+    async def run() -> None:
+        await _with_unfenced_broker(c, raft)
+        first = asyncio.ensure_future(c.create_topics([{"name": "a"}], validate_only=False))
+        other = asyncio.ensure_future(c.create_topics([{"name": "b"}], validate_only=False))
+        again = asyncio.ensure_future(c.create_topics([{"name": "a"}], validate_only=False))
+        await _settle()
+        # "a", "b" both proposed with nothing committed; the second "a" is refused from the
+        # write image, proposes nothing, and waits for what it saw to commit.
+        a_batch, b_batch = raft.proposed
+        assert [n for n, _ in a_batch.records][0] == "TopicRecord"
+        assert [n for n, _ in b_batch.records][0] == "TopicRecord"
+        assert c.image.topics_by_name == {} and set(c.write_image.topics_by_name) == {"a", "b"}
+        assert not first.done() and not again.done() and not other.done()
+        c.handle_commit([a_batch])
+        await _settle()
+        (res,) = await first
+        assert res.error == Errors.NONE and set(c.image.topics_by_name) == {"a"}
+        # Not "b" yet, nor the refusal, computed on a write image that had "b".
+        assert not again.done() and not other.done()
+        c.handle_commit([b_batch])
+        await _settle()
+        (res,) = await again
+        assert res.error == Errors.TOPIC_ALREADY_EXISTS
+        assert (await other)[0].error == Errors.NONE and c.write_image is c.image
+
+        # Appended, then leadership moves: the waiting write fails, the write image is the
+        # committed one again, and the new epoch's writes build on it.
+        lost = asyncio.ensure_future(c.create_topics([{"name": "lost"}], validate_only=False))
+        await _settle()
+        assert "lost" in c.write_image.topics_by_name
+        raft.leader = LeaderAndEpoch(1, 8)
+        c.handle_leader_change(raft.leader)
+        with pytest.raises(KafkaError) as e:
+            await lost
+        assert e.value.code == Errors.NOT_CONTROLLER
+        assert c.write_image is c.image and "lost" not in c.image.topics_by_name
+        retry = asyncio.ensure_future(c.create_topics([{"name": "lost"}], validate_only=False))
+        await _settle()
+        assert raft.proposed[-1].epoch == 8 and raft.proposed[-1].records[0][0] == "TopicRecord"
+        c.handle_commit([raft.proposed[-1]])
+        assert (await retry)[0].error == Errors.NONE
+
+    asyncio.run(run())
+
+
+def test_uncommitted_writes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MAX_UNCOMMITTED_WRITES wait for their commit; the next waits for the oldest."""
+    from odradek.controller import quorum_controller
+
+    monkeypatch.setattr(quorum_controller, "MAX_UNCOMMITTED_WRITES", 2)
+    raft = FakeRaft()
+    c = _controller(raft)
+    raft.leader = LeaderAndEpoch(1, 7)
+    c.handle_leader_change(raft.leader)
+
+    async def run() -> None:
+        await _with_unfenced_broker(c, raft)
+        writes = [
+            asyncio.ensure_future(c.create_topics([{"name": f"t{i}"}], validate_only=False)) for i in range(3)
+        ]
+        await _settle()
+        assert len(raft.proposed) == 2  # t0, t1; t2 waits for the oldest to commit
+        c.handle_commit([raft.proposed[0]])
+        await _settle()
+        assert len(raft.proposed) == 3 and writes[0].done() and not writes[1].done()
+        c.handle_commit(raft.proposed[1:2])
+        await _settle()
+        assert [(await w)[0].error for w in writes[:2]] == [Errors.NONE, Errors.NONE]
+        assert not writes[2].done()
+        c.handle_commit(raft.proposed[2:])
+        assert (await writes[2])[0].error == Errors.NONE
+        assert set(c.image.topics_by_name) == {"t0", "t1", "t2"}
+
+    asyncio.run(run())
+
+
+def test_failed_append_drops_the_appended_state() -> None:
+    """Raft refuses an append (it no longer leads, the controller not told yet): that write
+    and the ones waiting for their commit fail with NOT_CONTROLLER, and the write image is the
+    committed one again (Kafka renounces)."""
+    raft = FakeRaft()
+    c = _controller(raft)
+    raft.leader = LeaderAndEpoch(1, 7)
+    c.handle_leader_change(raft.leader)
+
+    async def run() -> None:
+        await _with_unfenced_broker(c, raft)
+        waiting = asyncio.ensure_future(c.create_topics([{"name": "a"}], validate_only=False))
+        await _settle()
+        assert "a" in c.write_image.topics_by_name and len(raft.proposed) == 1
+        raft.leader = LeaderAndEpoch(2, 8)  # Raft moved on; handle_leader_change not yet run
+        refused = asyncio.ensure_future(c.create_topics([{"name": "b"}], validate_only=False))
+        for fut in (refused, waiting):
+            with pytest.raises(KafkaError) as e:
+                await asyncio.wait_for(fut, 5)
+            assert e.value.code == Errors.NOT_CONTROLLER
+        assert c.write_image is c.image and c.image.topics_by_name == {}
         assert len(raft.proposed) == 1
 
     asyncio.run(run())

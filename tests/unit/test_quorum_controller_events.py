@@ -100,21 +100,29 @@ def test_a_write_still_queued_past_its_deadline_times_out() -> None:
     async def run() -> None:
         await h.lead()
         epoch = await h.unfenced_broker(1)
-        # A write waiting for its commit holds the queue; the next one has 100 ms.
-        first = asyncio.ensure_future(h.c.allocate_producer_ids(1, epoch))
+        # An event holds the queue (writes are pipelined: one waiting for its commit no longer
+        # does); the next write has 100 ms.
+        release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def hold() -> str:
+            await release
+            return "released"
+
+        first = h.c.queue.submit_async("hold", hold)
         await h.settle()
         second = asyncio.ensure_future(h.c.create_topics([{"name": "t"}], validate_only=False, timeout_ms=100))
         beat = asyncio.ensure_future(h.c.broker_heartbeat(_heartbeat(1, epoch, 0), timeout_ms=100))
         await h.settle()
         h.clock.advance(101)
+        release.set_result(None)
         await h.commit_all()
-        assert await first == (0, 1000)
+        assert await asyncio.wait_for(first, 5) == "released"
         with pytest.raises(EventTimeoutError) as e:
-            await second
+            await asyncio.wait_for(second, 5)
         assert e.value.code == Errors.REQUEST_TIMED_OUT
         assert "t" not in h.c.image.topics_by_name
         with pytest.raises(EventTimeoutError):
-            await beat
+            await asyncio.wait_for(beat, 5)
         # The timed-out heartbeat still refreshed the broker's session.
         hb = h.c.cluster.heartbeat_manager
         assert hb is not None and hb.brokers[1].last_contact_ms == h.clock()
