@@ -167,7 +167,8 @@ def describe_quorum_sync(node: KraftNode, timeout_s: float = 3) -> dict[str, Any
 
 class KraftCluster:
     """``controllers`` controller-only voters (ids 1..n) and ``brokers`` broker-only nodes (ids
-    101..), all on loopback unless ``controller_hosts`` names other addresses (and namespaces)."""
+    101..), all on loopback unless ``controller_hosts`` / ``broker_hosts`` name other addresses
+    (and namespaces)."""
 
     def __init__(
         self,
@@ -178,9 +179,11 @@ class KraftCluster:
         controller_overrides: dict[str, str] | None = None,
         broker_overrides: dict[str, str] | None = None,
         controller_hosts: Sequence[tuple[str, str | None]] | None = None,
+        broker_hosts: Sequence[tuple[str, str | None]] | None = None,
     ) -> None:
         ports = _free_ports(controllers + brokers)
         hosts = list(controller_hosts or [("127.0.0.1", None)] * controllers)
+        bhosts = list(broker_hosts or [("127.0.0.1", None)] * brokers)
         self.voters = ",".join(f"{i + 1}@{hosts[i][0]}:{ports[i]}" for i in range(controllers))
         self.controllers = [
             KraftNode("controller", i + 1, hosts[i][0], ports[i], self.voters, base, controller_overrides,
@@ -188,7 +191,8 @@ class KraftCluster:
             for i in range(controllers)
         ]
         self.brokers = [
-            KraftNode("broker", 101 + i, "127.0.0.1", ports[controllers + i], self.voters, base, broker_overrides)
+            KraftNode("broker", 101 + i, bhosts[i][0], ports[controllers + i], self.voters, base, broker_overrides,
+                      netns=bhosts[i][1])
             for i in range(brokers)
         ]
 
