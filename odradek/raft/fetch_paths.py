@@ -2,7 +2,9 @@
 ``tryCompleteFetchRequest``, ``handleFetchResponse`` and ``maybeSendFetchOrFetchSnapshot``), as
 a mixin of :class:`~odradek.raft.raft_core.RaftCore`: the leader answers and parks Fetch
 requests, followers and observers send them and append (or truncate on a diverging epoch) what
-comes back. Split out of ``raft_core.py`` to keep each module short; the state lives in the core.
+comes back, and where a follower fetches while its leader fails (``maybeSendFetchToBestNode``;
+a refused connection starts the early pre-vote). Split out of ``raft_core.py`` to keep each module
+short; the state lives in the core.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class FetchPaths(SnapshotFetchPaths):
         node_id: int
         voters: frozenset[int]
         bootstrap_ids: tuple[int, ...]
+        pre_vote: bool
         dynamic: DynamicQuorum
         cluster_id: str
         config: QuorumConfig
@@ -279,3 +282,64 @@ class FetchPaths(SnapshotFetchPaths):
                 )
                 self._send(voter, msgs.FETCH, data, now_ms)
                 return
+
+    def _on_fetch_disconnected(self, source: int, now_ms: int) -> None:
+        """A voter's leader refused or dropped the connection (on loopback: its process is
+        gone). With pre-vote it runs a pre-vote after a short turn (see
+        :meth:`QuorumState.leader_unreachable_timeout_ms`) instead of waiting out
+        ``fetch.timeout.ms``: a live leader's other followers refuse the pre-vote, so a wrong
+        guess costs no epoch."""
+        state = self.quorum.state
+        if (
+            not self.pre_vote
+            or not isinstance(state, FollowerState)
+            or state.leader_id != source
+            or not self.quorum.is_voter
+            or self._shutdown_deadline_ms is not None
+        ):
+            return
+        if state.mark_leader_unreachable(now_ms, self.quorum.leader_unreachable_timeout_ms(source)):
+            log.info(
+                "node %d: the leader %d of epoch %d is unreachable (connection refused or "
+                "lost); pre-vote in %d ms unless it answers",
+                self.node_id,
+                source,
+                state.epoch,
+                state.remaining_fetch_ms(now_ms),
+            )
+
+    def _asked_in_vain(self, before: object, source: int) -> bool:
+        """A Fetch to a voter other than the leader (asked while the leader backs off) told
+        nothing new: that voter backs off too, rather than being asked again at once."""
+        state = self.quorum.state
+        return state is before and isinstance(state, FollowerState) and state.leader_id != source
+
+    def _leader_failing(self, state: FollowerState, now_ms: int) -> bool:
+        """The leader's last request failed and backs off, or (for an observer, which has no
+        election to fall back on) timed out lately without a word from it since: ask the
+        other voters, not the leader."""
+        leader = state.leader_id
+        if leader is None:
+            return False
+        if self.requests.is_backing_off(leader, now_ms):
+            return True
+        return self.quorum.is_observer and self.requests.is_silent(leader, now_ms)
+
+    def _maybe_send_fetch_to_best_node(self, state: FollowerState, now_ms: int) -> None:
+        """Kafka's ``maybeSendFetchToBestNode``: while the leader's connection backs off after
+        a failure (or its last request timed out), ask another voter, which names a newer epoch
+        and leader if there is one (how an observer finds the new leader without waiting for
+        its fetch timeout, and then without waiting on a hung leader again)."""
+        leader = state.leader_id
+        if leader is None or not self._leader_failing(state, now_ms):
+            self._maybe_send_fetch(leader, now_ms)
+            return
+        if self.log.durable_end_offset < self.log.end_offset:
+            return  # the fetch offset must be durable here (observers too: see _maybe_send_fetch)
+        others = [v for v in sorted(self.voters) if v not in (self.node_id, leader)]
+        if not others:  # the leader is the only voter to ask (a quorum of one)
+            self._maybe_send_fetch(leader, now_ms)
+            return
+        if any(v in self.requests.inflight for v in others):
+            return
+        self._fetch_from_next_ready(others, now_ms)
