@@ -1,4 +1,5 @@
-"""A small admin client for the ``odradek`` tools (topics, leader-election, reassign).
+"""A small admin client for the ``odradek`` tools (topics, leader-election, reassign), and the
+Java exception names every tool prints (metadata-quorum too).
 
 What the tools need of Kafka's Admin client, over :class:`~odradek.network.client.NetworkClient`:
 the first reachable bootstrap broker answers everything (a broker forwards controller-bound
@@ -28,6 +29,8 @@ _EXCEPTION_NAMES = {
     Errors.NO_REASSIGNMENT_IN_PROGRESS: "NoReassignmentInProgressException",
     Errors.INVALID_REPLICA_ASSIGNMENT: "InvalidReplicaAssignmentException",
     Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
+    Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
+    Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
 }
 
 

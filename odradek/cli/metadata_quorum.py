@@ -32,9 +32,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from odradek.cli.admin import _ERRORS_PKG, kafka_exception
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
-from odradek.protocol.errors import Errors, error_name
+from odradek.protocol.errors import Errors
 from odradek.protocol.message_json import uuid_to_kafka
 from odradek.protocol.messages.generated import DESCRIBE_QUORUM
 from odradek.server.kafka_config import parse_properties
@@ -47,18 +48,11 @@ DEFAULT_API_TIMEOUT_MS = 60_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 RETRY_BACKOFF_MS = 100
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
-_ERRORS_PKG = "org.apache.kafka.common.errors."
 # Errors the Admin client retries until its deadline.
 _RETRIABLE = frozenset({
     Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT,
     Errors.NOT_CONTROLLER, Errors.NETWORK_EXCEPTION, Errors.BROKER_NOT_AVAILABLE,
 })
-# Kafka exception classes whose names are not the error's name in CamelCase.
-_EXCEPTION_NAMES = {
-    Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
-    Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
-    Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
-}
 
 class TerseError(Exception):
     """A failure reported as one line on stderr with exit code 1 (Kafka's TerseException)."""
@@ -99,18 +93,6 @@ def _replica(data: dict[str, Any]) -> ReplicaState:
 
 def _endpoint(name: str, host: str, port: int) -> str:
     return f"{name}://{'[' + host + ']' if ':' in host else host}:{port}"  # RaftVoterEndpoint
-
-
-def kafka_exception(code: int, message: str | None) -> str:
-    """``org.apache.kafka.common.errors.XxxException: message`` for an error code."""
-    try:
-        err = Errors(code)
-    except ValueError:
-        return f"{_ERRORS_PKG}UnknownServerException: The server experienced an unexpected error code {code}"
-    name = _EXCEPTION_NAMES.get(err) or "".join(w.capitalize() for w in err.name.split("_"))
-    if not name.endswith("Exception"):
-        name += "Exception"
-    return f"{_ERRORS_PKG}{name}: {message if message is not None else error_name(code)}"
 
 
 class _Retriable(Exception):

@@ -39,7 +39,7 @@ def _terse(message: str) -> Exception:
 
 
 def _exception(code: int, message: str | None) -> str:
-    from odradek.cli.metadata_quorum import _ERRORS_PKG, kafka_exception
+    from odradek.cli.admin import _ERRORS_PKG, kafka_exception
 
     if code == Errors.REQUEST_TIMED_OUT:
         return f"{_ERRORS_PKG}TimeoutException: {message}"
