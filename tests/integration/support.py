@@ -8,8 +8,10 @@ broker for the session (``broker``); tests that restart or kill a node get their
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import struct
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from odradek.embedded import EmbeddedBroker
 from odradek.protocol import messages as m
 from odradek.protocol.header import (
@@ -33,6 +37,13 @@ from odradek.protocol.schema import Api
 
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 # Timestamps of generated records: fixed, recent enough to stay inside the default retention.
+# kcat is installed by the README's test command (CI sets CI=1): missing there, the tests fail
+# rather than skip; outside CI they skip.
+REQUIRES_KCAT = pytest.mark.skipif(
+    shutil.which("kcat") is None and not os.environ.get("CI"),
+    reason="kcat is not installed (CI installs it and fails without it)",
+)
+
 BASE_TIMESTAMP_MS = int(time.time() * 1000) - 3_600_000
 
 

@@ -30,6 +30,8 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 
+from .support import REQUIRES_KCAT
+
 SESSION_MS = 6000
 
 
@@ -365,10 +367,7 @@ def test_aiokafka_group(gbroker: EmbeddedBroker) -> None:
     assert committed_total(gbroker, group, topic) == 3000
 
 
-@pytest.mark.skipif(
-    shutil.which("kcat") is None and not os.environ.get("CI"),
-    reason="kcat not installed (CI installs it and fails without it)",
-)
+@REQUIRES_KCAT
 def test_kcat_balanced_consumer(gbroker: EmbeddedBroker) -> None:
     topic, group = _name("kcat"), _name("grp")
     create_topic(gbroker, topic, 3)

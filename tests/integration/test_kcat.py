@@ -8,8 +8,6 @@ produce, so timestamps are checked against the time of the produce run instead.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -27,14 +25,11 @@ from odradek.records.batch import (
     iter_batches,
 )
 
-from .support import CODECS, Rec, check_exactly_once
+from .support import CODECS, REQUIRES_KCAT, Rec, check_exactly_once
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("kcat") is None and not os.environ.get("CI"),
-        reason="kcat is not installed (CI installs it and fails without it)",
-    ),
+    REQUIRES_KCAT,
 ]
 
 FORMAT = "%p\t%o\t%K\t%k\t%s\t%h\t%T\n"

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -43,6 +41,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 
 from .kraft_support import KraftCluster, KraftNode, describe_quorum_sync
+from .support import REQUIRES_KCAT
 
 NOT_LEADER_OR_FOLLOWER = 6
 
@@ -509,8 +508,7 @@ def _kcat_metadata(bootstrap: str) -> dict[str, dict[int, int]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(shutil.which("kcat") is None and not os.environ.get("CI"),
-                    reason="kcat is not installed (CI installs it and fails without it)")
+@REQUIRES_KCAT
 def test_other_clients_see_the_same_topics_through_every_broker(cluster_factory: Any) -> None:
     from kafka import KafkaAdminClient, KafkaConsumer
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, cast
 
@@ -55,7 +56,7 @@ KAFKA_HEAP = "-Xmx384m -Xms64m"
 RELEASE_VERSION = "3.9-IV0"
 
 
-class Node:
+class Node(ABC):
     """One server process (Odradek or Apache Kafka) with its properties and log file."""
 
     kind = "?"
@@ -69,8 +70,9 @@ class Node:
         self.config.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The process's command line (Odradek's server, or Kafka's via java)."""
 
     def env(self) -> dict[str, str]:
         return dict(os.environ)

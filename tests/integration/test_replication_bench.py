@@ -6,20 +6,17 @@ asserted in tests)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .support import REQUIRES_KCAT
+
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("kcat") is None and not os.environ.get("CI"),
-        reason="kcat is not installed (CI installs it and fails without it)",
-    ),
+    REQUIRES_KCAT,
 ]
 
 REPO = Path(__file__).resolve().parents[2]

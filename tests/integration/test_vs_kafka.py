@@ -5,8 +5,6 @@ brokers. No timing is asserted (speed is never asserted in tests)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +12,11 @@ from pathlib import Path
 import pytest
 
 from .kafka_reference import find_kafka_tools
+from .support import REQUIRES_KCAT
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        shutil.which("kcat") is None and not os.environ.get("CI"),
-        reason="kcat is not installed (CI installs it and fails without it)",
-    ),
+    REQUIRES_KCAT,
 ]
 
 REPO = Path(__file__).resolve().parents[2]
