@@ -119,6 +119,10 @@ class ReplicaManager:
         # leading a partition: the group coordinator loads and unloads __consumer_offsets
         # partitions through this hook (Kafka's onLeadershipChange).
         self.leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
+        # Called as (topic, partition, producer_id, commit) once a transaction marker appended
+        # to a partition is acknowledged (the HW past it): the group coordinator completes the
+        # transactional offset commits of __consumer_offsets partitions through this hook.
+        self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         timer = timer if timer is not None else AsyncioTimer()
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
