@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.checkpoint import fsync_dir
 from odradek.log.errors import (
     CorruptIndexError,
@@ -227,7 +228,13 @@ class Log:
             )
             self._producer_state_loaded = True
 
-    def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(
+        self,
+        buf: bytearray,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
         With a ``compression.type`` other than ``producer``, batches in another codec are stored
@@ -235,12 +242,17 @@ class Log:
         stored).
 
         A batch an idempotent producer already wrote (a retry) is not appended again: the
-        returned info carries the original offsets and ``num_batches == 0``.
+        returned info carries the original offsets and ``num_batches == 0``. Only a client's
+        batches are checked against the producer's sequence numbers; a coordinator's (``origin``)
+        only against its epoch.
         """
         with self._lock:
             config = self.config
             first = parse_header(buf, 0) if len(buf) >= RECORD_BATCH_OVERHEAD else None
-            if first is not None and first.producer_id >= 0 and first.base_sequence >= 0:
+            if first is not None and first.producer_id >= 0 and origin != AppendOrigin.CLIENT:
+                self._ensure_producer_state()
+                self.producer_state.check_epoch(first.producer_id, first.producer_epoch)
+            elif first is not None and first.producer_id >= 0 and first.base_sequence >= 0:
                 self._ensure_producer_state()
                 dup = self.producer_state.check(
                     first.producer_id,

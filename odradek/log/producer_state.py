@@ -80,6 +80,14 @@ class ProducerStateManager:
             )
         return None
 
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """Validate a coordinator's append for the producer: only an older epoch is refused."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}"
+            )
+
     def update(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
         entry = self.producers.get(producer_id)
         if entry is None or epoch != entry.epoch:
