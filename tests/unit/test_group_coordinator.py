@@ -35,6 +35,7 @@ class FakeReplicaManager:
     def __init__(self, path: Path, num: int) -> None:
         self.partitions: dict[tuple[str, int], Any] = {}
         self.leadership_listeners: list[Any] = []
+        self.txn_marker_listeners: list[Any] = []
         for p in range(num):
             lg = Log.load(str(path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(), now_ms=0, clean_shutdown=False)
             self.partitions[(OFFSETS_TOPIC, p)] = FakePartition(lg)
