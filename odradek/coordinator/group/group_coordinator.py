@@ -158,12 +158,11 @@ class GroupCoordinator:
         self.metadata_manager.shutdown()
         for t in list(self._tasks):
             t.cancel()
-        for listeners, listener in (
-            (self.replica_manager.leadership_listeners, self.metadata_manager.on_leadership_change),
-            (self.replica_manager.txn_marker_listeners, self.metadata_manager.on_txn_marker),
-        ):
-            with contextlib.suppress(ValueError):
-                listeners.remove(listener)  # type: ignore[arg-type]
+        rm, mm = self.replica_manager, self.metadata_manager
+        with contextlib.suppress(ValueError):
+            rm.leadership_listeners.remove(mm.on_leadership_change)
+        with contextlib.suppress(ValueError):
+            rm.txn_marker_listeners.remove(mm.on_txn_marker)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
