@@ -1,10 +1,5 @@
-"""Where an append to a partition leader's log comes from (Kafka's ``AppendOrigin``).
-
-Only a client's produce is checked against the idempotent producer's sequence numbers and
-answered from the duplicate cache; a coordinator (the group coordinator writing a producer's
-transactional offset commits, always with sequence 0, as Kafka's does) is checked for the producer
-epoch only.
-"""
+"""Where an append to a partition log comes from (Kafka's AppendOrigin): it decides what the
+log validates."""
 
 from __future__ import annotations
 
@@ -12,7 +7,13 @@ import enum
 
 
 class AppendOrigin(enum.Enum):
-    REPLICATION = "replication"
-    COORDINATOR = "coordinator"
+    """``CLIENT``: a produce request (sequences checked, duplicates answered, control batches
+    refused). ``COORDINATOR``: the group or transaction coordinator (the only origin that may
+    append COMMIT/ABORT markers; producer and coordinator epochs checked, no sequences).
+    ``REPLICATION``: a follower taking the leader's batches (nothing refused).
+    ``RAFT_LEADER``: the KRaft metadata log (its own control batches)."""
+
     CLIENT = "client"
+    COORDINATOR = "coordinator"
+    REPLICATION = "replication"
     RAFT_LEADER = "raft_leader"

@@ -9,7 +9,6 @@ expiry and group deletion leave / drop pending offsets as Kafka's do."""
 from __future__ import annotations
 
 import asyncio
-import struct
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,29 +25,18 @@ from odradek.coordinator.group.records import parse_key, parse_offset_value
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.records.batch import iter_batches
-from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
 from odradek.records.records import iter_batch_records
 
 PARTITIONS = {("t", 0), ("t", 1), ("u", 0)}
 T0, T1 = ("t", 0), ("t", 1)
 
 
-def end_txn_marker(producer_id: int, epoch: int, commit: bool) -> bytearray:
-    """A control batch as the transaction coordinator has it written: key version 0 + type
-    (0 ABORT, 1 COMMIT), value version 0 + coordinator epoch."""
-    key = struct.pack(">hh", 0, 1 if commit else 0)
-    value = struct.pack(">hi", 0, 3)
-    return bytearray(build_batch(
-        [(key, value, [], 5000)], producer_id=producer_id, producer_epoch=epoch, is_control=True,
-        is_transactional=True,
-    ))
-
-
 def write_marker(rm: FakeReplicaManager, mgr: GroupMetadataManager | None, pid: int, commit: bool) -> None:
     """Append the marker to partition 0 and tell the coordinator, as the replica manager does
     once it is acknowledged."""
     lg = rm.partitions[(OFFSETS_TOPIC, 0)].log
-    lg.append_as_leader(end_txn_marker(pid, 0, commit), 0, 0, AppendOrigin.COORDINATOR)
+    lg.append_as_leader(build_end_txn_marker(pid, 0, 3, commit, 5000), 0, 0, AppendOrigin.COORDINATOR)
     lg.high_watermark = lg.log_end_offset
     if mgr is not None:
         mgr.on_txn_marker(OFFSETS_TOPIC, 0, pid, commit)

@@ -50,11 +50,7 @@ from odradek.coordinator.group.records import (
     parse_key,
     parse_offset_value,
 )
-from odradek.coordinator.group.txn_offsets import (
-    PendingTxnOffsets,
-    materialise,
-    parse_end_txn_marker_key,
-)
+from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -65,6 +61,7 @@ from odradek.records.batch import (
     iter_batches,
 )
 from odradek.records.builder import RecordTuple, build_batch
+from odradek.records.control_batch import parse_end_txn_marker
 from odradek.records.errors import RecordError
 from odradek.records.records import Record, iter_batch_records
 
@@ -604,14 +601,20 @@ class GroupMetadataManager:
     ) -> None:
         """A control batch of the partition being loaded: a transaction marker ends its
         producer's pending offset commits."""
-        for rec in _readable_records(data, h.position, h.size, partition):
-            commit = parse_end_txn_marker_key(rec.key)
-            if commit is None:
-                continue
-            done = pending.complete(h.producer_id)
-            if commit:
-                for gid, committed in done.items():
-                    materialise(offsets.setdefault(gid, {}), committed)
+        try:
+            marker = parse_end_txn_marker(memoryview(data)[h.position : h.position + h.size], h)
+        except RecordError as e:
+            log.warning(
+                "Skipping unreadable control batch at offset %d of %s-%d: %s",
+                h.base_offset, OFFSETS_TOPIC, partition, e,
+            )
+            return
+        if marker is None:
+            return  # another control type, or a marker the cleaner emptied
+        done = pending.complete(h.producer_id)
+        if marker.commit:
+            for gid, committed in done.items():
+                materialise(offsets.setdefault(gid, {}), committed)
 
     def _replay_consumer_record(
         self,

@@ -17,22 +17,6 @@ from odradek.coordinator.group.records import OffsetAndMetadata
 TopicPartition = tuple[str, int]
 GroupOffsets = dict[str, dict[TopicPartition, OffsetAndMetadata]]
 
-END_TXN_MARKER_ABORT = 0
-END_TXN_MARKER_COMMIT = 1
-
-
-def parse_end_txn_marker_key(key: bytes | None) -> bool | None:
-    """A control record's key (version int16, type int16): True for COMMIT, False for ABORT,
-    None for anything else (an unknown control type, which the loader skips as Kafka does)."""
-    if key is None or len(key) < 4:
-        return None
-    kind = int.from_bytes(key[2:4], "big", signed=True)
-    if kind == END_TXN_MARKER_COMMIT:
-        return True
-    if kind == END_TXN_MARKER_ABORT:
-        return False
-    return None
-
 
 def materialise(committed: dict[TopicPartition, OffsetAndMetadata], pending: dict[TopicPartition, OffsetAndMetadata]) -> int:
     """Apply committed transactional offsets ``pending`` to ``committed``: each replaces the
