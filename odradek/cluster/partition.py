@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.cluster.replica import IsrState, Replica, can_join_isr, out_of_sync_replicas
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import OffsetOutOfRangeError
 from odradek.log.leader_epoch import UNDEFINED_EPOCH
 from odradek.log.log import LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, Log
@@ -256,7 +257,9 @@ class Partition:
                 raise KafkaError(Errors.UNKNOWN_LEADER_EPOCH)
         return self.log
 
-    def append_records_to_leader(self, buf: bytearray, required_acks: int, now_ms: int) -> AppendInfo:
+    def append_records_to_leader(
+        self, buf: bytearray, required_acks: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendInfo:
         log_ = self._leader_log()
         if required_acks == -1 and len(self.isr) < log_.config.min_insync_replicas:
             raise KafkaError(
@@ -264,7 +267,7 @@ class Partition:
                 f"The size of the current ISR {self.isr} is insufficient to satisfy the "
                 f"min.isr requirement of {log_.config.min_insync_replicas} for partition {self}",
             )
-        info = log_.append_as_leader(buf, self.leader_epoch, now_ms)
+        info = log_.append_as_leader(buf, self.leader_epoch, now_ms, origin)
         self.maybe_increment_leader_hw()
         return info
 
