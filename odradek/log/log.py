@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.checkpoint import fsync_dir
 from odradek.log.errors import (
     CorruptIndexError,
@@ -28,8 +29,14 @@ from odradek.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from odradek.log.log_config import LogConfig
 from odradek.log.log_loader import LogLoader
 from odradek.log.log_segments import LogSegments, open_segment, remove_quietly
+from odradek.log.log_transactions import (
+    analyze_append,
+    apply_append,
+    collect_aborted,
+    replay_segments,
+)
 from odradek.log.partition_metadata import write_partition_metadata
-from odradek.log.producer_state import ProducerStateManager, last_sequence
+from odradek.log.producer_state import BatchMetadata, ProducerInfo, ProducerStateManager
 from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -42,10 +49,9 @@ from odradek.log.segment import (
 )
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
+from odradek.log.transaction_index import AbortedTxn
 from odradek.records.batch import (
-    RECORD_BATCH_OVERHEAD,
     AppendInfo,
-    parse_header,
     validate,
     validate_and_assign,
 )
@@ -101,9 +107,12 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._closed = False
-        # Idempotent-producer state, rebuilt from batch headers the first time it is needed.
+        # Idempotent and transactional producer state, loaded now: the LSO must be right
+        # from the start.
         self.producer_state = ProducerStateManager()
-        self._producer_state_loaded = False
+        self._load_producer_state(
+            {s.base_offset for s in segments if s.recovered or not s.txn_index_sane()}
+        )
 
     # =========================================================================== loading
     @classmethod
@@ -220,14 +229,56 @@ class Log:
         """flush.messages reached: the caller must flush (off its event loop) before acking."""
         return self._unflushed_messages >= self.config.flush_messages
 
-    def _ensure_producer_state(self) -> None:
-        if not self._producer_state_loaded:
-            self.producer_state.rebuild(
-                h for seg in self._segments for h in seg.iter_batch_headers()
-            )
-            self._producer_state_loaded = True
+    def _load_producer_state(self, rebuild_txn_index: set[int] | None = None) -> None:
+        """Rebuild the producer state from the log (from its start; the transaction indexes of
+        segments whose base offset is in ``rebuild_txn_index`` are rewritten from what is
+        found)."""
+        self.producer_state.clear(self._log_start_offset)
+        replay_segments(
+            self.producer_state,
+            self._segments.values(),
+            self._log_start_offset,
+            self.log_end_offset,
+            self._name,
+            rebuild_txn_index=rebuild_txn_index or set(),
+        )
 
-    def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
+    @property
+    def _name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset not yet decided: min(first offset of an ongoing transaction, or of
+        a completed one whose marker is not below the high watermark, high watermark)."""
+        with self._lock:
+            hw = self._high_watermark
+            first = self.producer_state.first_unstable_offset(hw)
+            if first is None:
+                return hw
+            return min(max(first, self._log_start_offset), hw)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset) (the
+        aborted-transactions list of a ``read_committed`` fetch)."""
+        with self._lock:
+            segs = self._segments.from_offset(start_offset)
+        return collect_aborted(segs, start_offset, upper_bound_offset)
+
+    def active_producers(self) -> list[ProducerInfo]:
+        """DescribeProducers: the producers this partition knows."""
+        with self._lock:
+            return self.producer_state.active_producers()
+
+    def append_as_leader(
+        self,
+        buf: bytearray,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
         With a ``compression.type`` other than ``producer``, batches in another codec are stored
@@ -236,24 +287,12 @@ class Log:
 
         A batch an idempotent producer already wrote (a retry) is not appended again: the
         returned info carries the original offsets and ``num_batches == 0``.
+
+        ``origin``: see :class:`AppendOrigin`; only ``COORDINATOR`` appends COMMIT/ABORT
+        markers (a client's control batch is INVALID_RECORD).
         """
         with self._lock:
             config = self.config
-            first = parse_header(buf, 0) if len(buf) >= RECORD_BATCH_OVERHEAD else None
-            if first is not None and first.producer_id >= 0 and first.base_sequence >= 0:
-                self._ensure_producer_state()
-                dup = self.producer_state.check(
-                    first.producer_id,
-                    first.producer_epoch,
-                    first.base_sequence,
-                    last_sequence(first.base_sequence, first.last_offset_delta),
-                )
-                if dup is not None:
-                    return AppendInfo(
-                        first_offset=dup.first_offset,
-                        last_offset=dup.last_offset,
-                        max_timestamp=dup.max_timestamp,
-                    )
             info = validate_and_assign(
                 buf,
                 self.log_end_offset,
@@ -278,6 +317,13 @@ class Log:
                 check_records(
                     buf, info, config, now_ms, tp, keys=True, timestamps=not config.log_append_time
                 )
+            staged = analyze_append(self.producer_state, buf, info, origin, tp)
+            if isinstance(staged, BatchMetadata):
+                return AppendInfo(
+                    first_offset=staged.first_offset,
+                    last_offset=staged.last_offset,
+                    max_timestamp=staged.max_timestamp,
+                )
             codec = config.compression_codec
             if codec is not None:
                 # compression.type other than 'producer': batches in another codec are
@@ -301,9 +347,7 @@ class Log:
                 self._append(buf, info, now_ms)
             except OSError as e:
                 raise self._storage_failure(e, "appending to") from e
-            if self._producer_state_loaded:
-                for b in info.batches:
-                    self.producer_state.update_from_header(parse_header(buf, b.position))
+            apply_append(self.producer_state, staged, self._segments.active, info.next_offset)
         return info
 
     def append_as_follower(
@@ -324,6 +368,13 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
+            # A follower keeps the producers' state as it appends (Kafka's replication origin:
+            # taken, not validated), so that as a new leader it still recognises a retried
+            # batch, refuses a gap, and knows the ongoing transactions (LSO).
+            staged = analyze_append(
+                self.producer_state, buf, info, AppendOrigin.REPLICATION, self._name
+            )
+            assert not isinstance(staged, BatchMetadata)
             try:
                 for b in info.batches:
                     if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
@@ -331,12 +382,7 @@ class Log:
                 self._append(buf, info, now_ms)
             except OSError as e:
                 raise self._storage_failure(e, "appending to") from e
-            if self._producer_state_loaded:
-                # A follower keeps the producers' sequences as it appends (Kafka's replication
-                # origin: taken, not validated), so that as a new leader it still recognises a
-                # retried batch and refuses a gap without reading its log again.
-                for b in info.batches:
-                    self.producer_state.update_from_header(parse_header(buf, b.position))
+            apply_append(self.producer_state, staged, self._segments.active, info.next_offset)
         return info
 
     def _append(
@@ -563,7 +609,6 @@ class Log:
         """Last offset of each idempotent producer's last batch (the cleaner keeps that batch,
         emptied if need be, so the producer's sequence survives compaction and reloads)."""
         with self._lock:
-            self._ensure_producer_state()
             return {
                 pid: entry.batches[-1].last_offset
                 for pid, entry in self.producer_state.producers.items()
@@ -653,7 +698,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self._unflushed_messages = 0
-            self._producer_state_loaded = False
+            self._load_producer_state()
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -670,7 +715,7 @@ class Log:
             self._recovery_point = offset
             self._high_watermark = offset
             self._unflushed_messages = 0
-            self._producer_state_loaded = False
+            self.producer_state.clear(offset)
 
     # ============================================================================ flush
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> None:
