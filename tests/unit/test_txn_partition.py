@@ -14,6 +14,7 @@ from test_broker_apis import broker, create, records_of, run
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 
 NO_VERIFY = {"transaction.partition.verification.enable": "false"}
@@ -66,7 +67,13 @@ async def latest(c: NetworkClient, topic: str, isolation: int) -> int:
 
 
 def values(part: dict[str, Any]) -> list[bytes]:
-    return [r.value for r in records_of(part["records"]) if r.value is not None] if part["records"] else []
+    """The values of the data batches (control batches, the markers, skipped as clients do)."""
+    raw = bytes(part["records"] or b"")
+    out: list[bytes] = []
+    for h in iter_batches(raw):
+        if not h.is_control:
+            out.extend(r.value for r in records_of(raw[h.position : h.position + h.size]) if r.value is not None)
+    return out
 
 
 def test_commit_and_abort_markers_and_read_committed(tmp_path: Path) -> None:
