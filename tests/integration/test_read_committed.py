@@ -145,15 +145,10 @@ def test_list_offsets_read_committed_latest_is_the_lso(txn_broker: EmbeddedBroke
 
 
 def _latest(c: Consumer, topic: str) -> int:
-    """The end offset a consumer's ListOffsets (LATEST, its isolation level) answers."""
-    c.assign([TopicPartition(topic, 0, -1)])  # -1: OFFSET_END, resolved with ListOffsets
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        c.poll(0.1)
-        (pos,) = c.position([TopicPartition(topic, 0)])
-        if pos.offset >= 0:
-            return int(pos.offset)
-    raise AssertionError("the consumer never resolved its end offset")
+    """The end offset the consumer's ListOffsets (LATEST, with its isolation level) answers
+    (librdkafka's query_watermark_offsets sends the consumer's isolation.level)."""
+    _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15, cached=False)
+    return int(high)
 
 
 @REQUIRES_KCAT

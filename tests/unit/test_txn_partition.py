@@ -200,3 +200,36 @@ def test_read_committed_long_poll_completes_when_the_marker_moves_the_lso(tmp_pa
                 await other.close()
 
     run(main)
+
+
+def test_produce_is_verified_with_the_coordinator_once_per_transaction(tmp_path: Path) -> None:
+    from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
+
+    async def main() -> None:
+        async with broker(tmp_path) as (server, c):
+            assert server.broker is not None and server.broker.broker_apis is not None
+            verifier = server.broker.broker_apis.txn_apis.verifier
+            assert verifier is not None and verifier.manager is not None
+            fake = FakeCoordinator()
+            verifier.manager.client_factory = lambda _node: fake  # type: ignore[assignment, return-value]
+            verifier.manager.coordinator_for = lambda _txn: NODE  # type: ignore[method-assign]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            pid = await producer_id(c)
+            # Not added to the transaction: refused, nothing appended.
+            r = await txn_produce(c, "t", txn_batch(pid, [b"x"]), txn_id="tx")
+            assert r["error_code"] == Errors.INVALID_TXN_STATE
+            assert r["error_message"] == "Partition was not added to the transaction"
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 0
+            fake.added["tx"] = {("t", 0)}
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"x"]), txn_id="tx"))["error_code"] == Errors.NONE
+            asked = len(fake.requests)
+            (_, body) = fake.requests[-1]
+            assert body["transactions"][0]["producer_id"] == pid and body["transactions"][0]["transactional_id"] == "tx"
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"y"], seq=1), txn_id="tx"))["error_code"] == Errors.NONE
+            assert len(fake.requests) == asked  # verified once per transaction and partition
+            assert await markers(c, "t", pid, True) == {("t", 0): Errors.NONE}
+            fake.added["tx"] = set()  # the next transaction has not added the partition
+            r = await txn_produce(c, "t", txn_batch(pid, [b"z"], seq=2), txn_id="tx")
+            assert r["error_code"] == Errors.INVALID_TXN_STATE and len(fake.requests) == asked + 1
+
+    run(main)
