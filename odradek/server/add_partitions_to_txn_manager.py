@@ -189,13 +189,16 @@ class AddPartitionsToTxnManager:
         answered: set[str] = set()
         for result in resp.get("results_by_transaction") or []:
             txn_id = result["transactional_id"]
-            p = batch.get(txn_id)
-            if p is None:
+            pending = batch.get(txn_id)
+            if pending is None:
                 continue
             answered.add(txn_id)
             unverified: dict[TopicPartition, Errors] = {}
+            mentioned: set[TopicPartition] = set()
             for tr in result["topic_results"]:
                 for pr in tr["results_by_partition"]:
+                    tp = (tr["name"], pr["partition_index"])
+                    mentioned.add(tp)
                     err = Errors(pr["partition_error_code"])
                     if err == Errors.NONE:
                         continue
@@ -203,16 +206,13 @@ class AddPartitionsToTxnManager:
                         err = Errors.INVALID_PRODUCER_EPOCH  # what producers expect here
                     elif err == Errors.TRANSACTION_ABORTABLE:
                         err = Errors.INVALID_TXN_STATE
-                    unverified[(tr["name"], pr["partition_index"])] = err
-            # A partition the coordinator did not mention was not verified.
-            for tp in p.partitions:
-                if not any(tp[0] == tr["name"] and any(pr["partition_index"] == tp[1] for pr in
-                           tr["results_by_partition"]) for tr in result["topic_results"]):
-                    unverified.setdefault(tp, Errors.INVALID_TXN_STATE)
-            self._answer(p, None, unverified)
-        for txn_id, p in batch.items():
+                    unverified[tp] = err
+            for tp in pending.partitions - mentioned:  # not confirmed: not verified
+                unverified[tp] = Errors.INVALID_TXN_STATE
+            self._answer(pending, None, unverified)
+        for txn_id, pending in batch.items():
             if txn_id not in answered:
-                self._answer(p, Errors.INVALID_TXN_STATE)
+                self._answer(pending, Errors.INVALID_TXN_STATE)
 
     async def close(self) -> None:
         self._closed = True
