@@ -136,6 +136,12 @@ def test_write_txn_markers_errors(tmp_path: Path) -> None:
             assert fenced == {("t", 0): Errors.TRANSACTION_COORDINATOR_FENCED}
             r = await c.send(m.WRITE_TXN_MARKERS, 0, {"markers": []})
             assert r["markers"] == []
+            d = await c.send(m.DESCRIBE_PRODUCERS, 0, {"topics": [
+                {"name": "nope", "partition_indexes": [0]}, {"name": "bad name!", "partition_indexes": [0]},
+                {"name": "t", "partition_indexes": [3]}]})
+            codes = [t["partitions"][0]["error_code"] for t in d["topics"]]
+            assert codes == [Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.INVALID_TOPIC_EXCEPTION,
+                             Errors.UNKNOWN_TOPIC_OR_PARTITION]
 
     run(main)
 
