@@ -264,8 +264,6 @@ class Partition:
     def append_records_to_leader(
         self, buf: bytearray, required_acks: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> AppendInfo:
-        """Append as leader; only ``origin`` COORDINATOR may append control batches (the
-        transaction markers of WriteTxnMarkers)."""
         log_ = self._leader_log()
         if required_acks == -1 and len(self.isr) < log_.config.min_insync_replicas:
             raise KafkaError(
@@ -273,7 +271,7 @@ class Partition:
                 f"The size of the current ISR {self.isr} is insufficient to satisfy the "
                 f"min.isr requirement of {log_.config.min_insync_replicas} for partition {self}",
             )
-        info = log_.append_as_leader(buf, self.leader_epoch, now_ms, origin=origin)
+        info = log_.append_as_leader(buf, self.leader_epoch, now_ms, origin)
         self.maybe_increment_leader_hw()
         return info
 

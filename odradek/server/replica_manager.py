@@ -120,9 +120,9 @@ class ReplicaManager:
         # leading a partition: the group coordinator loads and unloads __consumer_offsets
         # partitions through this hook (Kafka's onLeadershipChange).
         self.leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
-        # Called as (topic, partition, producer_id, commit) once a transaction marker written
-        # here by WriteTxnMarkers is acknowledged (the HW passed it): the group coordinator
-        # materialises or drops the transaction's offsets on __consumer_offsets through this.
+        # Called as (topic, partition, producer_id, commit) once a transaction marker appended
+        # to a partition is acknowledged (the HW past it): the group coordinator completes the
+        # transactional offset commits of __consumer_offsets partitions through this hook.
         self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         timer = timer if timer is not None else AsyncioTimer()
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
@@ -420,8 +420,7 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         """Append to the leaders. Returns the statuses, or an awaitable of them when the answer
         must wait: for log work on a partition (see the module doc), for fsync
-        (``flush.messages`` reached) and/or for the HW (acks=-1). ``origin`` COORDINATOR: the
-        transaction coordinator's markers (control batches)."""
+        (``flush.messages`` reached) and/or for the HW (acks=-1)."""
         if any(tp in self._pending_log_work or tp in self._queued_appends for tp in entries):
             return self._queue_append(timeout_ms, required_acks, entries, origin)
         return self._append_to_leaders(timeout_ms, required_acks, entries, origin)
