@@ -27,7 +27,13 @@ from odradek.cluster.replica import IsrState, Replica, can_join_isr, out_of_sync
 from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import OffsetOutOfRangeError
 from odradek.log.leader_epoch import UNDEFINED_EPOCH
-from odradek.log.log import LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, Log
+from odradek.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+)
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.batch import AppendInfo
 
@@ -362,8 +368,8 @@ class Partition:
         if found is None:
             return -1, -1, -1
         off, ts, epoch = found
-        if timestamp >= 0 and off >= last_fetchable:  # not yet visible to consumers
-            return -1, -1, -1
+        if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and off >= last_fetchable:
+            return -1, -1, -1  # not yet visible to consumers (by timestamp or MAX_TIMESTAMP, as Kafka)
         return ts, off, epoch
 
     def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from odradek.cluster.partition import Partition, PartitionState
 from odradek.log.append_origin import AppendOrigin
-from odradek.log.log import LATEST_TIMESTAMP, Log
+from odradek.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
 from odradek.log.log_config import LogConfig
 from odradek.records.builder import build_batch
 from odradek.records.control_batch import build_end_txn_marker
@@ -75,3 +75,23 @@ def test_lso_survives_failover_and_moves_with_the_new_leaders_marker(tmp_path: P
     assert two.read_records(0, 1 << 20, 0, True).aborted_transactions is None
     for lg in logs:
         lg.close()
+
+
+def test_list_offsets_by_timestamp_and_max_timestamp_stop_at_the_lso(tmp_path: Path) -> None:
+    lg = Log.load(str(tmp_path / "t-0"), LogConfig(), now_ms=0, clean_shutdown=False)
+    p = Partition("t", 0, TOPIC_ID, 1)
+    p.make_leader(state(1, 1, (1,)), lg)
+    p.append_records_to_leader(bytearray(build_batch([(b"k", b"v", [], 1_000)])), -1, 0)  # 0 at ts 1000
+    p.append_records_to_leader(bytearray(build_batch([(b"k", b"v", [], 5_000)], producer_id=PID, producer_epoch=0,
+                                                     base_sequence=0, is_transactional=True)), -1, 0)  # 1, open
+    assert lg.last_stable_offset == 1 and lg.high_watermark == 2
+    # read_committed: the open transaction's record (offset 1, the largest timestamp) is not found.
+    assert p.fetch_offset_for_timestamp(4_000, 1, -1)[1] == -1
+    assert p.fetch_offset_for_timestamp(MAX_TIMESTAMP, 1, -1)[1] == -1
+    assert p.fetch_offset_for_timestamp(EARLIEST_TIMESTAMP, 1, -1)[1] == 0
+    # read_uncommitted: it is.
+    assert p.fetch_offset_for_timestamp(4_000, 0, -1)[:2] == (5_000, 1)
+    assert p.fetch_offset_for_timestamp(MAX_TIMESTAMP, 0, -1)[:2] == (5_000, 1)
+    p.append_records_to_leader(build_end_txn_marker(PID, 0, 0, True, 6_000), -1, 0, AppendOrigin.COORDINATOR)
+    assert p.fetch_offset_for_timestamp(4_000, 1, -1)[:2] == (5_000, 1)
+    lg.close()
