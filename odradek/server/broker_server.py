@@ -29,6 +29,10 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.socket_server import SocketServer
 from odradek.server import config_defs
+from odradek.server.add_partitions_to_txn_manager import (
+    AddPartitionsToTxnManager,
+    TransactionVerifier,
+)
 from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import ControllerChannel
@@ -44,6 +48,7 @@ from odradek.server.replica_manager import ReplicaManager
 from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
+from odradek.server.txn_partition_apis import TxnPartitionApis
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +107,7 @@ class BrokerServer:
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.broker_apis: KafkaApis | None = None
+        self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
 
@@ -237,6 +243,7 @@ class BrokerServer:
             controller_channel=channel,
             log_manager=lm,
             extensions=[GroupApis(self.group_coordinator)],
+            txn_apis=self._txn_partition_apis(cfg),
         )
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         for server in self._servers:
@@ -434,6 +441,19 @@ class BrokerServer:
             asyncio.get_running_loop().create_task(run_periodically(name, interval, fn), name=name)
         )
 
+    def _txn_partition_apis(self, cfg: KafkaConfig) -> TxnPartitionApis:
+        """The partition side of transactions, with KIP-890 verification of transactional
+        produce against the transaction coordinators."""
+        assert self.replica_manager is not None
+        manager = self.add_partitions_to_txn_manager = AddPartitionsToTxnManager(
+            self.metadata_cache,
+            cfg.inter_broker_listener_name,
+            cfg.request_timeout_ms,
+            cfg._int("transaction.state.log.num.partitions"),
+        )
+        verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
+        return TxnPartitionApis(self.replica_manager, lambda: cfg.request_timeout_ms, verifier)
+
     async def shutdown(self) -> None:
         if self._started:
             log.info("Odradek broker %d shutting down", self.node_id)
@@ -453,6 +473,8 @@ class BrokerServer:
             server.begin_shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
+        if self.add_partitions_to_txn_manager is not None:
+            await self.add_partitions_to_txn_manager.close()
         if self.replica_fetcher_manager is not None:
             await self.replica_fetcher_manager.shutdown()
         if self.alter_partition_manager is not None:
