@@ -600,12 +600,8 @@ class KafkaApis(ApiDispatcher):
 
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         if req["transactional_id"] is not None:
-            # Transactions need the transaction coordinator, which this broker does not have
-            # yet: a fatal error for clients (see odradek.server.transactions).
-            self.refused_transactions.refused(
-                "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
-            )
-            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            # The transaction coordinator's (server/txn_apis.py) when the broker has one.
+            error = Errors.COORDINATOR_NOT_AVAILABLE
             return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
         manager = self.producer_id_manager
         if manager is None:
