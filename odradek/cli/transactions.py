@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -298,8 +299,12 @@ class _Parser(argparse.ArgumentParser):
     """Bad arguments: the usage and the error on stderr, exit code 1 (as argparse4j in Kafka's tool)."""
 
     def error(self, message: str) -> NoReturn:
+        required = "the following arguments are required: "
+        if message.startswith(required):  # argparse4j names the first one
+            first = message[len(required):].split(", ")[0]
+            message = "too few arguments" if first == "COMMAND" else f"argument {first} is required"
         self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
+        self.exit(1, f"{PROG}: error: {message}\n")
 
 
 def _java_number(java_type: str, bits: int) -> Callable[[str], int]:
@@ -397,6 +402,14 @@ def _load_props(path: str | None) -> dict[str, str]:
     return props
 
 
+def _resolvable(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+        return True
+    except (OSError, UnicodeError):
+        return False
+
+
 def execute(argv: list[str], out: TextIO | None = None, now_ms: Callable[[], int] | None = None) -> int:
     """Run the tool on ``argv`` (the arguments after ``transactions``); the exit code."""
     parser = build_parser()
@@ -406,16 +419,21 @@ def execute(argv: list[str], out: TextIO | None = None, now_ms: Callable[[], int
         return e.code if isinstance(e.code, int) else 1
     if ns.bootstrap_server is None:
         parser.print_usage(sys.stderr)
-        print(f"{PROG}: error: the following arguments are required: --bootstrap-server", file=sys.stderr)
+        print(f"{PROG}: error: argument --bootstrap-server is required", file=sys.stderr)
         return 1
     stdout = out or sys.stdout
     clock = now_ms or (lambda: int(time.time() * 1000))
 
     async def main() -> None:
+        props = _load_props(ns.command_config)
         try:
-            admin = TxnAdmin(ns.bootstrap_server, _load_props(ns.command_config))
+            admin = TxnAdmin(ns.bootstrap_server, props)
+            if not any(_resolvable(host) for host, _ in admin.bootstrap):
+                raise AdminError("No resolvable bootstrap urls given in bootstrap.servers")
         except (AdminError, AdminFailure) as e:
-            fail(f"Failed to create new KafkaAdminClient: {e}")
+            # Kafka's tool dies with the stack trace of Admin.create; its two messages.
+            fail("org.apache.kafka.common.KafkaException: Failed to create new KafkaAdminClient\n"
+                 f"Caused by: org.apache.kafka.common.config.ConfigException: {e}")
         try:
             await COMMANDS[ns.command](admin, ns, stdout, clock)
         finally:

@@ -385,12 +385,12 @@ def test_find_hanging_refusals(cluster: FakeCluster, capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["transactions"], "the following arguments are required: COMMAND"),
-    (["transactions", "list"], "the following arguments are required: --bootstrap-server"),
-    (["transactions", "--bootstrap-server", "h:1", "describe"], "the following arguments are required: --transactional-id"),
+    (["transactions"], "too few arguments"),
+    (["transactions", "list"], "argument --bootstrap-server is required"),
+    (["transactions", "--bootstrap-server", "h:1", "describe"], "argument --transactional-id is required"),
     (["transactions", "--bootstrap-server", "h:1", "describe-producers", "--topic", "t"],
-     "the following arguments are required: --partition"),
-    (["transactions", "--bootstrap-server", "h:1", "abort", "--partition", "0"], "the following arguments are required: --topic"),
+     "argument --partition is required"),
+    (["transactions", "--bootstrap-server", "h:1", "abort"], "argument --topic is required"),
     (["transactions", "--bootstrap-server", "h:1", "abort", "--topic", "t", "--partition", "x"],
      "argument --partition: could not convert 'x' to Integer (For input string: \"x\")"),
     (["transactions", "--bootstrap-server", "h:1", "abort", "--topic", "t", "--partition", "0", "--producer-epoch", "40000"],
@@ -401,7 +401,7 @@ def test_usage_errors_exit_1(argv: list[str], message: str, capsys: pytest.Captu
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith("usage: odradek transactions")
-    assert ": error: " + message in err
+    assert f"\nodradek transactions: error: {message}" in err
 
 
 def test_connection_flags_after_the_command_and_command_config(
@@ -417,6 +417,11 @@ def test_connection_flags_after_the_command_and_command_config(
     conf.write_text("default.api.timeout.ms=100\n")  # below request.timeout.ms (30 s)
     assert main(["transactions", "--bootstrap-server", cluster.bootstrap(), "--command-config", str(conf), "list"]) == 1
     assert "must be no smaller than the value of request.timeout.ms" in capsys.readouterr().err
+    assert main(["transactions", "--bootstrap-server", "no-such-host.invalid:9092", "list"]) == 1
+    assert capsys.readouterr().err == (
+        "org.apache.kafka.common.KafkaException: Failed to create new KafkaAdminClient\n"
+        "Caused by: org.apache.kafka.common.config.ConfigException: No resolvable bootstrap urls given in "
+        "bootstrap.servers\n")
 
 
 def test_java_hash_codes() -> None:
