@@ -128,14 +128,28 @@ def _api_const(name: str) -> str:
     return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(name)).upper()
 
 
+def _int_prop(props: dict[str, str], name: str, default: int) -> int:
+    text = props.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise AdminFailure(f"Invalid value {text} for configuration {name}: Not a number of type "
+                           f"{'LONG' if name == 'retry.backoff.ms' else 'INT'}") from None
+    if value < 0:
+        raise AdminFailure(f"Invalid value {value} for configuration {name}: Value must be at least 0")
+    return value
+
+
 class TxnAdmin:
     """One connection per node; ``props`` are the ``--command-config`` properties."""
 
     def __init__(self, bootstrap: str, props: dict[str, str] | None = None) -> None:
         props = props or {}
         self.bootstrap = parse_bootstrap(bootstrap)
-        api_timeout = int(props.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS))
-        request_timeout = int(props.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS))
+        api_timeout = _int_prop(props, "default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS)
+        request_timeout = _int_prop(props, "request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)
         if api_timeout < request_timeout:
             if "default.api.timeout.ms" in props:  # KafkaAdminClient refuses it
                 raise AdminFailure(
@@ -145,7 +159,7 @@ class TxnAdmin:
             api_timeout = request_timeout  # as KafkaAdminClient: a warning, the request timeout
         self.api_timeout_s = api_timeout / 1000
         self.request_timeout_s = request_timeout / 1000
-        self.retry_backoff_s = int(props.get("retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS)) / 1000
+        self.retry_backoff_s = _int_prop(props, "retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS) / 1000
         self.client_id = props.get("client.id", "odradek-transactions")
         self.clients: dict[tuple[str, int], NetworkClient] = {}
         self.versions: dict[tuple[str, int], dict[int, int]] = {}

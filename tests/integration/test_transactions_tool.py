@@ -201,6 +201,18 @@ def test_same_output_as_kafkas_tool(server: ServerProcess) -> None:
             ours = tool(bs, *args, check=False)
             theirs = kafka.run("kafka-transactions", "--bootstrap-server", bs, *args, check=False)
             assert (ours.returncode, ours.stdout, ours.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr), args
+        # A hanging transaction after the open one: found alike, aborted by Kafka's tool.
+        ghost = write_unknown_transaction(server, topic, 0)
+        time.sleep(0.01)
+        for args in (["find-hanging", "--topic", topic, "--max-transaction-timeout", "0"],
+                     ["describe-producers", "--topic", topic, "--partition", "0"]):
+            ours = tool(bs, *args)
+            theirs = kafka.run("kafka-transactions", "--bootstrap-server", bs, *args)
+            assert ours.stdout == theirs.stdout, args
+        assert [r["ProducerId"] for r in rows(ours.stdout)].count(str(ghost)) == 1
+        assert kafka.run("kafka-transactions", "--bootstrap-server", bs, "abort", "--topic", topic, "--partition", "0",
+                         "--start-offset", "1").stdout == ""
+        assert rows(tool(bs, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0").stdout) == []
         ours_d = rows(tool(bs, "describe", "--transactional-id", txid).stdout)
         theirs_d = rows(kafka.run("kafka-transactions", "--bootstrap-server", bs, "describe", "--transactional-id",
                                   txid).stdout)

@@ -417,6 +417,10 @@ def test_connection_flags_after_the_command_and_command_config(
     conf.write_text("default.api.timeout.ms=100\n")  # below request.timeout.ms (30 s)
     assert main(["transactions", "--bootstrap-server", cluster.bootstrap(), "--command-config", str(conf), "list"]) == 1
     assert "must be no smaller than the value of request.timeout.ms" in capsys.readouterr().err
+    conf.write_text("request.timeout.ms=soon\n")
+    assert main(["transactions", "--bootstrap-server", cluster.bootstrap(), "--command-config", str(conf), "list"]) == 1
+    assert capsys.readouterr().err.endswith(
+        "ConfigException: Invalid value soon for configuration request.timeout.ms: Not a number of type INT\n")
     assert main(["transactions", "--bootstrap-server", "no-such-host.invalid:9092", "list"]) == 1
     assert capsys.readouterr().err == (
         "org.apache.kafka.common.KafkaException: Failed to create new KafkaAdminClient\n"
