@@ -9,10 +9,15 @@
   is: ``find-hanging`` lists exactly that one, by topic and by broker.
 * ``abort --start-offset`` writes its ABORT marker: the last stable offset moves past it and
   ``find-hanging`` finds nothing more.
+* A producer killed mid-transaction whose coordinator then loses its state (``__transaction_state``
+  deleted while the server is down) hangs: ``find-hanging`` shows it, ``abort`` moves the LSO on.
+* Kafka 4.x's ``kafka-transactions.sh`` prints the same (stdout, stderr, exit code) on the same
+  server, when it is fetched (scripts/kafka_reference.sh).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -42,16 +47,28 @@ SETTINGS = {
 DOOMED = """
 import sys, time
 from confluent_kafka import Producer
-bootstrap, topic, txid = sys.argv[1:4]
+bootstrap, topic, txid, partition = sys.argv[1:5]
 p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txid, "transaction.timeout.ms": 600000})
 p.init_transactions(60)
 p.begin_transaction()
 for i in range(2):
-    p.produce(topic, partition=1, value=f"doomed-{i}".encode())
+    p.produce(topic, partition=int(partition), value=f"doomed-{i}".encode())
 assert p.flush(60) == 0
 print("READY", flush=True)
 time.sleep(300)
 """
+
+
+def start_and_kill_producer(bootstrap: str, topic: str, txid: str, partition: int) -> None:
+    """A producer process that writes two records in a transaction and is killed -9."""
+    proc = subprocess.Popen([sys.executable, "-c", DOOMED, bootstrap, topic, txid, str(partition)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+    finally:
+        proc.kill()
+        proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +165,7 @@ def test_list_describe_find_hanging_and_abort(server: ServerProcess) -> None:
 
     # A producer killed mid-transaction: its coordinator still has partition 1 in it.
     doomed_id = unique_name("doomed")
-    proc = subprocess.Popen([sys.executable, "-c", DOOMED, bs, topic, doomed_id], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "READY"
-    finally:
-        proc.kill()
-        proc.wait(30)
+    start_and_kill_producer(bs, topic, doomed_id, 1)
     ongoing = {r["TransactionalId"] for r in rows(tool(bs, "list", "--state", "Ongoing").stdout)}
     assert doomed_id in ongoing and live_id not in ongoing
 
@@ -221,3 +231,39 @@ def test_same_output_as_kafkas_tool(server: ServerProcess) -> None:
         assert ours_d == theirs_d
     finally:
         p.abort_transaction(60)
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_producer_hangs_once_its_coordinator_lost_it(tmp_path: Path) -> None:
+    """Killed -9 mid-transaction, the producer's transaction waits for its coordinator (not
+    hanging); once the coordinator's state is lost (its ``__transaction_state`` logs deleted
+    while the server is down) nothing will ever end it: find-hanging shows it, abort ends it."""
+    server = ServerProcess(tmp_path / "data", SETTINGS).start()
+    try:
+        bs = server.bootstrap_servers
+        topic = unique_name("lost")
+        create_topic(bs, topic, 1)
+        txid = unique_name("lost")
+        start_and_kill_producer(bs, topic, txid, 0)
+        [prod] = rows(tool(bs, "describe-producers", "--topic", topic, "--partition", "0").stdout)
+        assert prod["CurrentTransactionStartOffset"] == "0"
+        time.sleep(0.01)
+        assert rows(tool(bs, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0").stdout) == []
+        assert lso_and_hw(bs, topic, 0) == (0, 2)
+
+        server.kill()
+        lost = sorted((tmp_path / "data").glob("__transaction_state-*"))
+        assert lost, "no __transaction_state partitions on disk"
+        for d in lost:
+            shutil.rmtree(d)
+        server.start()
+        describe = tool(bs, "describe", "--transactional-id", txid, check=False)
+        assert describe.returncode == 1 and "failed because the ID could not be found" in describe.stderr
+        [hanging] = rows(tool(bs, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0").stdout)
+        assert (hanging["ProducerId"], hanging["StartOffset"]) == (prod["ProducerId"], "0")
+        assert lso_and_hw(bs, topic, 0) == (0, 2)
+        assert tool(bs, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0").stdout == ""
+        assert lso_and_hw(bs, topic, 0) == (3, 3)  # two records and the ABORT marker
+        assert rows(tool(bs, "find-hanging", "--topic", topic, "--max-transaction-timeout", "0").stdout) == []
+    finally:
+        server.kill()
