@@ -1,7 +1,7 @@
 """Transactions are not implemented yet: how a client that asks for them is told so.
 
-There is no transaction coordinator. FindCoordinator for a transactional id, InitProducerId with
-one and a transactional Produce answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED with
+There is no transaction coordinator. FindCoordinator for a transactional id and InitProducerId
+with one answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED with
 :data:`TRANSACTIONS_UNSUPPORTED` as the message: every client tried (librdkafka, the Java client,
 kafka-python, aiokafka, kafkajs) treats that error as fatal and fails ``init_transactions`` at
 once, where COORDINATOR_NOT_AVAILABLE made them retry until their timeout. The broker logs one
