@@ -30,13 +30,13 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_loader import LogLoader
 from odradek.log.log_segments import LogSegments, open_segment, remove_quietly
 from odradek.log.log_transactions import (
+    LogTransactionsMixin,
+    ProducerStateStore,
     analyze_append,
     apply_append,
-    collect_aborted,
-    replay_segments,
 )
 from odradek.log.partition_metadata import write_partition_metadata
-from odradek.log.producer_state import BatchMetadata, ProducerInfo, ProducerStateManager
+from odradek.log.producer_state import BatchMetadata, ProducerStateManager
 from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -49,7 +49,6 @@ from odradek.log.segment import (
 )
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
-from odradek.log.transaction_index import AbortedTxn
 from odradek.records.batch import (
     AppendInfo,
     validate,
@@ -76,7 +75,7 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class Log:
+class Log(LogTransactionsMixin):
     def __init__(
         self,
         directory: str,
@@ -110,8 +109,14 @@ class Log:
         # Idempotent and transactional producer state, loaded now: the LSO must be right
         # from the start.
         self.producer_state = ProducerStateManager()
-        self._load_producer_state(
-            {s.base_offset for s in segments if s.recovered or not s.txn_index_sane()}
+        self._producers = ProducerStateStore(directory, self._name, self.producer_state)
+        self._producers.load(
+            segments,
+            log_start_offset,
+            self.log_end_offset,
+            now_ms,
+            config.producer_id_expiration_ms,
+            {s.base_offset for s in segments if s.recovered or not s.txn_index_sane()},
         )
 
     # =========================================================================== loading
@@ -229,48 +234,9 @@ class Log:
         """flush.messages reached: the caller must flush (off its event loop) before acking."""
         return self._unflushed_messages >= self.config.flush_messages
 
-    def _load_producer_state(self, rebuild_txn_index: set[int] | None = None) -> None:
-        """Rebuild the producer state from the log (from its start; the transaction indexes of
-        segments whose base offset is in ``rebuild_txn_index`` are rewritten from what is
-        found)."""
-        self.producer_state.clear(self._log_start_offset)
-        replay_segments(
-            self.producer_state,
-            self._segments.values(),
-            self._log_start_offset,
-            self.log_end_offset,
-            self._name,
-            rebuild_txn_index=rebuild_txn_index or set(),
-        )
-
     @property
     def _name(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-    @property
-    def last_stable_offset(self) -> int:
-        """The first offset not yet decided: min(first offset of an ongoing transaction, or of
-        a completed one whose marker is not below the high watermark, high watermark)."""
-        with self._lock:
-            hw = self._high_watermark
-            first = self.producer_state.first_unstable_offset(hw)
-            if first is None:
-                return hw
-            return min(max(first, self._log_start_offset), hw)
-
-    def collect_aborted_transactions(
-        self, start_offset: int, upper_bound_offset: int
-    ) -> list[AbortedTxn]:
-        """The aborted transactions overlapping [start_offset, upper_bound_offset) (the
-        aborted-transactions list of a ``read_committed`` fetch)."""
-        with self._lock:
-            segs = self._segments.from_offset(start_offset)
-        return collect_aborted(segs, start_offset, upper_bound_offset)
-
-    def active_producers(self) -> list[ProducerInfo]:
-        """DescribeProducers: the producers this partition knows."""
-        with self._lock:
-            return self.producer_state.active_producers()
 
     def append_as_leader(
         self,
@@ -447,6 +413,7 @@ class Log:
                 self._segments.pop()
                 old.delete()
             self._segments.append(seg)
+            self._producers.take_snapshot(base, sync=False)
             return seg
 
     # =============================================================================== read
@@ -603,6 +570,7 @@ class Log:
         deadline = now_ms + self.config.file_delete_delay_ms
         for seg in self._segments.take_prefix(n):
             self._segments.retire(seg, deadline)
+        self._producers.delete_below(self._segments[0].base_offset)
 
     # ======================================================================= compaction
     def producer_last_offsets(self) -> dict[int, int]:
@@ -698,7 +666,9 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self._unflushed_messages = 0
-            self._load_producer_state()
+            self._producers.truncate(
+                segs.values(), self._log_start_offset, leo, self.config.producer_id_expiration_ms
+            )
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -715,7 +685,7 @@ class Log:
             self._recovery_point = offset
             self._high_watermark = offset
             self._unflushed_messages = 0
-            self.producer_state.clear(offset)
+            self._producers.delete_all(offset)
 
     # ============================================================================ flush
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> None:
@@ -754,6 +724,7 @@ class Log:
         for s in segs:
             s.flush()
         with self._lock:
+            self._producers.take_snapshot(self.log_end_offset, sync=True)
             self._recovery_point = self.log_end_offset
             self._segments.close_all()
             self._closed = True
@@ -786,6 +757,7 @@ class Log:
             self._segments.detach_files()
             os.rename(self.dir, new_dir)
             self.dir = new_dir
+            self._producers.moved(new_dir)
 
     @property
     def closed(self) -> bool:

@@ -7,14 +7,26 @@ collecting the aborted transactions of a ``read_committed`` fetch.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Container, Iterable, Sequence
 
 from odradek.log.append_origin import AppendOrigin
+from odradek.log.log_config import LogConfig
+from odradek.log.log_segments import LogSegments, remove_quietly
 from odradek.log.producer_state import (
     BatchMetadata,
     CompletedTxn,
     ProducerAppend,
+    ProducerInfo,
     ProducerStateManager,
+)
+from odradek.log.producer_state_snapshot import (
+    CorruptSnapshotError,
+    list_snapshots,
+    read_snapshot,
+    snapshot_path,
+    write_snapshot,
 )
 from odradek.log.segment import LogSegment
 from odradek.log.transaction_index import ENTRY_SIZE, AbortedTxn
@@ -175,3 +187,153 @@ def collect_aborted(
         if complete:
             break
     return result
+
+
+class LogTransactionsMixin:
+    """The transactional read side of :class:`~odradek.log.log.Log`."""
+
+    _lock: threading.RLock
+    _high_watermark: int
+    _log_start_offset: int
+    _segments: LogSegments
+    config: LogConfig
+    producer_state: ProducerStateManager
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset not yet decided: min(first offset of an ongoing transaction, or of
+        a completed one whose marker is not below the high watermark, high watermark)."""
+        with self._lock:
+            hw = self._high_watermark
+            first = self.producer_state.first_unstable_offset(hw)
+            if first is None:
+                return hw
+            return min(max(first, self._log_start_offset), hw)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset) (the
+        aborted-transactions list of a ``read_committed`` fetch)."""
+        with self._lock:
+            segs = self._segments.from_offset(start_offset)
+        return collect_aborted(segs, start_offset, upper_bound_offset)
+
+    def active_producers(self) -> list[ProducerInfo]:
+        """DescribeProducers: the producers this partition knows."""
+        with self._lock:
+            return self.producer_state.active_producers()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms without an ongoing transaction."""
+        with self._lock:
+            return self.producer_state.remove_expired_producers(
+                now_ms, self.config.producer_id_expiration_ms
+            )
+
+
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # 5.8 million producers; larger is corrupt
+
+
+class ProducerStateStore:
+    """The producer state of a log with its snapshot files: loading (latest usable snapshot,
+    then a replay of the log after it), snapshots at segment rolls and clean close, and
+    reloading after truncation. The caller (the log) holds its lock."""
+
+    def __init__(self, directory: str, name: str, psm: ProducerStateManager) -> None:
+        self.dir = directory
+        self.name = name
+        self.psm = psm
+        self.snapshots: dict[int, str] = {}
+
+    def load(
+        self,
+        segments: Sequence[LogSegment],
+        log_start: int,
+        log_end: int,
+        now_ms: int,
+        expiration_ms: int,
+        recovered: set[int],
+    ) -> None:
+        """Load from the latest snapshot at or below the first recovered segment (whose
+        transaction indexes are rebuilt by the replay) and replay the log after it."""
+        snaps = list_snapshots(self.dir)
+        bases = {s.base_offset for s in segments}
+        # Snapshots belong to segment bases; the latest stray one (a clean close) is kept if
+        # it is past the last segment's base. Those outside the log go.
+        strays = sorted(o for o in snaps if o not in bases)
+        keep = strays[-1] if strays and strays[-1] > max(bases) else None
+        for o in list(snaps):
+            if (o in strays and o != keep) or o > log_end or o < log_start:
+                remove_quietly(snaps.pop(o))
+        self.snapshots = snaps
+        self._reload(segments, log_start, log_end, now_ms, expiration_ms, recovered)
+
+    def _reload(
+        self,
+        segments: Sequence[LogSegment],
+        log_start: int,
+        log_end: int,
+        now_ms: int | None,
+        expiration_ms: int,
+        recovered: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
+        limit = min([log_end, *recovered])
+        start = log_start
+        self.psm.clear(log_start)
+        for offset in sorted((o for o in self.snapshots if log_start <= o <= limit), reverse=True):
+            path = self.snapshots[offset]
+            try:
+                entries = read_snapshot(path, MAX_SNAPSHOT_BYTES)
+            except CorruptSnapshotError as e:
+                logger.warning("Failed to load producer snapshot from '%s': %s", path, e)
+                remove_quietly(self.snapshots.pop(offset))
+                continue
+            for pid, entry in entries.items():
+                expired = (
+                    now_ms is not None
+                    and entry.current_txn_first_offset < 0
+                    and now_ms - entry.last_timestamp >= expiration_ms
+                )
+                if not expired:
+                    self.psm.load_entry(pid, entry)
+            start = offset
+            break
+        replay_segments(self.psm, segments, start, log_end, self.name,
+                        rebuild_txn_index=recovered)
+
+    def take_snapshot(self, offset: int, *, sync: bool) -> None:
+        """Write the state (which must be as of ``offset``) to `<offset>.snapshot`."""
+        if offset in self.snapshots:
+            return
+        path = snapshot_path(self.dir, offset)
+        try:
+            write_snapshot(path, self.psm.producers, sync=sync)
+        except OSError as e:
+            logger.warning("Could not write producer snapshot %s: %s", path, e)
+            remove_quietly(path + ".tmp")
+            return
+        self.snapshots[offset] = path
+
+    def truncate(
+        self, segments: Sequence[LogSegment], log_start: int, log_end: int, expiration_ms: int
+    ) -> None:
+        """The log was truncated to ``log_end``: drop later snapshots, reload."""
+        for o in [o for o in self.snapshots if o > log_end]:
+            remove_quietly(self.snapshots.pop(o))
+        self._reload(segments, log_start, log_end, None, expiration_ms)
+
+    def delete_below(self, offset: int) -> None:
+        """Segments below ``offset`` were deleted: so are their snapshots."""
+        for o in [o for o in self.snapshots if o < offset]:
+            remove_quietly(self.snapshots.pop(o))
+
+    def delete_all(self, start: int) -> None:
+        for o in list(self.snapshots):
+            remove_quietly(self.snapshots.pop(o))
+        self.psm.clear(start)
+
+    def moved(self, directory: str) -> None:
+        self.dir = directory
+        self.snapshots = {o: os.path.join(directory, os.path.basename(p))
+                          for o, p in self.snapshots.items()}

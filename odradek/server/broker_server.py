@@ -272,6 +272,9 @@ class BrokerServer:
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
+        self._schedule(
+            "producer-expiration", cfg._int("producer.id.expiration.check.interval.ms"), lm.remove_expired_producers
+        )
         rm = self.replica_manager
         self._schedule_on_loop("isr-expiration", max(1, cfg.replica_lag_time_max_ms // 2), rm.maybe_shrink_isrs)
         self._schedule(
