@@ -48,7 +48,6 @@ from odradek.server.fetch_session import (
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
-from odradek.server.transactions import TransactionRefusalLog
 from odradek.server.txn_partition_apis import TxnPartitionApis
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,6 @@ class KafkaApis(ApiDispatcher):
         txn_apis: TxnPartitionApis | None = None,
     ) -> None:
         self.producer_id_manager = producer_id_manager
-        self.refused_transactions = TransactionRefusalLog()
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
@@ -632,12 +630,8 @@ class KafkaApis(ApiDispatcher):
 
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         if req["transactional_id"] is not None:
-            # Transactions need the transaction coordinator, which this broker does not have
-            # yet: a fatal error for clients (see odradek.server.transactions).
-            self.refused_transactions.refused(
-                "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
-            )
-            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            # The transaction coordinator's (server/txn_apis.py) when the broker has one.
+            error = Errors.COORDINATOR_NOT_AVAILABLE
             return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
         manager = self.producer_id_manager
         if manager is None:
