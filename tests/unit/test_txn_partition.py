@@ -13,6 +13,7 @@ from typing import Any
 from purgatory_support import FakeTimer, ManualLogWorker
 from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
 from test_broker_apis import broker, create, records_of, run
+from test_txn_apis import PROPS, add_partitions, find_txn_coordinator, init_pid
 
 from odradek.cluster.partition import PartitionState
 from odradek.log.log_config import LogConfig
@@ -21,6 +22,7 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.server.delayed_fetch import FetchPartitionRequest
@@ -285,3 +287,35 @@ def test_write_txn_markers_on_a_follower_is_not_leader_and_waits_for_acks_all(tm
             lg.close()
 
     asyncio.run(main())
+
+
+def test_verification_and_markers_with_the_brokers_own_transaction_coordinator(tmp_path: Path) -> None:
+    """The whole seam in one process: produce verified with the real coordinator over the
+    network (AddPartitionsToTxn v4 verify_only), EndTxn making the coordinator send its
+    WriteTxnMarkers here, read_committed seeing the records once the marker is acknowledged."""
+    async def main() -> None:
+        async with broker(tmp_path, **PROPS) as (_, c):
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            await find_txn_coordinator(c, "tx")
+            ip = await init_pid(c, "tx")
+            assert ip["error_code"] == Errors.NONE
+            pid, epoch = ip["producer_id"], ip["producer_epoch"]
+            # The partition is not in the transaction: the coordinator says so, nothing appended.
+            r = await txn_produce(c, "t", txn_batch(pid, [b"early"], epoch=epoch))
+            assert r["error_code"] == Errors.INVALID_TXN_STATE, r
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 0
+            assert await add_partitions(c, "tx", pid, epoch, {"t": [0]}) == {("t", 0): Errors.NONE}
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"x"], epoch=epoch)))["error_code"] == Errors.NONE
+            assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 0
+            r = await c.send(g.END_TXN, 3, {"transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                                            "committed": True})
+            assert r["error_code"] == Errors.NONE
+            got: dict[str, Any] = {}
+            for _ in range(200):  # the coordinator's markers arrive asynchronously; bounded wait
+                got = await fetch(c, "t", 0, 1)
+                if got["last_stable_offset"] == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert got["last_stable_offset"] == 2 and values(got) == [b"x"], got
+
+    run(main)
