@@ -122,7 +122,7 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
 
 
-def _append_error(code: Errors, for_offsets: bool) -> Errors:
+def append_error(code: Errors, for_offsets: bool) -> Errors:
     """Map a failed append to what a group client understands (as Kafka does)."""
     if code in (
         Errors.UNKNOWN_TOPIC_OR_PARTITION,
@@ -281,7 +281,7 @@ class GroupMetadataManager:
         if not encoded:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), encoded)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def delete_group_records(self, group: Any, tps: Iterable[TopicPartition]) -> Errors:
         """Tombstones for ``tps``' offsets and for the group itself (whatever its type), as
@@ -295,12 +295,12 @@ class GroupMetadataManager:
         else:
             records.append((group_metadata_key(gid), None))
         err = await self._append(self.partition_for(gid), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def store_group(self, group: Any, record: GroupRecord) -> Errors:
         p = self.partition_for(group.group_id)
         err = await self._append(p, [(group_metadata_key(group.group_id), group_metadata_value(record))])
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     def validate_offset_metadata(self, metadata: str | None) -> bool:
         return metadata is None or len(metadata.encode("utf-8")) <= self.offset_metadata_max_bytes
@@ -344,7 +344,7 @@ class GroupMetadataManager:
                 if not cells:
                     del self._txn_appends[(partition, producer_id)]
         if err != Errors.NONE:
-            return _append_error(err, True)
+            return append_error(err, True)
         written = {tp: replace(o, record_offset=base + i) for i, (tp, o) in enumerate(offsets.items())}
         current: Any = self.groups.get(gid)
         if current is not group or current.state_name == ClassicGroupState.DEAD.value:
@@ -425,7 +425,7 @@ class GroupMetadataManager:
         if not records:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     # ------------------------------------------------------------------------ immigration/emigration
 
