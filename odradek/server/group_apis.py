@@ -10,6 +10,7 @@ ConsumerGroupDescribe, for every version declared in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
@@ -21,7 +22,6 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from odradek.server.api_dispatcher import Handler, RequestContext
-from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,9 @@ TRANSACTION_KEY_TYPE = 1
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
-        self.refused_transactions = TransactionRefusalLog()
+        # FindCoordinator key type TRANSACTION: (transactional id, listener) -> (error, node, host,
+        # port), from the transaction coordinator (TxnApis.coordinator_for).
+        self.find_transaction_coordinator: Callable[[str, str], tuple[Errors, int, str, int]] | None = None
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -56,11 +58,14 @@ class GroupApis:
 
     def _find_one(self, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+        msg: str | None = None
         if key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator: an error clients treat as fatal, so that
-            # init_transactions fails at once instead of retrying until its timeout.
-            self.refused_transactions.refused("FindCoordinator", key, ctx.header.client_id, ctx.conn.peer)
-            err, msg = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+            if self.find_transaction_coordinator is None:
+                err, node, host, port = Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+            else:
+                err, node, host, port = self.find_transaction_coordinator(key, ctx.conn.listener_name)
+            if err == Errors.NONE:
+                out.update(node_id=node, host=host, port=port)
         elif key_type != GROUP_KEY_TYPE:
             err, msg = Errors.INVALID_REQUEST, f"Unsupported coordinator key type {key_type}"
         elif not key:

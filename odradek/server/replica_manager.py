@@ -573,7 +573,8 @@ class ReplicaManager:
                     # Sent to another replica: no read here (Kafka's LogReadResult without data).
                     lg = p._leader_log(req.current_leader_epoch)
                     hw = lg.high_watermark
-                    res = LogReadResult(Errors.NONE, b"", hw, hw, lg.log_start_offset, lg.log_end_offset,
+                    res = LogReadResult(Errors.NONE, b"", hw, lg.last_stable_offset, lg.log_start_offset,
+                                        lg.log_end_offset,
                                         preferred_read_replica=preferred)
                 else:
                     res = p.read_records(
@@ -682,7 +683,8 @@ class ReplicaManager:
                 self._complete_delayed(tp)
                 # The follower learns the HW its own fetch moved now, not a fetch later.
                 assert p.log is not None
-                res.high_watermark = res.last_stable_offset = p.log.high_watermark
+                res.high_watermark = p.log.high_watermark
+                res.last_stable_offset = p.log.last_stable_offset
             if replica_id not in p.isr and self._is_eligible(replica_id, replica_epoch):
                 proposed = p.maybe_expand_isr(replica_id)
                 if proposed is not None:

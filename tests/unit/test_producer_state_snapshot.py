@@ -219,3 +219,19 @@ def test_expired_producers_are_not_loaded_from_a_snapshot(tmp_path: Path) -> Non
     log.close()
     log = _load(tmp_path, producer_id_expiration_ms=10_000, now_ms=50_000)
     assert [p.producer_id for p in log.active_producers()] == [2]
+
+
+def test_log_manager_expires_producers_of_every_log(tmp_path: Path) -> None:
+    from odradek.log.log_manager import LogManager
+
+    clock = [1000]
+    lm = LogManager([str(tmp_path)], LogConfig(producer_id_expiration_ms=5000), lambda: clock[0])
+    a = lm.get_or_create_log("a", 0)
+    b = lm.get_or_create_log("b", 0)
+    a.append_as_leader(_txn(1, 0, ts=1000, transactional=False), 0, 1000)
+    b.append_as_leader(_txn(2, 0, ts=1000, transactional=False), 0, 1000)
+    assert lm.remove_expired_producers() == 0
+    clock[0] = 6000
+    assert lm.remove_expired_producers() == 2
+    assert a.active_producers() == b.active_producers() == []
+    lm.shutdown()
