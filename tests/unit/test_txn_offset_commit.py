@@ -331,6 +331,22 @@ def test_a_marker_acknowledged_while_the_commit_is_appended(tmp_path: Path) -> N
         assert await task == {T0: Errors.NONE}
         assert fetched(om, "g", [T0], stable=True) == {T0: 7}
 
+        # The group object is replaced while a commit is appended (an empty classic group
+        # becoming a consumer group): the offsets are pending by group id all the same, and
+        # the marker commits them into the group that has the id then.
+        rm.gate.clear()
+        task = asyncio.ensure_future(txn_commit(om, "g", 100, {T1: c(8)}))
+        await asyncio.sleep(0.01)
+        cg = mgr.new_consumer_group("g")
+        cg.offsets = dict(mgr.groups["g"].offsets)
+        mgr.groups["g"] = cg
+        rm.gate.set()
+        assert await task == {T1: Errors.NONE}
+        assert fetched(om, "g", [T1], stable=True) == {T1: Errors.UNSTABLE_OFFSET_COMMIT}
+        write_marker(rm, mgr, 100, commit=True)
+        assert fetched(om, "g", [T0, T1], stable=True) == {T0: 7, T1: 8}
+        assert cg.offsets[T1].offset == 8
+
     asyncio.run(run())
 
 

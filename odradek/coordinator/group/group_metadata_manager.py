@@ -346,18 +346,20 @@ class GroupMetadataManager:
         if err != Errors.NONE:
             return append_error(err, True)
         written = {tp: replace(o, record_offset=base + i) for i, (tp, o) in enumerate(offsets.items())}
-        current: Any = self.groups.get(gid)
-        if current is not group or current.state_name == ClassicGroupState.DEAD.value:
+        if producer_id >= 0:
+            # Pending by group id, as a reload would find them in the log (even if the group
+            # object changed meanwhile).
+            if cell[0] is None:
+                store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
+                for tp, o in written.items():
+                    store.add(producer_id, gid, tp, o)
+            elif cell[0]:
+                # The marker was acknowledged while this append was: its transaction is over.
+                self._commit_txn_offsets({gid: written})
             return Errors.NONE
-        if producer_id < 0:
+        current: Any = self.groups.get(gid)
+        if current is group and current.state_name != ClassicGroupState.DEAD.value:
             current.offsets.update(written)
-        elif cell[0] is None:
-            store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
-            for tp, o in written.items():
-                store.add(producer_id, gid, tp, o)
-        elif cell[0]:
-            # The marker was acknowledged while this append was: its transaction is over.
-            materialise(current.offsets, written)
         return Errors.NONE
 
     # ------------------------------------------------------------------------ transactions
@@ -380,6 +382,13 @@ class GroupMetadataManager:
         store.remove_group(group_id)
         return tps
 
+    def _commit_txn_offsets(self, done: dict[str, dict[TopicPartition, OffsetAndMetadata]]) -> None:
+        for gid, offsets in done.items():
+            g: Any = self.groups.get(gid)
+            if g is None:  # as Kafka's replay: the offsets make a (simple) group
+                g = self.get_or_create_classic_group(gid)
+            materialise(g.offsets, offsets)
+
     def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """ReplicaManager transaction marker listener (called on the event loop once the marker
         is acknowledged): the producer's pending offsets on the partition are committed or
@@ -401,11 +410,7 @@ class GroupMetadataManager:
                 n, producer_id, ", ".join(sorted(done)),
             )
             return
-        for gid, offsets in done.items():
-            g: Any = self.groups.get(gid)
-            if g is None:
-                g = self.get_or_create_classic_group(gid)
-            materialise(g.offsets, offsets)
+        self._commit_txn_offsets(done)
         log.debug(
             "Committed %d transactional offset(s) of producer %d in group(s) %s",
             n, producer_id, ", ".join(sorted(done)),
