@@ -66,6 +66,13 @@ LIST_PARTITION_REASSIGNMENTS = g.LIST_PARTITION_REASSIGNMENTS
 # The partition side of transactions (odradek.server.txn_partition_apis)
 WRITE_TXN_MARKERS = g.WRITE_TXN_MARKERS
 DESCRIBE_PRODUCERS = g.DESCRIBE_PRODUCERS
+# The transaction coordinator (odradek.server.txn_apis). Transactions version 1: EndTxn v5 is
+# KIP-890 part 2 (an epoch bump per transaction).
+ADD_PARTITIONS_TO_TXN = g.ADD_PARTITIONS_TO_TXN
+ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
+END_TXN = replace(g.END_TXN, max_version=4)
+DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
+LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
 
 ALL_APIS: list[Api] = [
     PRODUCE,
@@ -105,6 +112,11 @@ ALL_APIS: list[Api] = [
     TXN_OFFSET_COMMIT,
     WRITE_TXN_MARKERS,
     DESCRIBE_PRODUCERS,
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    DESCRIBE_TRANSACTIONS,
+    LIST_TRANSACTIONS,
 ]
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
@@ -144,6 +156,11 @@ __all__ = [
     "served_from",
     "ALTER_CONFIGS",
     "DESCRIBE_PRODUCERS",
+    "ADD_PARTITIONS_TO_TXN",
+    "ADD_OFFSETS_TO_TXN",
+    "END_TXN",
+    "DESCRIBE_TRANSACTIONS",
+    "LIST_TRANSACTIONS",
     "WRITE_TXN_MARKERS",
     "ALTER_PARTITION_REASSIGNMENTS",
     "ELECT_LEADERS",
