@@ -49,6 +49,7 @@ from odradek.log.segment import (
 )
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX
 from odradek.records.batch import (
     AppendInfo,
     validate,
@@ -601,7 +602,9 @@ class Log(LogTransactionsMixin):
         Returns the new segment, or None (the `.cleaned` files removed) when ``old`` is no longer
         what the log holds (retention, DeleteRecords or truncation ran meanwhile)."""
         prefix = os.path.join(self.dir, filename_prefix(new_base))
-        suffixes = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX)
+        suffixes: tuple[str, ...] = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX)
+        if os.path.exists(prefix + TXN_INDEX_FILE_SUFFIX + CLEANED_FILE_SUFFIX):
+            suffixes = (TXN_INDEX_FILE_SUFFIX, *suffixes)
         with self._lock:
             segs = self._segments
             first = old[0][0] if old else None

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Container, Iterable, Sequence
 
 from odradek.log.append_origin import AppendOrigin
+from odradek.log.cleaner_transactions import LastRecord, last_records_of_producers
 from odradek.log.log_config import LogConfig
 from odradek.log.log_segments import LogSegments, remove_quietly
 from odradek.log.producer_state import (
@@ -223,6 +224,11 @@ class LogTransactionsMixin:
         """DescribeProducers: the producers this partition knows."""
         with self._lock:
             return self.producer_state.active_producers()
+
+    def producer_last_records(self) -> dict[int, LastRecord]:
+        """Per producer, the batch the cleaner must keep (see cleaner_transactions)."""
+        with self._lock:
+            return last_records_of_producers(self.producer_state)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms without an ongoing transaction."""
