@@ -36,7 +36,7 @@ from odradek.log.log_transactions import (
     apply_append,
 )
 from odradek.log.partition_metadata import write_partition_metadata
-from odradek.log.producer_state import BatchMetadata, ProducerStateManager
+from odradek.log.producer_state import BatchMetadata, ProducerStateManager, VerificationGuard
 from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -245,6 +245,7 @@ class Log(LogTransactionsMixin):
         leader_epoch: int,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
@@ -256,7 +257,9 @@ class Log(LogTransactionsMixin):
         returned info carries the original offsets and ``num_batches == 0``.
 
         ``origin``: see :class:`AppendOrigin`; only ``COORDINATOR`` appends COMMIT/ABORT
-        markers (a client's control batch is INVALID_RECORD).
+        markers (a client's control batch is INVALID_RECORD). ``verification_guard`` (KIP-890,
+        None: not verified): a transactional batch opening a transaction must carry the guard
+        of :meth:`maybe_start_transaction_verification` (else INVALID_TXN_STATE).
         """
         with self._lock:
             config = self.config
@@ -284,7 +287,9 @@ class Log(LogTransactionsMixin):
                 check_records(
                     buf, info, config, now_ms, tp, keys=True, timestamps=not config.log_append_time
                 )
-            staged = analyze_append(self.producer_state, buf, info, origin, tp)
+            staged = analyze_append(
+                self.producer_state, buf, info, origin, tp, verification_guard
+            )
             if isinstance(staged, BatchMetadata):
                 return AppendInfo(
                     first_offset=staged.first_offset,

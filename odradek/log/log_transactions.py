@@ -21,6 +21,7 @@ from odradek.log.producer_state import (
     ProducerAppend,
     ProducerInfo,
     ProducerStateManager,
+    VerificationGuard,
 )
 from odradek.log.producer_state_snapshot import (
     CorruptSnapshotError,
@@ -44,11 +45,12 @@ def analyze_append(
     info: AppendInfo,
     origin: AppendOrigin,
     name: str,
+    verification_guard: VerificationGuard | None = None,
 ) -> ProducerAppend | BatchMetadata:
     """Check every batch of a validated (offsets assigned) buffer against the producer state.
     Returns the staged changes, or for a client's retry the batch already in the log. Raises
     the log errors of a refused append (nothing is changed then)."""
-    append = psm.begin(origin, name)
+    append = psm.begin(origin, name, verification_guard)
     for b in info.batches:
         h = parse_header(buf, b.position)
         if origin is AppendOrigin.CLIENT:
@@ -229,6 +231,25 @@ class LogTransactionsMixin:
         """Per producer, the batch the cleaner must keep (see cleaner_transactions)."""
         with self._lock:
             return last_records_of_producers(self.producer_state)
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        with self._lock:
+            return self.producer_state.has_ongoing_transaction(producer_id)
+
+    def maybe_start_transaction_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard:
+        """KIP-890: the guard to pass to ``append_as_leader(verification_guard=...)`` once the
+        coordinator confirmed the partition is in the producer's transaction (SENTINEL_GUARD
+        when the transaction is already ongoing here: no verification needed)."""
+        with self._lock:
+            return self.producer_state.maybe_start_verification(
+                producer_id, sequence, epoch, now_ms
+            )
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        with self._lock:
+            return self.producer_state.verification_guard(producer_id)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms without an ongoing transaction."""
