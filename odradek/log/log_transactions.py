@@ -294,7 +294,11 @@ class ProducerStateStore:
             if (o in strays and o != keep) or o > log_end or o < log_start:
                 remove_quietly(snaps.pop(o))
         self.snapshots = snaps
-        self._reload(segments, log_start, log_end, now_ms, expiration_ms, recovered)
+        start = self._reload(segments, log_start, log_end, now_ms, expiration_ms, recovered)
+        if segments and start < segments[-1].base_offset:
+            # Replayed more than the active segment: the next start need not (Kafka also
+            # snapshots the end of a load).
+            self.take_snapshot(log_end, sync=False)
 
     def _reload(
         self,
@@ -304,7 +308,9 @@ class ProducerStateStore:
         now_ms: int | None,
         expiration_ms: int,
         recovered: frozenset[int] | set[int] = frozenset(),
-    ) -> None:
+    ) -> int:
+        """Load the latest usable snapshot and replay after it; returns where the replay
+        started."""
         limit = min([log_end, *recovered])
         start = log_start
         self.psm.clear(log_start)
@@ -328,6 +334,7 @@ class ProducerStateStore:
             break
         replay_segments(self.psm, segments, start, log_end, self.name,
                         rebuild_txn_index=recovered)
+        return start
 
     def take_snapshot(self, offset: int, *, sync: bool) -> None:
         """Write the state (which must be as of ``offset``) to `<offset>.snapshot`."""
