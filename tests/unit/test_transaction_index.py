@@ -13,8 +13,8 @@ import odradek.log.log as log_module
 from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import CorruptIndexError
 from odradek.log.log import Log
-from odradek.log.log_config import LogConfig
 from odradek.log.log_cleaner import LogCleaner
+from odradek.log.log_config import LogConfig
 from odradek.log.transaction_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from odradek.records.builder import build_batch
 from odradek.records.control_batch import build_end_txn_marker
@@ -138,7 +138,7 @@ def test_interrupted_cleaner_swap_carries_the_txn_index(
     log.append_as_leader(_txn(1, 0), 0, 1000)
     log.append_as_leader(_txn(1, 1), 0, 1000)
     log.append_as_leader(_abort(1), 0, 1000, AppendOrigin.COORDINATOR)
-    for i in range(8):
+    for _ in range(8):
         log.append_as_leader(bytearray(build_batch([(b"f", b"y" * 80, [], 1000)])), 0, 1000)
     log.high_watermark = log.log_end_offset
     aborted = log.collect_aborted_transactions(0, log.log_end_offset)
