@@ -3,7 +3,8 @@
 It owns the log start offset, high watermark, recovery point, leader epochs and producer state;
 the segments are a :class:`~odradek.log.log_segments.LogSegments`, opening and recovery are
 :class:`~odradek.log.log_loader.LogLoader`'s, and reads return a
-:class:`~odradek.log.fetch_data_info.FetchDataInfo`.
+:class:`~odradek.log.fetch_data_info.FetchDataInfo`. Transactions (producer state with its
+`.snapshot` files, last stable offset, `.txnindex`) are :mod:`odradek.log.log_transactions`'.
 
 Synchronous and clock-free: every time-dependent method takes ``now_ms``. One writer thread plus
 concurrent flushes/reads are safe: segment-list mutation, appends and reads hold ``self._lock``;
