@@ -407,6 +407,7 @@ def test_expired_transactional_ids_are_removed_with_a_tombstone() -> None:
         assert env.last_value("idle") is None  # a tombstone
         assert "idle" not in env.sm.txns and "busy" in env.sm.txns
         assert c.describe("idle")["error_code"] == Errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert c.describe("")["error_code"] == Errors.INVALID_REQUEST
         r = await c.handle_init_producer_id("idle", 500)
         assert r.error == Errors.NONE and r.producer_epoch == 0
 
@@ -529,5 +530,25 @@ def test_marker_sender_retries_until_every_leader_answered() -> None:
             await asyncio.sleep(0.01)
         assert mgr.pending("tx") is None and not completed.is_set() and pc2.remaining == {("t", 0)}
         await mgr.shutdown()
+
+    _run(go)
+
+
+def test_unload_drops_the_partitions_ids_and_their_marker_sending() -> None:
+    async def go() -> None:
+        env = Env()
+        c = env.coord
+        r = await c.handle_init_producer_id("tx", 10000)
+        assert await c.handle_add_partitions("tx", r.producer_id, r.producer_epoch, {("t", 0)}) == Errors.NONE
+        assert await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, False) == Errors.NONE
+        assert env.markers is not None and len(env.markers.sent) == 1
+        p = env.sm.partition_for("tx")
+        env.sm.on_leadership_change("some-topic", p, False, 4)  # other topics are ignored
+        assert "tx" in env.sm.txns
+        env.sm.on_leadership_change(TRANSACTION_STATE_TOPIC, p, False, 4)
+        assert "tx" not in env.sm.txns and p not in env.sm.owned
+        assert env.markers.sent == []
+        assert (await c.handle_init_producer_id("tx", 10000)).error == Errors.NOT_COORDINATOR
+        assert c.describe("tx")["error_code"] == Errors.NOT_COORDINATOR
 
     _run(go)

@@ -153,3 +153,28 @@ def test_transaction_apis_over_the_wire_and_reload_after_restart(tmp_path: Path)
             assert d["transaction_state"] in ("PrepareAbort", "CompleteAbort") and d["producer_epoch"] == 1
 
     run(second)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(tmp_path: Path) -> None:
+    async def go() -> None:
+        props = {**PROPS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}
+        async with broker(tmp_path, **props) as (_, c):
+            await find_txn_coordinator(c, "slow")
+            r = await init_pid(c, "slow", timeout_ms=300)
+            assert r["error_code"] == Errors.NONE
+            pid, epoch = r["producer_id"], r["producer_epoch"]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            assert await add_partitions(c, "slow", pid, epoch, {"t": [0]}) == {("t", 0): Errors.NONE}
+            d: dict[str, Any] = {}
+            for _ in range(100):  # bounded: the abort comes after 300 ms (+ one 100 ms interval)
+                d = await describe(c, "slow")
+                if d["transaction_state"] != "Ongoing":
+                    break
+                await asyncio.sleep(0.05)
+            assert d["transaction_state"] in ("PrepareAbort", "CompleteAbort"), d
+            assert d["producer_epoch"] == epoch + 1
+            r = await c.send(g.END_TXN, 3, {"transactional_id": "slow", "producer_id": pid,
+                                            "producer_epoch": epoch, "committed": True})
+            assert r["error_code"] == Errors.PRODUCER_FENCED
+
+    run(go)
