@@ -1,7 +1,7 @@
 """GroupApis: the group coordinator's APIs, served through KafkaApis as an ApiExtension.
 
-FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
+FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
 ConsumerGroupDescribe, for every version declared in
 :mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
 :class:`~odradek.coordinator.group.group_coordinator.GroupCoordinator`.
@@ -44,6 +44,7 @@ class GroupApis:
             m.HEARTBEAT: self.handle_heartbeat,
             m.LEAVE_GROUP: self.handle_leave_group,
             m.OFFSET_COMMIT: self.handle_offset_commit,
+            m.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
             m.OFFSET_FETCH: self.handle_offset_fetch,
             m.DESCRIBE_GROUPS: self.handle_describe_groups,
             m.LIST_GROUPS: self.handle_list_groups,
@@ -205,6 +206,46 @@ class GroupApis:
             offsets,
             api_version=ctx.version,
         )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in order:
+            by_topic.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+            )
+        return {
+            "throttle_time_ms": 0,
+            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+        }
+
+    # ------------------------------------------------------------------------ TxnOffsetCommit
+
+    async def handle_txn_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        offsets: dict[tuple[str, int], CommitRequest] = {}
+        order: list[tuple[str, int]] = []
+        for t in req["topics"]:
+            for p in t["partitions"]:
+                tp = (t["name"], p["partition_index"])
+                order.append(tp)
+                offsets[tp] = CommitRequest(
+                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+                )
+        producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
+        if producer_id < 0 or producer_epoch < 0:
+            log.warning(
+                "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
+                "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
+                producer_id, producer_epoch,
+            )
+            results = {tp: Errors.INVALID_PRODUCER_ID_MAPPING for tp in offsets}
+        else:
+            results = await self.coordinator.commit_txn_offsets(
+                req["group_id"],
+                producer_id,
+                producer_epoch,
+                req.get("member_id", ""),
+                req.get("generation_id", -1),
+                req.get("group_instance_id"),
+                offsets,
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
             by_topic.setdefault(tp[0], []).append(
