@@ -17,9 +17,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.embedded import EmbeddedBroker
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 
+from .kafka_reference import TOOL_CLASSES, find_kafka_tools
 from .support import RawConnection, ServerProcess, unique_name, wait_until
 
 pytestmark = pytest.mark.integration
@@ -195,3 +197,33 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(tmp_path: Path) -> N
         assert read_committed(server.bootstrap_servers, topic, 1, 1) == [b"after"]
     finally:
         server.kill()
+
+
+def test_kafka_transactions_tool_lists_and_describes(broker: EmbeddedBroker) -> None:
+    """Apache Kafka's kafka-transactions.sh (its Java admin client) against the coordinator."""
+    kafka = find_kafka_tools("4")
+    TOOL_CLASSES.setdefault("kafka-transactions", "org.apache.kafka.tools.TransactionsCommand")
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    topic = unique_name("t")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    tid = unique_name("tx")
+    p = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": tid})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, b"v", partition=0)
+    assert p.flush(30) == 0
+
+    listed = kafka.run("kafka-transactions", *bs, "list").stdout
+    (row,) = [line.split() for line in listed.splitlines() if tid in line]
+    assert row[0] == tid and "Ongoing" in row, listed
+    described_ = kafka.run("kafka-transactions", *bs, "describe", "--transactional-id", tid).stdout
+    assert "Ongoing" in described_ and f"{topic}-0" in described_, described_
+    missing = kafka.run("kafka-transactions", *bs, "describe", "--transactional-id", unique_name("none"),
+                        check=False)
+    assert missing.returncode != 0 and "could not be found" in missing.stderr, missing.stderr
+
+    p.commit_transaction(30)
+    listed = kafka.run("kafka-transactions", *bs, "list").stdout
+    (row,) = [line.split() for line in listed.splitlines() if tid in line]
+    assert "CompleteCommit" in row, listed
