@@ -139,10 +139,11 @@ def test_transaction_log_serde_matches_kafkas_encoding() -> None:
 
 
 def test_partition_for_is_kafkas_hash() -> None:
-    # Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() == Integer.MIN_VALUE,
-    # which Kafka's Utils.abs (& 0x7fffffff) maps to 0.
-    assert partition_for("hello", 50) == 99162322 % 50 == 22
-    assert partition_for("polygenelubricants", 50) == 0
+    # Printed by Java with Kafka 4.3's clients jar: s.hashCode() and Utils.abs(s.hashCode()) % 50.
+    assert partition_for("hello", 50) == 22  # 99162322
+    assert partition_for("tx", 50) == 16  # 3716
+    assert partition_for("my-txn", 50) == 45  # -1061187895: a negative hash code is negated
+    assert partition_for("polygenelubricants", 50) == 0  # Integer.MIN_VALUE: Utils.abs gives 0
 
 
 # ------------------------------------------------------------------------------ coordinator
@@ -552,3 +553,11 @@ def test_unload_drops_the_partitions_ids_and_their_marker_sending() -> None:
         assert c.describe("tx")["error_code"] == Errors.NOT_COORDINATOR
 
     _run(go)
+
+
+def test_brokers_verify_with_the_coordinators_partitioning() -> None:
+    # KIP-890 verification (server/add_partitions_to_txn_manager.py) must find the coordinator
+    # the clients find: the same partition for every transactional id.
+    from odradek.server import add_partitions_to_txn_manager
+
+    assert add_partitions_to_txn_manager.partition_for is partition_for

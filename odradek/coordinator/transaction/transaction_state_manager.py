@@ -49,7 +49,11 @@ log = logging.getLogger(__name__)
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
-    return (java_string_hashcode(transactional_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``: ``Utils.abs`` is the
+    absolute value, with Integer.MIN_VALUE mapped to 0 (not ``& 0x7fffffff``, which differs for
+    every negative hash code)."""
+    h = java_string_hashcode(transactional_id)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
 
 
 def append_error(code: Errors) -> Errors:
