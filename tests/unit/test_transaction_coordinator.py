@@ -138,6 +138,38 @@ def test_transaction_log_serde_matches_kafkas_encoding() -> None:
         value_to_bytes(TxnTransitMetadata(9, -1, 0, -1, 100, S.DEAD, frozenset(), -1, 5))
 
 
+# Written by Kafka 4.3.1's own generated classes (MessageUtil.toVersionPrefixedBytes of a
+# TransactionLogKey / TransactionLogValue with the fields below), printed as hex.
+KAFKA_KEY = "000000066d792d74786e"  # "my-txn"
+KAFKA_VALUE_V0 = (  # producer 1234 epoch 5, 60 s, PrepareCommit, a-0 a-3 b-1, updated 2000, started 1000
+    "000000000000000004d200050000ea600200000002000161000000020000000000000003000162000000010000000100000000"
+    "000007d000000000000003e8"
+)
+KAFKA_VALUE_V1 = (
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e800"
+)
+KAFKA_EMPTY_V0 = "0000000000000000000900000000006400ffffffff0000000000000005ffffffffffffffff"
+KAFKA_TAGGED_V1 = (  # as KAFKA_VALUE_V1, with PreviousProducerId 77, NextProducerId 88, ClientTransactionVersion 2
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e8030008000000000000004d0108000000000000005802020002"
+)
+
+
+def test_transaction_log_bytes_are_kafkas() -> None:
+    t = TxnTransitMetadata(1234, -1, 5, -1, 60000, S.PREPARE_COMMIT, frozenset({("a", 0), ("a", 3), ("b", 1)}), 1000, 2000)
+    assert key_to_bytes("my-txn").hex() == KAFKA_KEY and read_key(bytes.fromhex(KAFKA_KEY)) == "my-txn"
+    assert value_to_bytes(t).hex() == KAFKA_VALUE_V0
+    assert value_to_bytes(t, version=1).hex() == KAFKA_VALUE_V1
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V0)).metadata == t
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V1)).metadata == t
+    empty = TxnTransitMetadata(9, -1, 0, -1, 100, S.EMPTY, frozenset(), -1, 5)
+    assert value_to_bytes(empty).hex() == KAFKA_EMPTY_V0 and read_value(bytes.fromhex(KAFKA_EMPTY_V0)).metadata == empty
+    tagged = read_value(bytes.fromhex(KAFKA_TAGGED_V1))
+    assert tagged.metadata.last_producer_id == 77 and tagged.next_producer_id == 88
+    assert tagged.client_transaction_version == 2 and tagged.metadata.topic_partitions == t.topic_partitions
+
+
 def test_partition_for_is_kafkas_hash() -> None:
     # Printed by Java with Kafka 4.3's clients jar: s.hashCode() and Utils.abs(s.hashCode()) % 50.
     assert partition_for("hello", 50) == 22  # 99162322
