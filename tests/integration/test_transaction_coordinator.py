@@ -227,3 +227,55 @@ def test_kafka_transactions_tool_lists_and_describes(broker: EmbeddedBroker) -> 
     listed = kafka.run("kafka-transactions", *bs, "list").stdout
     (row,) = [line.split() for line in listed.splitlines() if tid in line]
     assert "CompleteCommit" in row, listed
+
+
+def test_kafka_python_and_aiokafka_commit_abort_and_send_offsets(broker: EmbeddedBroker) -> None:
+    import asyncio
+
+    import aiokafka
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KafkaTopicPartition
+
+    bootstrap = broker.bootstrap_servers
+    topic = unique_name("t")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    kp_group, aio_group = unique_name("g"), unique_name("g")
+
+    kp = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique_name("tx"))
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send(topic, b"kafka-python-commit", partition=0)
+        kp.send_offsets_to_transaction({KafkaTopicPartition(topic, 0): OffsetAndMetadata(7, "", -1)}, kp_group)
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send(topic, b"kafka-python-abort", partition=0)
+        kp.flush()
+        kp.abort_transaction()
+    finally:
+        kp.close(timeout=5)
+
+    async def aio() -> None:
+        ap = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique_name("tx"))
+        await asyncio.wait_for(ap.start(), 30)
+        try:
+            async with ap.transaction():
+                await ap.send_and_wait(topic, b"aiokafka-commit", partition=0)
+                await ap.send_offsets_to_transaction({aiokafka.TopicPartition(topic, 0): 9}, aio_group)
+            await ap.begin_transaction()
+            await ap.send_and_wait(topic, b"aiokafka-abort", partition=0)
+            await ap.abort_transaction()
+        finally:
+            await ap.stop()
+
+    asyncio.run(aio())
+    assert read_committed(bootstrap, topic, 1, 2) == [b"kafka-python-commit", b"aiokafka-commit"]
+    for group, offset in ((kp_group, 7), (aio_group, 9)):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        try:
+            (tp,) = c.committed([TopicPartition(topic, 0)], 30)
+            assert tp.offset == offset
+        finally:
+            c.close()
