@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from odradek.coordinator.group.group_metadata_manager import partition_for
+from odradek.coordinator.transaction.transaction_state_manager import partition_for
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol.errors import Errors

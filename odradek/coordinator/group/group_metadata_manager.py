@@ -117,9 +117,15 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def java_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: the absolute value, with Integer.MIN_VALUE mapped to 0 (not
+    ``n & 0x7fffffff``, the Kafka 0.8 definition, which differs for every negative n)."""
+    return 0 if n == -(2**31) else abs(n)
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions`` (``abs`` = ``& 0x7fffffff``)."""
-    return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions``."""
+    return java_abs(java_string_hashcode(group_id)) % num_partitions
 
 
 def append_error(code: Errors, for_offsets: bool) -> Errors:
