@@ -203,8 +203,10 @@ def test_cluster_apis_are_defined() -> None:
     }
 
 
-# Served below the newest generated version: EndTxn v5 is transactions version 2 (KIP-890 part 2).
-CAPPED_MAX_VERSIONS = {"EndTxn": 4}
+
+# Versions served past the reference schemas: Kafka 4.0's Produce v12 and TxnOffsetCommit v5
+# (KIP-890 part 2, the previous version on the wire). EndTxn is served to its v5 now.
+CAPPED_MAX_VERSIONS = {"Produce": 12, "TxnOffsetCommit": 5}
 
 
 @pytest.mark.parametrize("api", m.ALL_APIS, ids=[a.name for a in m.ALL_APIS])
@@ -214,6 +216,16 @@ def test_served_apis_are_the_generated_definitions(api: Api) -> None:
     max_version = CAPPED_MAX_VERSIONS.get(api.name, gen.max_version)
     assert (api.name, api.max_version, api.flexible_min) == (gen.name, max_version, gen.flexible_min)
     assert gen.min_version <= api.min_version <= api.max_version
+
+
+def test_extended_to_adds_versions_only_past_the_definition() -> None:
+    with pytest.raises(ValueError):
+        m.extended_to(DEFINITIONS[0], 11)
+    produce = m.extended_to(DEFINITIONS[0], 12)
+    assert produce.max_version == 12 and DEFINITIONS[0].max_version == 11
+    # v12 is v11 on the wire.
+    body = {"transactional_id": "t", "acks": -1, "timeout_ms": 5, "topic_data": []}
+    assert b"".join(produce.encode_request(12, body)) == b"".join(produce.encode_request(11, body))
 
 
 def test_served_from_refuses_a_floor_outside_the_definition() -> None:

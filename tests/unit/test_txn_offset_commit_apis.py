@@ -53,7 +53,7 @@ def test_txn_offset_commit_pending_until_the_marker(tmp_path: Path) -> None:
             versions = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t",
                                                         "client_software_version": "1"})
             advertised = {a["api_key"]: (a["min_version"], a["max_version"]) for a in versions["api_keys"]}
-            assert advertised[m.TXN_OFFSET_COMMIT.api_key] == (0, 4)
+            assert advertised[m.TXN_OFFSET_COMMIT.api_key] == (0, 5)  # v5: KIP-890 part 2
             await create_topic(c, "in", 1)
             await coordinator_ready(c, "g")
             r = await c.send(m.OFFSET_COMMIT, 8, {

@@ -28,7 +28,16 @@ def served_from(api: Api, min_version: int) -> Api:
     return replace(api, min_version=min_version, _cache={})
 
 
-PRODUCE = served_from(g.PRODUCE, 3)
+def extended_to(api: Api, max_version: int) -> Api:
+    """``api`` served up to ``max_version``: a version Kafka 4.0 added past the reference schemas
+    that is the previous one on the wire, only telling the broker what the client does (KIP-890
+    part 2: Produce v12 and TxnOffsetCommit v5 come from transactions-version-2 producers)."""
+    if max_version <= api.max_version:
+        raise ValueError(f"{api.name}: v{max_version} is not past the definition")
+    return replace(api, max_version=max_version, _cache={})
+
+
+PRODUCE = extended_to(served_from(g.PRODUCE, 3), 12)
 FETCH = served_from(g.FETCH, 4)
 LIST_OFFSETS = served_from(g.LIST_OFFSETS, 1)
 METADATA = g.METADATA
@@ -58,7 +67,8 @@ DELETE_GROUPS = g.DELETE_GROUPS
 OFFSET_DELETE = g.OFFSET_DELETE
 CONSUMER_GROUP_HEARTBEAT = g.CONSUMER_GROUP_HEARTBEAT
 CONSUMER_GROUP_DESCRIBE = g.CONSUMER_GROUP_DESCRIBE
-TXN_OFFSET_COMMIT = g.TXN_OFFSET_COMMIT  # every version: KIP-896 removed none
+# Every version (KIP-896 removed none), and v5 (KIP-890 part 2, the same as v4 on the wire).
+TXN_OFFSET_COMMIT = extended_to(g.TXN_OFFSET_COMMIT, 5)
 # Forwarded to the controller, as a Kafka broker does (odradek.controller.replication_ops)
 ELECT_LEADERS = g.ELECT_LEADERS
 ALTER_PARTITION_REASSIGNMENTS = g.ALTER_PARTITION_REASSIGNMENTS
@@ -66,11 +76,12 @@ LIST_PARTITION_REASSIGNMENTS = g.LIST_PARTITION_REASSIGNMENTS
 # The partition side of transactions (odradek.server.txn_partition_apis)
 WRITE_TXN_MARKERS = g.WRITE_TXN_MARKERS
 DESCRIBE_PRODUCERS = g.DESCRIBE_PRODUCERS
-# The transaction coordinator (odradek.server.txn_apis). Transactions version 1: EndTxn v5 is
-# KIP-890 part 2 (an epoch bump per transaction).
+# The transaction coordinator (odradek.server.txn_apis); EndTxn v5 is KIP-890 part 2 (an epoch
+# bump per transaction), served as transactions version 2 while transaction.version 2 is
+# finalized.
 ADD_PARTITIONS_TO_TXN = g.ADD_PARTITIONS_TO_TXN
 ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
-END_TXN = replace(g.END_TXN, max_version=4)
+END_TXN = g.END_TXN
 DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
 LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
 
