@@ -11,6 +11,7 @@ records and the group offset of the last committed transaction.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -93,3 +94,43 @@ def test_java_transactions_version_2_bumps_the_epoch_per_transaction(
     assert read == [f"{i}-{r}" for i, c in enumerate(PATTERN) if c == "c" for r in range(RECORDS)]
     # The offset committed with the last committed transaction (the aborted one's dropped).
     assert [line for line in lines if line.startswith("OFFSET ")] == [f"OFFSET {len(PATTERN)}"]
+
+
+def test_confluent_kafka_transactions_on_a_transaction_version_2_node(
+    tv_broker: tuple[int | None, EmbeddedBroker],
+) -> None:
+    """librdkafka's transactional producer (whatever transactions version it speaks) commits and
+    aborts on a node at either level; read_committed sees exactly the committed records."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    _level, broker = tv_broker
+    topic = unique_name("tv-rdk")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique_name("rdk")})
+    producer.init_transactions(30)
+    for i, outcome in enumerate(PATTERN):
+        producer.begin_transaction()
+        for r in range(RECORDS):
+            producer.produce(topic, f"{i}-{r}".encode(), partition=0)
+        producer.flush(30)
+        if outcome == "c":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    consumer = Consumer({
+        "bootstrap.servers": broker.bootstrap_servers, "group.id": unique_name("rdk-g"),
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    })
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        expected = [f"{i}-{r}" for i, c in enumerate(PATTERN) if c == "c" for r in range(RECORDS)]
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < len(expected) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value().decode())
+        assert seen == expected
+    finally:
+        consumer.close()
