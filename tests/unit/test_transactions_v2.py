@@ -5,6 +5,8 @@ values, and transactions version 1 unchanged beside it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from test_transaction_coordinator import Env, _run
 
 from odradek.coordinator.transaction.transaction_log import (
@@ -17,7 +19,12 @@ from odradek.coordinator.transaction.transaction_metadata import (
     TransactionMetadata,
     TransactionState,
 )
+from odradek.log.append_origin import AppendOrigin
+from odradek.log.log import Log
+from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
+from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
 
 S = TransactionState
 
@@ -163,3 +170,28 @@ def test_log_value_carries_the_transactions_version_2_fields() -> None:
     t2 = exhausted.prepare_abort_or_commit(False, 7, client_transaction_version=2, next_producer_id=9)
     v2 = read_value(value_to_bytes(t2, 1))
     assert (v2.metadata.producer_epoch, v2.next_producer_id) == (MAX_PRODUCER_EPOCH, 9)
+
+
+def test_partition_takes_markers_with_the_bumped_epoch(tmp_path: Path) -> None:
+    """Kafka's ProducerAppendInfo rule (a marker's epoch may not be older than the producer's)
+    lets a transactions-version-2 marker, one epoch above the data, complete the transaction;
+    the next transaction then starts at the bumped epoch with sequence 0."""
+    log = Log.load(str(tmp_path), LogConfig(), now_ms=0)  # type: ignore[arg-type]
+    pid = 77
+
+    def data(seq: int, epoch: int) -> bytearray:
+        return bytearray(build_batch([(None, b"v", [], 1000)], producer_id=pid, producer_epoch=epoch,
+                                     base_sequence=seq, is_transactional=True))
+
+    log.append_as_leader(data(0, 4), 0, 1000)
+    log.append_as_leader(data(1, 4), 0, 1000)
+    log.append_as_leader(build_end_txn_marker(pid, 5, 0, False, 2000), 0, 2000, AppendOrigin.COORDINATOR)
+    log.high_watermark = log.log_end_offset
+    assert log.last_stable_offset == log.log_end_offset
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in log.collect_aborted_transactions(0, 10)] == [
+        (pid, 0, 2)]
+    (info,) = log.active_producers()
+    assert (info.producer_epoch, info.current_txn_start_offset) == (5, -1)
+    log.append_as_leader(data(0, 5), 0, 1000)  # the next transaction: bumped epoch, sequence 0
+    log.append_as_leader(build_end_txn_marker(pid, 6, 0, True, 2000), 0, 2000, AppendOrigin.COORDINATOR)
+    assert log.active_producers()[0].producer_epoch == 6
