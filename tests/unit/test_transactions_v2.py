@@ -195,3 +195,24 @@ def test_partition_takes_markers_with_the_bumped_epoch(tmp_path: Path) -> None:
     log.append_as_leader(data(0, 5), 0, 1000)  # the next transaction: bumped epoch, sequence 0
     log.append_as_leader(build_end_txn_marker(pid, 6, 0, True, 2000), 0, 2000, AppendOrigin.COORDINATOR)
     assert log.active_producers()[0].producer_epoch == 6
+
+
+def test_feature_control_manager_finalizes_the_bootstrap_transaction_version() -> None:
+    from odradek.controller.feature_control_manager import (
+        SUPPORTED_FEATURES,
+        FeatureControlManager,
+        registration_features,
+    )
+    from odradek.metadata.image import EMPTY_IMAGE
+
+    assert SUPPORTED_FEATURES["transaction.version"] == (0, 2)
+    fcm = FeatureControlManager(EMPTY_IMAGE, bootstrap_metadata_version=21,
+                                bootstrap_features={"transaction.version": 2, "kraft.version": 1})
+    assert fcm.bootstrap_records() == [
+        ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 21}),
+        ("FeatureLevelRecord", {"name": "transaction.version", "feature_level": 2}),
+    ]
+    # Level 0 (the default) writes nothing; a broker registers with the whole supported range.
+    assert len(FeatureControlManager(EMPTY_IMAGE, bootstrap_features={"transaction.version": 0})
+               .bootstrap_records()) == 1
+    assert registration_features({"transaction.version": 2})["transaction.version"] == (0, 2)
