@@ -134,3 +134,20 @@ def test_confluent_kafka_transactions_on_a_transaction_version_2_node(
         assert seen == expected
     finally:
         consumer.close()
+
+
+def test_java_zombie_producer_is_fenced(
+    java: Java, tv_broker: tuple[int | None, EmbeddedBroker]  # noqa: F811
+) -> None:
+    """A second producer with the same transactional id fences the first (whose open
+    transaction is aborted) at either transactions version; none of the zombie's records is
+    visible to read_committed."""
+    _level, broker = tv_broker
+    topic = unique_name("tv-fence")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    lines = java.run("JavaTxnFencing.java", broker.bootstrap_servers, topic, unique_name("tx"))
+    assert lines[-1] == "DONE", lines
+    fenced = [line for line in lines if line.startswith(("FENCED", "NOT FENCED"))]
+    assert len(fenced) == 1 and fenced[0].startswith("FENCED "), lines
+    assert [line.split()[1] for line in lines if line.startswith("READ ")] == ["b-0", "b-1", "b-2"]
