@@ -15,6 +15,8 @@ What the group and the transaction coordinator share about the topic they keep t
   WARNING) and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until they are; a single-node
   cluster gets 1.
 * :meth:`InternalTopic.coordinator_for` -- FindCoordinator: the leader of a key's partition.
+* :func:`read_to_log_end` -- the batches of one of its partitions, as a coordinator that became
+  its leader replays them.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from odradek.log.errors import KafkaStorageError
+from odradek.log.log import Log
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.records.batch import RecordBatchHeader, iter_batches
 from odradek.server.controller_channel import (
     ControllerChannel,
     ControllerRequest,
@@ -195,3 +199,29 @@ class InternalTopic:
         if node is None:
             return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return Errors.NONE, node.id, node.host, node.port
+
+
+async def read_to_log_end(lg: Log, buffer_size: int) -> AsyncIterator[tuple[bytes | bytearray, RecordBatchHeader]]:
+    """Every batch of a partition's log from its start to its end, with the bytes read it is in
+    (the batch is ``data[h.position : h.position + h.size]``), ``buffer_size`` bytes a read and
+    a turn of the event loop between reads.
+
+    To the log end, not the high watermark (Kafka's loaders read to the log end too): a follower
+    that has just become leader may know a HW below records the old leader had acknowledged;
+    its log is the partition's now, and they are in it."""
+    pos = lg.log_start_offset
+    while True:
+        end = lg.log_end_offset
+        if pos >= end:
+            return
+        data = lg.read(pos, buffer_size, isolation_max_offset=end).to_bytes()
+        if not data:
+            return
+        progressed = False
+        for h in iter_batches(data):
+            progressed = True
+            pos = h.next_offset
+            yield data, h
+        if not progressed:
+            return
+        await asyncio.sleep(0)

@@ -51,6 +51,7 @@ from odradek.coordinator.group.records import (
     parse_offset_value,
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
+from odradek.coordinator.internal_topic import read_to_log_end
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -58,7 +59,6 @@ from odradek.records.batch import (
     CONTROL_FLAG_MASK,
     TRANSACTIONAL_FLAG_MASK,
     RecordBatchHeader,
-    iter_batches,
 )
 from odradek.records.builder import RecordTuple, build_batch
 from odradek.records.control_batch import parse_end_txn_marker
@@ -531,67 +531,49 @@ class GroupMetadataManager:
         unknown: Counter[int] = Counter()  # key version -> records of group types we lack
         if part is None or part.log is None:
             return offsets, groups, consumer_groups, pending, count
-        lg = part.log
-        pos = lg.log_start_offset
-        while True:
-            # To the log end, not the high watermark (Kafka's loader reads to the log end
-            # too): a follower that has just become leader may know a HW below records the
-            # old leader had acknowledged; its log is the partition's now, and they are in it.
-            end = lg.log_end_offset
-            if pos >= end:
-                break
-            data = lg.read(pos, 4 * 1024 * 1024, isolation_max_offset=end).to_bytes()
-            if not data:
-                break
-            progressed = False
-            for h in iter_batches(data):
-                progressed = True
-                pos = h.next_offset
-                if h.attributes & CONTROL_FLAG_MASK:
-                    self._replay_control(data, h, partition, pending, offsets)
+        async for data, h in read_to_log_end(part.log, 4 * 1024 * 1024):
+            if h.attributes & CONTROL_FLAG_MASK:
+                self._replay_control(data, h, partition, pending, offsets)
+                continue
+            txn_pid = h.producer_id if h.attributes & TRANSACTIONAL_FLAG_MASK else -1
+            for rec in _readable_records(data, h.position, h.size, partition):
+                count += 1
+                if rec.key is None:
                     continue
-                txn_pid = h.producer_id if h.attributes & TRANSACTIONAL_FLAG_MASK else -1
-                for rec in _readable_records(data, h.position, h.size, partition):
-                    count += 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        if is_consumer_group_key(rec.key):
-                            self._replay_consumer_record(
-                                consumer_groups, groups, decode_record(rec.key, rec.value)
-                            )
-                            continue
-                        key = parse_key(rec.key)
-                        if isinstance(key, OffsetKey):
-                            tp = (key.topic, key.partition)
-                            if rec.value is None:
-                                offsets.get(key.group, {}).pop(tp, None)
-                                pending.remove(key.group, tp)
-                            else:
-                                o = parse_offset_value(rec.value)
-                                o.record_offset = rec.offset
-                                if txn_pid >= 0:
-                                    pending.add(txn_pid, key.group, tp, o)
-                                else:
-                                    offsets.setdefault(key.group, {})[tp] = o
-                        elif key is None:
-                            unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
-                        elif isinstance(key, GroupKey):
-                            groups[key.group] = (
-                                None if rec.value is None else parse_group_value(rec.value)
-                            )
-                            if rec.value is not None:
-                                # A classic group took the id over (after its consumer
-                                # group was deleted).
-                                consumer_groups.pop(key.group, None)
-                    except (ValueError, SchemaError) as e:
-                        log.warning(
-                            "Skipping unreadable record at offset %d of %s-%d: %s",
-                            rec.offset, OFFSETS_TOPIC, partition, e,
+                try:
+                    if is_consumer_group_key(rec.key):
+                        self._replay_consumer_record(
+                            consumer_groups, groups, decode_record(rec.key, rec.value)
                         )
-            if not progressed:
-                break
-            await asyncio.sleep(0)
+                        continue
+                    key = parse_key(rec.key)
+                    if isinstance(key, OffsetKey):
+                        tp = (key.topic, key.partition)
+                        if rec.value is None:
+                            offsets.get(key.group, {}).pop(tp, None)
+                            pending.remove(key.group, tp)
+                        else:
+                            o = parse_offset_value(rec.value)
+                            o.record_offset = rec.offset
+                            if txn_pid >= 0:
+                                pending.add(txn_pid, key.group, tp, o)
+                            else:
+                                offsets.setdefault(key.group, {})[tp] = o
+                    elif key is None:
+                        unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
+                    elif isinstance(key, GroupKey):
+                        groups[key.group] = (
+                            None if rec.value is None else parse_group_value(rec.value)
+                        )
+                        if rec.value is not None:
+                            # A classic group took the id over (after its consumer
+                            # group was deleted).
+                            consumer_groups.pop(key.group, None)
+                except (ValueError, SchemaError) as e:
+                    log.warning(
+                        "Skipping unreadable record at offset %d of %s-%d: %s",
+                        rec.offset, OFFSETS_TOPIC, partition, e,
+                    )
         if unknown:
             # Apache Kafka's share groups (key versions 10-15), regex subscriptions (16) and
             # streams groups (17-23): their committed offsets are ordinary offset commits and

@@ -26,6 +26,7 @@ from odradek.coordinator.group.group_metadata_manager import (
     java_abs,
     java_string_hashcode,
 )
+from odradek.coordinator.internal_topic import read_to_log_end
 from odradek.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
     key_to_bytes,
@@ -41,7 +42,7 @@ from odradek.coordinator.transaction.transaction_metadata import (
 )
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
-from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
+from odradek.records.batch import CONTROL_FLAG_MASK
 from odradek.records.builder import build_batch
 from odradek.records.errors import RecordError
 from odradek.records.records import iter_batch_records
@@ -226,43 +227,28 @@ class TransactionStateManager:
         count = 0
         if part is None or part.log is None:
             return out, count
-        lg = part.log
-        pos = lg.log_start_offset
-        while True:
-            end = lg.log_end_offset  # to the log end, as Kafka's loader (see the group loader)
-            if pos >= end:
-                break
-            data = lg.read(pos, self.load_buffer_size, isolation_max_offset=end).to_bytes()
-            if not data:
-                break
-            progressed = False
-            for h in iter_batches(data):
-                progressed = True
-                pos = h.next_offset
-                if h.attributes & CONTROL_FLAG_MASK:
+        async for data, h in read_to_log_end(part.log, self.load_buffer_size):
+            if h.attributes & CONTROL_FLAG_MASK:
+                continue
+            try:
+                records = list(iter_batch_records(memoryview(data)[h.position : h.position + h.size]))
+            except RecordError as e:
+                log.warning("Skipping unreadable batch of %s-%d at offset %d: %s",
+                            TRANSACTION_STATE_TOPIC, partition, h.base_offset, e)
+                continue
+            for rec in records:
+                count += 1
+                if rec.key is None:
                     continue
                 try:
-                    records = list(iter_batch_records(memoryview(data)[h.position : h.position + h.size]))
-                except RecordError as e:
-                    log.warning("Skipping unreadable batch of %s-%d at offset %d: %s",
-                                TRANSACTION_STATE_TOPIC, partition, h.base_offset, e)
-                    continue
-                for rec in records:
-                    count += 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        tid = read_key(rec.key)
-                        if rec.value is None:
-                            out.pop(tid, None)
-                        else:
-                            out[tid] = read_value(rec.value).metadata
-                    except (SchemaError, ValueError) as e:
-                        log.warning("Skipping unreadable record at offset %d of %s-%d: %s",
-                                    rec.offset, TRANSACTION_STATE_TOPIC, partition, e)
-            if not progressed:
-                break
-            await asyncio.sleep(0)
+                    tid = read_key(rec.key)
+                    if rec.value is None:
+                        out.pop(tid, None)
+                    else:
+                        out[tid] = read_value(rec.value).metadata
+                except (SchemaError, ValueError) as e:
+                    log.warning("Skipping unreadable record at offset %d of %s-%d: %s",
+                                rec.offset, TRANSACTION_STATE_TOPIC, partition, e)
         return out, count
 
     def unload_partition(self, partition: int) -> None:
