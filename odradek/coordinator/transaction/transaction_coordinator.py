@@ -244,25 +244,27 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------ AddPartitionsToTxn
 
-    def _check_producer(
-        self, meta: TransactionMetadata | None, producer_id: int, producer_epoch: int
-    ) -> Errors:
+    def _producers_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[Errors, int, TransactionMetadata | None]:
+        """(error, coordinator epoch, metadata) of the transactional id, the error NONE only if
+        the producer (id and epoch) is its current one."""
+        if not transactional_id:
+            return Errors.INVALID_REQUEST, -1, None
+        err, cepoch, meta = self.state.get(transactional_id)
+        if err != Errors.NONE:
+            return err, cepoch, meta
         if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
+            return Errors.INVALID_PRODUCER_ID_MAPPING, cepoch, meta
         if meta.producer_epoch != producer_epoch:
-            return Errors.PRODUCER_FENCED
-        return Errors.NONE
+            return Errors.PRODUCER_FENCED, cepoch, meta
+        return Errors.NONE, cepoch, meta
 
     async def handle_add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
     ) -> Errors:
         """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions."""
-        if not transactional_id:
-            return Errors.INVALID_REQUEST
-        err, cepoch, meta = self.state.get(transactional_id)
-        if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
+        err, cepoch, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err != Errors.NONE:
             return err
         assert meta is not None
@@ -284,11 +286,7 @@ class TransactionCoordinator:
         """KIP-890 verification (AddPartitionsToTxn v4+ with verify_only, sent by brokers):
         whether each partition is part of the ongoing transaction. A partition that is not gets
         TRANSACTION_ABORTABLE (INVALID_TXN_STATE for a request older than v5)."""
-        if not transactional_id:
-            return dict.fromkeys(partitions, Errors.INVALID_REQUEST)
-        err, _, meta = self.state.get(transactional_id)
-        if err == Errors.NONE:
-            err = self._check_producer(meta, producer_id, producer_epoch)
+        err, _, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err == Errors.NONE and meta is not None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             err = Errors.CONCURRENT_TRANSACTIONS
         if err != Errors.NONE or meta is None:
@@ -301,12 +299,7 @@ class TransactionCoordinator:
     async def handle_end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> Errors:
-        if not transactional_id:
-            return Errors.INVALID_REQUEST
-        err, cepoch, meta = self.state.get(transactional_id)
-        if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
+        err, cepoch, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err != Errors.NONE:
             return err
         assert meta is not None
