@@ -463,3 +463,26 @@ def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.1, wha
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 30.0) -> list[bytes]:
+    """The values a ``read_committed`` consumer reads from the start of partitions 0 to
+    ``partitions - 1`` of ``topic``: until ``expected`` arrived and a poll brings nothing more,
+    or ``timeout`` s passed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value())
+            elif len(got) >= expected:
+                break
+        return got
+    finally:
+        c.close()

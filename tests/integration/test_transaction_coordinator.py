@@ -22,7 +22,7 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 
 from .kafka_reference import TOOL_CLASSES, find_kafka_tools
-from .support import RawConnection, ServerProcess, unique_name, wait_until
+from .support import RawConnection, ServerProcess, read_committed, unique_name, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -106,25 +106,6 @@ def test_confluent_transactions_fencing_and_restart(tmp_path: Path) -> None:
         p3.abort_transaction(30)
     finally:
         server.kill()
-
-
-def read_committed(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    """Every record a read_committed consumer gets from ``topic`` (bounded wait for ``expected``
-    of them, then a short wait for any more)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[bytes] = []
-        for _ in range(60):  # at most ~30 s
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg.value())
-            elif len(got) >= expected:
-                break
-        return got
-    finally:
-        c.close()
 
 
 def watermarks(bootstrap: str, topic: str, isolation: str) -> int:
