@@ -15,8 +15,9 @@ What the group and the transaction coordinator share about the topic they keep t
   WARNING) and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until they are; a single-node
   cluster gets 1.
 * :meth:`InternalTopic.coordinator_for` -- FindCoordinator: the leader of a key's partition.
-* :func:`read_to_log_end` -- the batches of one of its partitions, as a coordinator that became
-  its leader replays them.
+* :class:`CoordinatorPartitions` -- the partitions a coordinator leads: loaded (their log
+  replayed, :func:`read_to_log_end`) when this node becomes their leader, unloaded when it stops
+  being it; the base of the group and the transaction state managers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
 from odradek.log.log import Log
@@ -42,6 +43,8 @@ from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+Loaded = TypeVar("Loaded")
 
 
 class PartitionedState(Protocol):
@@ -225,3 +228,75 @@ async def read_to_log_end(lg: Log, buffer_size: int) -> AsyncIterator[tuple[byte
         if not progressed:
             return
         await asyncio.sleep(0)
+
+
+class CoordinatorPartitions(Generic[Loaded]):
+    """The partitions of ``topic`` this node leads, as a coordinator's state manager keeps them:
+    ``loading`` (partition -> leader epoch) while :meth:`_replay` reads one, ``owned`` once the
+    subclass's :meth:`_install` took up what was read. A load that lost its leadership meanwhile
+    (unloaded, or a newer epoch scheduled) is dropped."""
+
+    def __init__(self, topic: str, keys: str, clock_ms: Callable[[], int]) -> None:
+        self.topic = topic
+        self.keys = keys  # what the partitions hold, for log lines ("groups")
+        self.clock_ms = clock_ms
+        self.owned: dict[int, int] = {}  # loaded partition -> leader (coordinator) epoch
+        self.loading: dict[int, int] = {}  # partition being loaded -> leader epoch
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+
+    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, epoch: int) -> None:
+        """ReplicaManager leadership listener (called on the event loop)."""
+        if topic != self.topic:
+            return
+        if is_leader:
+            self.schedule_load(partition, epoch)
+        else:
+            self.unload_partition(partition)
+
+    def schedule_load(self, partition: int, epoch: int) -> None:
+        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
+            return
+        self.unload_partition(partition)
+        self.loading[partition] = epoch
+        self._load_tasks[partition] = asyncio.get_running_loop().create_task(
+            self._load(partition, epoch), name=f"load-{self.topic}-{partition}"
+        )
+
+    async def _load(self, partition: int, epoch: int) -> None:
+        started = self.clock_ms()
+        try:
+            loaded = await self._replay(partition)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("Loading %s-%d failed; its %s stay unavailable", self.topic, partition, self.keys)
+            self.loading.pop(partition, None)
+            return
+        finally:
+            self._load_tasks.pop(partition, None)
+        if self.loading.get(partition) != epoch:
+            return  # leadership changed meanwhile
+        self._install(partition, epoch, loaded, started)
+
+    async def _replay(self, partition: int) -> Loaded:
+        """What the partition's log holds (read with :func:`read_to_log_end`)."""
+        raise NotImplementedError
+
+    def _install(self, partition: int, epoch: int, loaded: Loaded, started_ms: int) -> None:
+        """Take up what :meth:`_replay` read; moves the partition from ``loading`` to ``owned``."""
+        raise NotImplementedError
+
+    def unload_partition(self, partition: int) -> None:
+        raise NotImplementedError
+
+    def _stop_loading(self, partition: int) -> None:
+        """The first step of an unload: a load under way is cancelled."""
+        task = self._load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self.loading.pop(partition, None)
+
+    def shutdown(self) -> None:
+        for t in self._load_tasks.values():
+            t.cancel()
+        self._load_tasks.clear()

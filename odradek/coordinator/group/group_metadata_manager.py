@@ -18,7 +18,6 @@ replayed into the group on load and deleted with its own tombstones) share the o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -51,7 +50,7 @@ from odradek.coordinator.group.records import (
     parse_offset_value,
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
-from odradek.coordinator.internal_topic import read_to_log_end
+from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -144,7 +143,18 @@ def append_error(code: Errors, for_offsets: bool) -> Errors:
     return code
 
 
-class GroupMetadataManager:
+# What a replay of an offsets partition gives: committed offsets, classic group records,
+# consumer groups, pending transactional offsets and the number of records read.
+Replayed = tuple[
+    dict[str, dict[TopicPartition, OffsetAndMetadata]],
+    dict[str, GroupRecord | None],
+    dict[str, ConsumerGroup],
+    PendingTxnOffsets,
+    int,
+]
+
+
+class GroupMetadataManager(CoordinatorPartitions[Replayed]):
     def __init__(
         self,
         *,
@@ -157,18 +167,15 @@ class GroupMetadataManager:
         append_timeout_ms: int = 5000,
         consumer_group_config: ConsumerGroupConfig | None = None,
     ) -> None:
+        super().__init__(OFFSETS_TOPIC, "groups", clock_ms)
         self.replica_manager = replica_manager
         self.num_partitions = num_partitions
         self.group_config = group_config
         self.consumer_group_config = consumer_group_config or ConsumerGroupConfig()
         self.offsets_retention_ms = offsets_retention_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
-        self.clock_ms = clock_ms
         self.append_timeout_ms = append_timeout_ms
         self.groups: dict[str, Any] = {}
-        self.owned: dict[int, int] = {}  # loaded partition -> leader epoch
-        self.loading: dict[int, int] = {}  # partition being loaded -> leader epoch
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         # Per loaded partition: transactional offset commits waiting for their marker.
         self.pending_txn: dict[int, PendingTxnOffsets] = {}
         # (partition, producer id) -> one [result] cell per transactional commit being
@@ -440,39 +447,8 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------------------ immigration/emigration
 
-    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, epoch: int) -> None:
-        """ReplicaManager leadership listener (called on the event loop)."""
-        if topic != OFFSETS_TOPIC:
-            return
-        if is_leader:
-            self.schedule_load(partition, epoch)
-        else:
-            self.unload_partition(partition)
-
-    def schedule_load(self, partition: int, epoch: int) -> None:
-        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
-            return
-        self.unload_partition(partition)
-        self.loading[partition] = epoch
-        task = asyncio.get_running_loop().create_task(
-            self._load(partition, epoch), name=f"load-{OFFSETS_TOPIC}-{partition}"
-        )
-        self._load_tasks[partition] = task
-
-    async def _load(self, partition: int, epoch: int) -> None:
-        started = self.clock_ms()
-        try:
-            offsets, groups, consumer_groups, pending, n = await self._replay(partition)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("Loading %s-%d failed; its groups stay unavailable", OFFSETS_TOPIC, partition)
-            self.loading.pop(partition, None)
-            return
-        finally:
-            self._load_tasks.pop(partition, None)
-        if self.loading.get(partition) != epoch:
-            return  # leadership changed meanwhile
+    def _install(self, partition: int, epoch: int, replayed: Replayed, started_ms: int) -> None:
+        offsets, groups, consumer_groups, pending, n = replayed
         now = self.clock_ms()
         loaded: list[Any] = []
         for gid, cg in consumer_groups.items():
@@ -507,18 +483,10 @@ class GroupMetadataManager:
             OFFSETS_TOPIC, partition, epoch, n, len(loaded),
             f", {len(pending)} offset(s) of {len(pending.by_producer)} open transaction(s)"
             if pending.by_producer else "",
-            self.clock_ms() - started,
+            self.clock_ms() - started_ms,
         )
 
-    async def _replay(
-        self, partition: int
-    ) -> tuple[
-        dict[str, dict[TopicPartition, OffsetAndMetadata]],
-        dict[str, GroupRecord | None],
-        dict[str, ConsumerGroup],
-        PendingTxnOffsets,
-        int,
-    ]:
+    async def _replay(self, partition: int) -> Replayed:
         """Replay the partition's log: offset commits of a transactional batch are pending until
         their producer's COMMIT (then the newer in the log of them and the committed offsets
         win) or ABORT marker follows; those still open at the log end stay pending."""
@@ -629,10 +597,7 @@ class GroupMetadataManager:
         g.replay(rec.name, rec.key, rec.value)
 
     def unload_partition(self, partition: int) -> None:
-        task = self._load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        self.loading.pop(partition, None)
+        self._stop_loading(partition)
         self.pending_txn.pop(partition, None)
         was_owned = self.owned.pop(partition, None) is not None
         gids = [g for g in self.groups if self.partition_for(g) == partition]
@@ -645,11 +610,6 @@ class GroupMetadataManager:
                 "Unloaded %d group(s) of %s-%d: this node no longer leads it",
                 len(gids), OFFSETS_TOPIC, partition,
             )
-
-    def shutdown(self) -> None:
-        for t in self._load_tasks.values():
-            t.cancel()
-        self._load_tasks.clear()
 
     # ------------------------------------------------------------------------ expiry
 
