@@ -29,10 +29,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol import messages as m
-from odradek.records.builder import build_batch
 
 from .kafka_reference import find_kafka_tools
-from .support import RawConnection, ServerProcess, unique_name, wait_until
+from .support import (
+    RawConnection,
+    ServerProcess,
+    produce,
+    transactional_batch,
+    unique_name,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {
@@ -121,12 +127,8 @@ def write_unknown_transaction(server: ServerProcess, topic: str, partition: int)
                                                     "producer_id": -1, "producer_epoch": -1})
         assert init["error_code"] == 0, init
         pid, epoch = init["producer_id"], init["producer_epoch"]
-        batch = build_batch([(None, b"ghost", [], int(time.time() * 1000) - 1000)], producer_id=pid,
-                            producer_epoch=epoch, base_sequence=0, is_transactional=True)
-        resp = conn.request(m.PRODUCE, 9, {"transactional_id": unique_name("ghost"), "acks": -1, "timeout_ms": 10000,
-                                           "topic_data": [{"name": topic, "partition_data": [
-                                               {"index": partition, "records": batch}]}]})
-        [part] = resp["responses"][0]["partition_responses"]
+        batch = transactional_batch(pid, [b"ghost"], epoch=epoch, timestamp_ms=int(time.time() * 1000) - 1000)
+        part = produce(conn, topic, partition, batch, transactional_id=unique_name("ghost"))
         assert part["error_code"] == 0, part
     return int(pid)
 
