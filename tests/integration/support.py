@@ -513,3 +513,18 @@ def read_committed(bootstrap: str, topic: str, partitions: int, expected: int, t
         return got
     finally:
         c.close()
+
+
+def open_transaction(bootstrap: str, transactional_id: str, topic: str, values: list[bytes], partition: int = 0,
+                     **config: Any) -> Any:
+    """A confluent-kafka producer whose transaction is left open after ``values`` were written to
+    ``topic``-``partition`` (flushed: on the broker's log)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **config})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for v in values:
+        p.produce(topic, v, partition=partition)
+    assert p.flush(60) == 0
+    return p

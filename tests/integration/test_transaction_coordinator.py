@@ -22,7 +22,14 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 
 from .kafka_reference import TOOL_CLASSES, find_kafka_tools
-from .support import RawConnection, ServerProcess, read_committed, unique_name, wait_until
+from .support import (
+    RawConnection,
+    ServerProcess,
+    open_transaction,
+    read_committed,
+    unique_name,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -148,13 +155,8 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(tmp_path: Path) -> N
         admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         tid = unique_name("tx")
-        p = Producer({"bootstrap.servers": server.bootstrap_servers, "transactional.id": tid,
-                      "transaction.timeout.ms": 1500})
-        p.init_transactions(30)
-        p.begin_transaction()
-        for j in range(5):
-            p.produce(topic, f"lost-{j}".encode(), partition=0)
-        assert p.flush(30) == 0
+        p = open_transaction(server.bootstrap_servers, tid, topic, [f"lost-{j}".encode() for j in range(5)],
+                             **{"transaction.timeout.ms": 1500})
         # The producer goes silent: the open transaction holds the last stable offset at 0.
         assert watermarks(server.bootstrap_servers, topic, "read_uncommitted") == 5
         assert watermarks(server.bootstrap_servers, topic, "read_committed") == 0

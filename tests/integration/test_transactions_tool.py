@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol import messages as m
@@ -34,6 +34,7 @@ from .kafka_reference import find_kafka_tools
 from .support import (
     RawConnection,
     ServerProcess,
+    open_transaction,
     produce,
     transactional_batch,
     unique_name,
@@ -141,12 +142,7 @@ def test_list_describe_find_hanging_and_abort(server: ServerProcess) -> None:
 
     # An open transaction: list, describe, describe-producers show it.
     live_id = unique_name("live")
-    live = Producer({"bootstrap.servers": bs, "transactional.id": live_id})
-    live.init_transactions(60)
-    live.begin_transaction()
-    for i in range(3):
-        live.produce(topic, partition=0, value=f"live-{i}".encode())
-    assert live.flush(60) == 0
+    live = open_transaction(bs, live_id, topic, [f"live-{i}".encode() for i in range(3)])
     [listed] = [r for r in rows(tool(bs, "list").stdout) if r["TransactionalId"] == live_id]
     assert listed["TransactionState"] == "Ongoing" and listed["Coordinator"] == "1"
     pid = listed["ProducerId"]
@@ -201,11 +197,7 @@ def test_same_output_as_kafkas_tool(server: ServerProcess) -> None:
     topic = unique_name("txn-cmp")
     create_topic(bs, topic, 1)
     txid = unique_name("cmp")
-    p = Producer({"bootstrap.servers": bs, "transactional.id": txid})
-    p.init_transactions(60)
-    p.begin_transaction()
-    p.produce(topic, partition=0, value=b"x")
-    assert p.flush(60) == 0
+    p = open_transaction(bs, txid, topic, [b"x"])
     try:
         for args in (["describe-producers", "--topic", topic, "--partition", "0"], ["list"],
                      ["find-hanging", "--topic", topic], ["describe", "--transactional-id", "nope"],
