@@ -19,11 +19,11 @@ from typing import Any
 
 from odradek.controller.feature_control_manager import TRANSACTION_VERSION_FEATURE
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from odradek.coordinator.internal_topic import InternalTopic
 from odradek.coordinator.transaction.transaction_coordinator import (
     ProducerIdGenerator,
     TransactionConfig,
     TransactionCoordinator,
-    TransactionTopicManager,
 )
 from odradek.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from odradek.coordinator.transaction.transaction_marker_channel_manager import (
@@ -37,7 +37,7 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
 from odradek.server.api_dispatcher import Handler, RequestContext
-from odradek.server.controller_channel import ControllerChannel, ControllerRequest
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
@@ -54,7 +54,7 @@ class TxnApis:
     def __init__(
         self,
         coordinator: TransactionCoordinator,
-        topics: TransactionTopicManager,
+        topics: InternalTopic,
         *,
         offsets_partition_for: Callable[[str], int],
         topic_exists: Callable[[str, int], bool],
@@ -227,7 +227,7 @@ class TxnApis:
     def startup(self) -> None:
         """Follow the leadership of ``__transaction_state`` partitions (taking up those this
         node leads already) and start the timeout and expiry tasks."""
-        self.topics.topic_exists()  # takes up the partition count of an existing topic
+        self.topics.exists()  # takes up the partition count of an existing topic
         sm = self.coordinator.state
         rm = self.topics.replica_manager
         rm.leadership_listeners.append(sm.on_leadership_change)
@@ -256,7 +256,7 @@ def build_txn_apis(
     offsets_partition_for: Callable[[str], int],
 ) -> TxnApis:
     """The transaction coordinator of a broker, with its state manager, marker sender and
-    ``__transaction_state`` topic manager."""
+    ``__transaction_state`` :class:`~odradek.coordinator.internal_topic.InternalTopic`."""
     tc = TransactionConfig.from_config(config)
 
     def transaction_version() -> int:
@@ -284,21 +284,18 @@ def build_txn_apis(
         config=tc, state_manager=sm, producer_ids=producer_ids, markers=markers,
         clock_ms=replica_manager.clock_ms,
     )
-    create_topic = None
-    if controller_channel is not None:
-        channel = controller_channel
-
-        async def create_topic(topic: dict[str, Any]) -> dict[str, Any]:
-            request = ControllerRequest(
-                m.CREATE_TOPICS.api_key, 7,
-                {"topics": [topic], "timeout_ms": config.request_timeout_ms, "validate_only": False},
-            )
-            result: dict[str, Any] = (await channel.send(request))["topics"][0]
-            return result
-
-    topics = TransactionTopicManager(
-        node_id=node_id, config=tc, kafka_config=config, state_manager=sm,
-        metadata_cache=metadata_cache, replica_manager=replica_manager, create_topic=create_topic,
+    topics = InternalTopic(
+        name=TRANSACTION_STATE_TOPIC, config_prefix="transaction.state.log", keys="transactional ids",
+        num_partitions=tc.num_partitions, replication_factor=tc.replication_factor,
+        topic_configs=lambda rf: {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": str(min(tc.min_isr, rf)),
+            "segment.bytes": str(tc.segment_bytes),
+            "unclean.leader.election.enable": "false",
+            "compression.type": "uncompressed",
+        },
+        state=sm, node_id=node_id, config=config, metadata_cache=metadata_cache,
+        replica_manager=replica_manager, controller_channel=controller_channel,
     )
     return TxnApis(
         coordinator, topics, offsets_partition_for=offsets_partition_for,
