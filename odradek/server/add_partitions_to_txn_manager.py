@@ -272,10 +272,13 @@ class TransactionVerifier:
             self._size -= len(dropped)
 
     async def verify(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition],
+        transaction_abortable: bool = False,
     ) -> dict[TopicPartition, tuple[Errors, str | None]]:
         """Verify ``partitions`` (those that need it) for this producer; the produce errors of
-        those that failed."""
+        those that failed. ``transaction_abortable``: the request knows TRANSACTION_ABORTABLE
+        (Produce v11+, Kafka's ``genericError``), which a partition not in the transaction then
+        gets instead of INVALID_TXN_STATE."""
         todo = [tp for tp in partitions if self.needs_verification(tp, producer_id, producer_epoch)]
         if not todo or self.manager is None or not self.enabled():
             return {}
@@ -297,7 +300,10 @@ class TransactionVerifier:
         out: dict[TopicPartition, tuple[Errors, str | None]] = {}
         for tp in todo:
             if tp in failed:
-                out[tp] = produce_error(failed[tp])
+                if transaction_abortable and failed[tp] == Errors.INVALID_TXN_STATE:
+                    out[tp] = (Errors.TRANSACTION_ABORTABLE, None)
+                else:
+                    out[tp] = produce_error(failed[tp])
                 log.info(
                     "Transactional produce of %r (producer id %d, epoch %d) to %s-%d refused: %s",
                     transactional_id, producer_id, producer_epoch, tp[0], tp[1], failed[tp].name,

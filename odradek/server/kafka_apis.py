@@ -301,7 +301,7 @@ class KafkaApis(ApiDispatcher):
                     )
                 else:
                     entries[tp] = p["records"]
-        result = self._append_produce(req, acks, entries, statuses, order)
+        result = self._append_produce(req, acks, entries, statuses, order, ctx.version)
 
         def body(appended: dict[tuple[str, int], ProducePartitionStatus]) -> dict[str, Any] | None:
             all_status = {**appended, **statuses}
@@ -354,12 +354,13 @@ class KafkaApis(ApiDispatcher):
         entries: dict[tuple[str, int], Any],
         statuses: dict[tuple[str, int], ProducePartitionStatus],
         order: list[tuple[str, int]],
+        version: int = 0,
     ) -> Any:
         """Append a Produce's ``entries`` after its transactional checks (the statuses, or an
         awaitable of them); partitions refused by the checks get their status in ``statuses``."""
         if not entries:
             return {}
-        check = self.txn_apis.check_produce(req["transactional_id"], entries)
+        check = self.txn_apis.check_produce(req["transactional_id"], entries, version)
         if isinstance(check, Errors):
             # As Kafka: the whole request fails (transactional records without a transactional
             # id, or of more than one producer).

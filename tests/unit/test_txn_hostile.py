@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crc32c import crc32c
 from test_broker_apis import broker, create, run
 from test_txn_apis import PROPS, add_partitions, describe, find_txn_coordinator, init_pid
-from test_txn_partition import (
-    fetch,
-    txn_batch,
-    txn_produce,
-    values,
-)
+from test_txn_partition import NO_VERIFY, fetch, markers, producer_id, txn_batch, txn_produce, values
 
 from odradek.coordinator.transaction.transaction_marker_channel_manager import PendingCompletion
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
+from odradek.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches
+from odradek.records.records import decode_batch
+from odradek.records.builder import build_batch
 
 MAX_TIMEOUT = int(PROPS["transaction.max.timeout.ms"])
 
@@ -295,6 +296,273 @@ def test_end_txn_hostile(tmp_path: Path) -> None:
             await wait_state(c, "tx", "CompleteCommit")
             assert await end_txn(c, "tx", pid, epoch, True) == Errors.NONE
             assert await end_txn(c, "tx", pid, epoch, False) == Errors.INVALID_TXN_STATE
+            await normal_transaction(server, c)
+
+    run(main)
+
+
+# ------------------------------------------------------------------------------ WriteTxnMarkers
+
+
+def test_write_txn_markers_hostile(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path, **NO_VERIFY, **PROPS) as (server, c):
+            assert (await create(c, "t", 2))["error_code"] == Errors.NONE
+            pid = await producer_id(c)
+            # A marker for a producer without an open transaction: Kafka appends it
+            # (ProducerAppendInfo.appendEndTxnMarker: no CompletedTxn, the LSO does not move).
+            assert await markers(c, "t", pid, True) == {("t", 0): Errors.NONE}
+            assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 1
+            # A marker whose producer epoch is older than the log's: INVALID_PRODUCER_EPOCH
+            # (checkProducerEpoch, origin COORDINATOR).
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"a"], epoch=3)))["error_code"] == Errors.NONE
+            stale = await c.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
+                "producer_id": pid, "producer_epoch": 2, "transaction_result": False, "coordinator_epoch": 0,
+                "topics": [{"name": "t", "partition_indexes": [0]}]}]})
+            assert stale["markers"][0]["topics"][0]["partitions"][0]["error_code"] == Errors.INVALID_PRODUCER_EPOCH
+            assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 1  # still open
+            # A partition named twice: one marker, one answer; another partition in the same marker.
+            r = await c.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
+                "producer_id": pid, "producer_epoch": 3, "transaction_result": False, "coordinator_epoch": 0,
+                "topics": [{"name": "t", "partition_indexes": [0, 0, 1]}]}]})
+            rows = [(p["partition_index"], p["error_code"]) for p in r["markers"][0]["topics"][0]["partitions"]]
+            assert rows == [(0, Errors.NONE), (1, Errors.NONE)]
+            rc = await fetch(c, "t", 0, 1)
+            assert rc["last_stable_offset"] == rc["high_watermark"] == 3  # data, marker; one marker only
+            assert rc["aborted_transactions"] == [{"producer_id": pid, "first_offset": 1}]
+            # A huge marker list (10k markers of unknown partitions and 2k real ones): every marker
+            # answered, in bounded time; the log gets the 2k markers.
+            huge = [{"producer_id": 10_000 + i, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                     "topics": [{"name": "nope", "partition_indexes": [0, 1, 2]}]} for i in range(10_000)]
+            huge += [{"producer_id": 50_000 + i, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                      "topics": [{"name": "t", "partition_indexes": [1]}]} for i in range(2_000)]
+            r = await c.send(m.WRITE_TXN_MARKERS, 1, {"markers": huge})
+            assert len(r["markers"]) == 12_000
+            codes = {p["error_code"] for mk in r["markers"][:10_000] for t in mk["topics"] for p in t["partitions"]}
+            assert codes == {Errors.UNKNOWN_TOPIC_OR_PARTITION}
+            codes = {p["error_code"] for mk in r["markers"][10_000:] for t in mk["topics"] for p in t["partitions"]}
+            assert codes == {Errors.NONE}
+            await normal_transaction(server, c)
+
+    run(main)
+
+
+# ------------------------------------------------------------------------------ Produce
+
+
+def txn_bomb(pid: int, epoch: int, size: int = 40 * 1024 * 1024) -> bytearray:
+    """A transactional gzip batch of one record whose value is ``size`` zero bytes (~40 KB)."""
+    head = b"\x00" + b"\x00" + b"\x00" + b"\x02k"  # attributes, timestamp delta, offset delta, key
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+
+    def varint(n: int) -> bytes:
+        z = (n << 1) ^ (n >> 63)
+        out = bytearray()
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+        return bytes(out)
+
+    body = head + varint(size)
+    section = comp.compress(varint(len(body) + size + 1) + body)
+    zeros = bytes(1024 * 1024)
+    for _ in range(size // len(zeros)):
+        section += comp.compress(zeros)
+    section += comp.compress(b"\x00") + comp.flush()  # no headers
+    model = build_batch([(b"k", b"v", [], 1_000)], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                        is_transactional=True)
+    out = bytearray(model[:RECORD_BATCH_OVERHEAD]) + section
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    attrs = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)[0]
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, (attrs & ~0x07) | 1)
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return out
+
+
+async def produce_v(c: NetworkClient, topic: str, data: bytes, version: int, tid: str | None = "tx") -> dict[str, Any]:
+    r = await c.send(m.PRODUCE, version, {"transactional_id": tid, "acks": -1, "timeout_ms": 5000,
+                                          "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}]})
+    return r["responses"][0]["partition_responses"][0]  # type: ignore[no-any-return]
+
+
+def test_produce_hostile_without_verification(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path, **NO_VERIFY, **PROPS) as (server, c):
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            assert (await create(c, "compacted", configs={"cleanup.policy": "compact"}))["error_code"] == Errors.NONE
+            pid = await producer_id(c)
+            # A control batch from a client: LogValidator, "Clients are not allowed to write
+            # control records": INVALID_RECORD.
+            ctl = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [], 1_000)], producer_id=pid,
+                              producer_epoch=0, is_control=True, is_transactional=True)
+            r = await txn_produce(c, "t", ctl)
+            assert r["error_code"] == Errors.INVALID_RECORD, r
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 0
+            # A transactional batch with an older producer epoch than the log has seen:
+            # INVALID_PRODUCER_EPOCH (checkProducerEpoch), nothing appended.
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"a"], epoch=5)))["error_code"] == Errors.NONE
+            r = await txn_produce(c, "t", txn_batch(pid, [b"b"], epoch=4))
+            assert r["error_code"] == Errors.INVALID_PRODUCER_EPOCH, r
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 1
+            # A transactional decompression bomb (40 MB of zeros in ~40 KB of gzip): to a
+            # compacted topic (every record's key is read) refused as the non-transactional one;
+            # nothing is appended, no transaction is left open.
+            bomb_pid = await producer_id(c)
+            r = await txn_produce(c, "compacted", txn_bomb(bomb_pid, 0))
+            assert r["error_code"] == Errors.MESSAGE_TOO_LARGE, r  # as test_decompression_bombs
+            rc = await fetch(c, "compacted", 0, 1)
+            assert rc["high_watermark"] == 0 and rc["last_stable_offset"] == 0
+            # To a plain topic Kafka stores it (validation skips values); aborted, read_committed
+            # skips it and the LSO moves on.
+            data = bytes(txn_bomb(bomb_pid, 0))
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                r = await txn_produce(c, "t", data)
+                peak = tracemalloc.get_traced_memory()[1] - base
+            finally:
+                tracemalloc.stop()
+            assert peak < 16 * 1024 * 1024, peak  # the 40 MB value is never held whole
+            r_bomb = r["error_code"]
+            assert r_bomb in (Errors.NONE, Errors.MESSAGE_TOO_LARGE), r
+            if r_bomb == Errors.NONE:
+                assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 0  # pid's transaction is open too
+            assert await markers(c, "t", bomb_pid, False) == {("t", 0): Errors.NONE}
+            r = await c.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
+                "producer_id": pid, "producer_epoch": 5, "transaction_result": True, "coordinator_epoch": 0,
+                "topics": [{"name": "t", "partition_indexes": [0]}]}]})
+            assert r["markers"][0]["topics"][0]["partitions"][0]["error_code"] == Errors.NONE
+            rc = await fetch(c, "t", 0, 1)
+            assert rc["last_stable_offset"] == rc["high_watermark"]
+            raw = bytes(rc["records"])
+            kept = [h for h in iter_batches(raw) if not h.is_control and h.producer_id != bomb_pid]
+            assert [r.value for h in kept for r in decode_batch(raw[h.position : h.position + h.size])] == [b"a"]
+            if r_bomb == Errors.NONE:  # the consumer drops the bomb by the aborted list
+                assert rc["aborted_transactions"] == [{"producer_id": bomb_pid, "first_offset": 1}]
+            await normal_transaction(server, c)
+
+    run(main)
+
+
+def test_produce_to_a_partition_not_added_with_verification(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path, **PROPS) as (server, c):  # verification on (Kafka's default)
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            assert (await create(c, "u"))["error_code"] == Errors.NONE
+            pid, epoch = await ready(server, c, "tx")
+            assert await add_partitions(c, "tx", pid, epoch, {"u": [0]}) == {("u", 0): Errors.NONE}
+            # "t" was not added: Kafka's verification refuses the append; INVALID_TXN_STATE for
+            # Produce v10 and older, TRANSACTION_ABORTABLE from v11 (KafkaApis: apiVersion > 10 is
+            # genericError; AddPartitionsToTxnManager maps TRANSACTION_ABORTABLE otherwise).
+            r = await produce_v(c, "t", txn_batch(pid, [b"x"], epoch=epoch), 9)
+            assert r["error_code"] == Errors.INVALID_TXN_STATE, r
+            r = await produce_v(c, "t", txn_batch(pid, [b"x"], epoch=epoch), 11)
+            assert r["error_code"] == Errors.TRANSACTION_ABORTABLE, r
+            # A stale epoch: the coordinator says PRODUCER_FENCED, producers get INVALID_PRODUCER_EPOCH.
+            r = await produce_v(c, "u", txn_batch(pid, [b"x"], epoch=epoch - 1), 9)
+            assert r["error_code"] == Errors.INVALID_PRODUCER_EPOCH, r
+            # Another producer id than the transactional id's: INVALID_PRODUCER_ID_MAPPING.
+            r = await produce_v(c, "u", txn_batch(pid + 7, [b"x"], epoch=epoch), 9)
+            assert r["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING, r
+            # A transactional id that was never initialised.
+            r = await produce_v(c, "u", txn_batch(pid, [b"x"], epoch=epoch), 9, tid="never")
+            assert r["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING, r
+            for topic in ("t", "u"):
+                assert (await fetch(c, topic, 0, 0))["high_watermark"] == 0
+            assert await end_txn(c, "tx", pid, epoch, False) == Errors.NONE
+            await wait_state(c, "tx", "CompleteAbort")
+            await normal_transaction(server, c)
+
+    run(main)
+
+
+# ------------------------------------------------------------------------------ TxnOffsetCommit
+
+
+def test_txn_offset_commit_hostile(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path, **PROPS) as (server, c):
+            assert (await create(c, "in"))["error_code"] == Errors.NONE
+            pid, epoch = await ready(server, c, "tx")
+
+            async def commit(group: str, p: int, e: int, tid: str = "tx", version: int = 3) -> int:
+                for _ in range(200):  # the group coordinator loads its partition first
+                    r = await c.send(m.TXN_OFFSET_COMMIT, version, {
+                        "transactional_id": tid, "group_id": group, "producer_id": p, "producer_epoch": e,
+                        "generation_id": -1, "member_id": "", "group_instance_id": None,
+                        "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+                    code = int(r["topics"][0]["partitions"][0]["error_code"])
+                    if code not in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
+                        return code
+                    await asyncio.sleep(0.05)
+                raise AssertionError(f"TxnOffsetCommit kept failing: {code}")
+
+            await c.send(m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+            # GroupCoordinatorService.commitTransactionalOffsets: an empty group id is INVALID_GROUP_ID.
+            assert await commit("", pid, epoch) == Errors.INVALID_GROUP_ID
+            # The group's __consumer_offsets partition not added (no AddOffsetsToTxn): the
+            # verification answers INVALID_TXN_STATE (v3: defaultError).
+            assert await commit("g", pid, epoch) == Errors.INVALID_TXN_STATE
+            r = await c.send(g.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": "tx", "producer_id": pid,
+                                                       "producer_epoch": epoch, "group_id": "g"})
+            assert r["error_code"] == Errors.NONE
+            # Another producer id than the transactional id's, a stale epoch, an unknown id.
+            assert await commit("g", pid + 1, epoch) == Errors.INVALID_PRODUCER_ID_MAPPING
+            assert await commit("g", pid, epoch - 1) == Errors.INVALID_PRODUCER_EPOCH
+            assert await commit("g", pid, epoch, tid="never") == Errors.INVALID_PRODUCER_ID_MAPPING
+            assert await commit("g", -1, -1) == Errors.INVALID_PRODUCER_ID_MAPPING
+            assert await commit("g", pid, epoch) == Errors.NONE
+            assert await end_txn(c, "tx", pid, epoch, True) == Errors.NONE
+            await wait_state(c, "tx", "CompleteCommit")
+            await normal_transaction(server, c)
+
+    run(main)
+
+
+# ------------------------------------------------------------------------------ admin APIs
+
+
+def test_describe_and_list_hostile(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with broker(tmp_path, **PROPS) as (server, c):
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            pid, epoch = await ready(server, c, "tx")
+            # 100k transactional ids in one DescribeTransactions: every one answered
+            # (TRANSACTIONAL_ID_NOT_FOUND for the unknown, INVALID_REQUEST for the empty one).
+            ids = [f"id-{i}" for i in range(100_000)] + ["", "tx"]
+            r = await c.send(g.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ids})
+            states = r["transaction_states"]
+            assert [s["transactional_id"] for s in states] == ids
+            assert {s["error_code"] for s in states[:100_000]} == {Errors.TRANSACTIONAL_ID_NOT_FOUND}
+            assert states[100_000]["error_code"] == Errors.INVALID_REQUEST
+            assert (states[-1]["error_code"], states[-1]["producer_id"]) == (Errors.NONE, pid)
+            # ListTransactions: unknown state names come back in unknown_state_filters (and filter
+            # everything out if no known state is named); 100k producer ids are only a filter.
+            r = await c.send(g.LIST_TRANSACTIONS, 1, {"state_filters": ["nope", "ONGOING", "Empty"],
+                                                      "producer_id_filters": [], "duration_filter": -1})
+            assert r["error_code"] == Errors.NONE and r["unknown_state_filters"] == ["nope", "ONGOING"]
+            assert [t["transactional_id"] for t in r["transaction_states"]] == ["tx"]
+            r = await c.send(g.LIST_TRANSACTIONS, 1, {"state_filters": ["nope"], "producer_id_filters": [],
+                                                      "duration_filter": -1})
+            assert r["unknown_state_filters"] == ["nope"] and r["transaction_states"] == []
+            r = await c.send(g.LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters": list(range(100_000)),
+                                                      "duration_filter": -1})
+            assert r["error_code"] == Errors.NONE
+            assert [t["transactional_id"] for t in r["transaction_states"]] == (["tx"] if pid < 100_000 else [])
+            r = await c.send(g.LIST_TRANSACTIONS, 1, {"state_filters": [], "producer_id_filters": [-5],
+                                                      "duration_filter": -7})
+            assert r["error_code"] == Errors.NONE and r["transaction_states"] == []
+            # DescribeProducers: unknown topic, invalid name, partition out of range, 10k partitions.
+            d = await c.send(m.DESCRIBE_PRODUCERS, 0, {"topics": [
+                {"name": "nope", "partition_indexes": [0]}, {"name": "", "partition_indexes": [0]},
+                {"name": "t", "partition_indexes": [0, -1, 5, *range(10, 10_010)]}]})
+            codes = [[p["error_code"] for p in t["partitions"]] for t in d["topics"]]
+            assert codes[0] == [Errors.UNKNOWN_TOPIC_OR_PARTITION]
+            assert codes[1] == [Errors.INVALID_TOPIC_EXCEPTION]
+            assert codes[2][0] == Errors.NONE and set(codes[2][1:]) == {Errors.UNKNOWN_TOPIC_OR_PARTITION}
+            assert len(codes[2]) == 10_003
             await normal_transaction(server, c)
 
     run(main)
