@@ -18,7 +18,15 @@ import pytest
 from crc32c import crc32c
 from test_broker_apis import broker, create, run
 from test_txn_apis import PROPS, add_partitions, describe, find_txn_coordinator, init_pid
-from test_txn_partition import NO_VERIFY, fetch, markers, producer_id, txn_batch, txn_produce, values
+from test_txn_partition import (
+    NO_VERIFY,
+    fetch,
+    markers,
+    producer_id,
+    txn_batch,
+    txn_produce,
+    values,
+)
 
 from odradek.coordinator.transaction.transaction_marker_channel_manager import PendingCompletion
 from odradek.network.client import ConnectionClosed, NetworkClient
@@ -26,8 +34,8 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 from odradek.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches
-from odradek.records.records import decode_batch
 from odradek.records.builder import build_batch
+from odradek.records.records import decode_batch
 
 MAX_TIMEOUT = int(PROPS["transaction.max.timeout.ms"])
 
@@ -131,10 +139,14 @@ def test_init_producer_id_hostile(tmp_path: Path) -> None:
                 with pytest.raises(ConnectionClosed):
                     await c2.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": huge, "transaction_timeout_ms": 60000,
                                                           "producer_id": -1, "producer_epoch": -1})
-            # An unknown version of InitProducerId: Kafka cannot parse it either (closed).
-            async with NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]) as c3:
-                with pytest.raises(ConnectionClosed):
-                    await c3.send_raw(frame(m.INIT_PRODUCER_ID.api_key, 99, b"\x00\x02tx\x00\x00\xea\x60"))
+            # Versions no Kafka defines (InitProducerId v99, AddPartitionsToTxn v6, WriteTxnMarkers
+            # v2, DescribeTransactions v1, ListTransactions v3): Kafka cannot parse the request and
+            # closes the connection; so does odradek.
+            for api, version in ((m.INIT_PRODUCER_ID, 99), (g.ADD_PARTITIONS_TO_TXN, 6), (m.WRITE_TXN_MARKERS, 2),
+                                 (g.DESCRIBE_TRANSACTIONS, 1), (g.LIST_TRANSACTIONS, 3)):
+                async with NetworkClient("127.0.0.1", server.bound_ports["PLAINTEXT"]) as c3:
+                    with pytest.raises(ConnectionClosed):
+                        await c3.send_raw(frame(api.api_key, version, b"\x00\x02tx\x00\x00\xea\x60"))
             assert (await describe(c, "x" * 40)).get("error_code") == Errors.TRANSACTIONAL_ID_NOT_FOUND
             await normal_transaction(server, c)
 
@@ -265,7 +277,7 @@ def test_end_txn_hostile(tmp_path: Path) -> None:
             tc = server.broker.txn_apis.coordinator  # type: ignore[union-attr]
             held: list[PendingCompletion] = []
             send = tc.markers.add_txn_markers_to_send
-            tc.markers.add_txn_markers_to_send = held.append
+            tc.markers.add_txn_markers_to_send = held.append  # type: ignore[method-assign]
             try:
                 assert await end_txn(c, "tx", pid, epoch, False) == Errors.NONE
                 assert len(held) == 1 and (await describe(c, "tx"))["transaction_state"] == "PrepareAbort"
@@ -281,7 +293,7 @@ def test_end_txn_hostile(tmp_path: Path) -> None:
                 assert (await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout_ms": 60000,
                                                              "producer_id": -1, "producer_epoch": -1}))["error_code"] == Errors.CONCURRENT_TRANSACTIONS
             finally:
-                tc.markers.add_txn_markers_to_send = send
+                tc.markers.add_txn_markers_to_send = send  # type: ignore[method-assign]
             for pc in held:
                 send(pc)
             await wait_state(c, "tx", "CompleteAbort")
@@ -302,6 +314,13 @@ def test_end_txn_hostile(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ WriteTxnMarkers
+
+
+async def marker(c: NetworkClient, pid: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+    r = await c.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
+        "producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+        "coordinator_epoch": coordinator_epoch, "topics": [{"name": "t", "partition_indexes": [0]}]}]})
+    return int(r["markers"][0]["topics"][0]["partitions"][0]["error_code"])
 
 
 def test_write_txn_markers_hostile(tmp_path: Path) -> None:
@@ -330,6 +349,15 @@ def test_write_txn_markers_hostile(tmp_path: Path) -> None:
             rc = await fetch(c, "t", 0, 1)
             assert rc["last_stable_offset"] == rc["high_watermark"] == 3  # data, marker; one marker only
             assert rc["aborted_transactions"] == [{"producer_id": pid, "first_offset": 1}]
+            # The coordinator epoch going back (a zombie coordinator): TRANSACTION_COORDINATOR_FENCED
+            # (checkCoordinatorEpoch), nothing appended.
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"b"], seq=1, epoch=3)))["error_code"] == Errors.NONE
+            assert await marker(c, pid, 3, True, 9) == Errors.NONE
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"c"], seq=2, epoch=3)))["error_code"] == Errors.NONE
+            assert await marker(c, pid, 3, True, 8) == Errors.TRANSACTION_COORDINATOR_FENCED
+            assert await marker(c, pid, 0, True, 9) == Errors.INVALID_PRODUCER_EPOCH  # both wrong: epoch first
+            assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 5  # the open transaction at 5
+            assert await marker(c, pid, 3, False, 9) == Errors.NONE
             # A huge marker list (10k markers of unknown partitions and 2k real ones): every marker
             # answered, in bounded time; the log gets the 2k markers.
             huge = [{"producer_id": 10_000 + i, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
@@ -409,7 +437,7 @@ def test_produce_hostile_without_verification(tmp_path: Path) -> None:
             # compacted topic (every record's key is read) refused as the non-transactional one;
             # nothing is appended, no transaction is left open.
             bomb_pid = await producer_id(c)
-            r = await txn_produce(c, "compacted", txn_bomb(bomb_pid, 0))
+            r = await txn_produce(c, "compacted", bytes(txn_bomb(bomb_pid, 0)))
             assert r["error_code"] == Errors.MESSAGE_TOO_LARGE, r  # as test_decompression_bombs
             rc = await fetch(c, "compacted", 0, 1)
             assert rc["high_watermark"] == 0 and rc["last_stable_offset"] == 0
