@@ -139,6 +139,10 @@ def test_init_producer_id_hostile(tmp_path: Path) -> None:
                 with pytest.raises(ConnectionClosed):
                     await c2.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": huge, "transaction_timeout_ms": 60000,
                                                           "producer_id": -1, "producer_epoch": -1})
+            # The longest id a Kafka string holds (32766 bytes of UTF-8) is an id like any other.
+            longest = "\u00e9" * 16383
+            r = await init_pid(c, longest)
+            assert r["error_code"] == Errors.NONE and (await describe(c, longest))["error_code"] == Errors.NONE
             # Versions no Kafka defines (InitProducerId v99, AddPartitionsToTxn v6, WriteTxnMarkers
             # v2, DescribeTransactions v1, ListTransactions v3): Kafka cannot parse the request and
             # closes the connection; so does odradek.
@@ -231,6 +235,18 @@ def test_add_partitions_and_offsets_hostile(tmp_path: Path) -> None:
             assert await add_v4(c, "nobody", 5, 0, {"t": [0]}, verify_only=True) == {("t", 0): Errors.INVALID_PRODUCER_ID_MAPPING}
             assert await add_v4(c, "", 5, 0, {"t": [0]}, verify_only=True) == {("t", 0): Errors.INVALID_REQUEST}
             assert await add_v4(c, "tx", pid, epoch + 3, {"t": [0]}, verify_only=True) == {("t", 0): Errors.PRODUCER_FENCED}
+
+            # A v4 batch of 5000 transactions (unknown ids and one known): each answered.
+            r = await c.send(g.ADD_PARTITIONS_TO_TXN, 4, {"transactions": [
+                {"transactional_id": f"z{i}", "producer_id": i, "producer_epoch": 0, "verify_only": i % 2 == 0,
+                 "topics": [{"name": "t", "partitions": [0, 1]}]} for i in range(5000)] + [
+                {"transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch, "verify_only": True,
+                 "topics": [{"name": "t", "partitions": [0]}]}]})
+            res = r["results_by_transaction"]
+            assert len(res) == 5001 and res[-1]["transactional_id"] == "tx"
+            assert {p["partition_error_code"] for x in res[:5000] for t in x["topic_results"]
+                    for p in t["results_by_partition"]} == {Errors.INVALID_PRODUCER_ID_MAPPING}
+            assert res[-1]["topic_results"][0]["results_by_partition"][0]["partition_error_code"] == Errors.NONE
 
             # AddOffsetsToTxn: Kafka does not validate the group id (partitionFor("") is a
             # partition like any); an unknown transactional id or producer is refused.
@@ -427,6 +443,11 @@ def test_produce_hostile_without_verification(tmp_path: Path) -> None:
             r = await txn_produce(c, "t", ctl)
             assert r["error_code"] == Errors.INVALID_RECORD, r
             assert (await fetch(c, "t", 0, 0))["high_watermark"] == 0
+            # A transactional batch with a producer id but no sequence: LogValidator, "Invalid
+            # sequence number": INVALID_RECORD.
+            nseq = build_batch([(b"k", b"v", [], 1_000)], producer_id=pid, producer_epoch=5, base_sequence=-1,
+                               is_transactional=True)
+            assert (await txn_produce(c, "t", nseq))["error_code"] == Errors.INVALID_RECORD
             # A transactional batch with an older producer epoch than the log has seen:
             # INVALID_PRODUCER_EPOCH (checkProducerEpoch), nothing appended.
             assert (await txn_produce(c, "t", txn_batch(pid, [b"a"], epoch=5)))["error_code"] == Errors.NONE
@@ -493,6 +514,9 @@ def test_produce_to_a_partition_not_added_with_verification(tmp_path: Path) -> N
             # Another producer id than the transactional id's: INVALID_PRODUCER_ID_MAPPING.
             r = await produce_v(c, "u", txn_batch(pid + 7, [b"x"], epoch=epoch), 9)
             assert r["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING, r
+            # An empty transactional id: the coordinator's verification answers INVALID_REQUEST.
+            r = await produce_v(c, "u", txn_batch(pid, [b"x"], epoch=epoch), 9, tid="")
+            assert r["error_code"] == Errors.INVALID_REQUEST, r
             # A transactional id that was never initialised.
             r = await produce_v(c, "u", txn_batch(pid, [b"x"], epoch=epoch), 9, tid="never")
             assert r["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING, r
