@@ -190,6 +190,10 @@ def test_add_partitions_and_offsets_hostile(tmp_path: Path) -> None:
             # the others OPERATION_NOT_ATTEMPTED.
             assert await add_partitions(c, "tx", pid, epoch, {"t": [0, 9]}) == {
                 ("t", 0): Errors.OPERATION_NOT_ATTEMPTED, ("t", 9): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+            # A negative partition, an invalid topic name: not in the metadata either.
+            assert await add_partitions(c, "tx", pid, epoch, {"t": [-1, 0], "bad name!": [0], "x" * 300: [0]}) == {
+                ("t", -1): Errors.UNKNOWN_TOPIC_OR_PARTITION, ("t", 0): Errors.OPERATION_NOT_ATTEMPTED,
+                ("bad name!", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION, ("x" * 300, 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
             # Internal topics from a client (v0-v3): KafkaApis filters them out of the authorized
             # topics (filterNot(Topic.isInternal)), so TOPIC_AUTHORIZATION_FAILED, the others
             # not attempted — also without an authorizer.
