@@ -118,6 +118,14 @@ def test_init_producer_id_hostile(tmp_path: Path) -> None:
             for pid, epoch in ((-1, 3), (1234, -1)):
                 r = await init_pid(c, "tx", producer_id=pid, producer_epoch=epoch)
                 assert r["error_code"] == Errors.INVALID_REQUEST, (pid, epoch, r)
+                r = await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": 60000,
+                                                         "producer_id": pid, "producer_epoch": epoch})
+                assert (r["error_code"], r["producer_id"]) == (Errors.INVALID_REQUEST, -1), r
+            # Without a transactional id the timeout is not looked at, and KIP-360's pair gets a
+            # new producer id (Kafka's coordinator with a null id).
+            r = await c.send(m.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout_ms": -5,
+                                                     "producer_id": 77, "producer_epoch": 4})
+            assert r["error_code"] == Errors.NONE and r["producer_epoch"] == 0
             r = await init_pid(c, "tx")
             assert r["error_code"] == Errors.NONE
             pid = r["producer_id"]
