@@ -336,6 +336,12 @@ def test_end_txn_hostile(tmp_path: Path) -> None:
             await wait_state(c, "tx", "CompleteCommit")
             assert await end_txn(c, "tx", pid, epoch, True) == Errors.NONE
             assert await end_txn(c, "tx", pid, epoch, False) == Errors.INVALID_TXN_STATE
+            # AddPartitionsToTxn naming no partition: as Kafka, the transaction begins with none
+            # (prepareAddPartitions of an empty set) and its commit completes without markers.
+            assert await add_partitions(c, "tx", pid, epoch, {}) == {}
+            assert (await describe(c, "tx"))["transaction_state"] == "Ongoing"
+            assert await end_txn(c, "tx", pid, epoch, True) == Errors.NONE
+            await wait_state(c, "tx", "CompleteCommit")
             await normal_transaction(server, c)
 
     run(main)
