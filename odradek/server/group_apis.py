@@ -229,7 +229,16 @@ class GroupApis:
                     p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
                 )
         producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
-        if producer_id < 0 or producer_epoch < 0:
+        # As KafkaApis: partitions the metadata does not know are UNKNOWN_TOPIC_OR_PARTITION
+        # before the group (and its id) is looked at; only the others go to the coordinator.
+        exists = self.coordinator.metadata_cache.contains_partition
+        unknown = {tp for tp in offsets if not exists(*tp)}
+        for tp in unknown:
+            del offsets[tp]
+        results: dict[tuple[str, int], Errors]
+        if not offsets:
+            results = {}
+        elif producer_id < 0 or producer_epoch < 0:
             log.warning(
                 "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
                 "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
@@ -247,6 +256,7 @@ class GroupApis:
                 req.get("group_instance_id"),
                 offsets,
             )
+        results.update(dict.fromkeys(unknown, Errors.UNKNOWN_TOPIC_OR_PARTITION))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
             by_topic.setdefault(tp[0], []).append(

@@ -556,14 +556,19 @@ def test_txn_offset_commit_hostile(tmp_path: Path) -> None:
             assert (await create(c, "in"))["error_code"] == Errors.NONE
             pid, epoch = await ready(server, c, "tx")
 
+            async def commit_all(group: str, p: int, e: int, topics: dict[str, list[int]], tid: str = "tx",
+                                 version: int = 3) -> dict[tuple[str, int], int]:
+                r = await c.send(m.TXN_OFFSET_COMMIT, version, {
+                    "transactional_id": tid, "group_id": group, "producer_id": p, "producer_epoch": e,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": t, "partitions": [{"partition_index": i, "committed_offset": 5,
+                                                           "committed_leader_epoch": -1, "committed_metadata": ""}
+                                                          for i in ps]} for t, ps in topics.items()]})
+                return {(t["name"], x["partition_index"]): x["error_code"] for t in r["topics"] for x in t["partitions"]}
+
             async def commit(group: str, p: int, e: int, tid: str = "tx", version: int = 3) -> int:
                 for _ in range(200):  # the group coordinator loads its partition first
-                    r = await c.send(m.TXN_OFFSET_COMMIT, version, {
-                        "transactional_id": tid, "group_id": group, "producer_id": p, "producer_epoch": e,
-                        "generation_id": -1, "member_id": "", "group_instance_id": None,
-                        "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 5,
-                                                                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
-                    code = int(r["topics"][0]["partitions"][0]["error_code"])
+                    code = (await commit_all(group, p, e, {"in": [0]}, tid, version))[("in", 0)]
                     if code not in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR):
                         return code
                     await asyncio.sleep(0.05)
@@ -583,6 +588,25 @@ def test_txn_offset_commit_hostile(tmp_path: Path) -> None:
             assert await commit("g", pid, epoch - 1) == Errors.INVALID_PRODUCER_EPOCH
             assert await commit("g", pid, epoch, tid="never") == Errors.INVALID_PRODUCER_ID_MAPPING
             assert await commit("g", -1, -1) == Errors.INVALID_PRODUCER_ID_MAPPING
+            # KafkaApis.handleTxnOffsetCommitRequest checks the partitions against the metadata
+            # before the group coordinator sees the request: unknown ones are
+            # UNKNOWN_TOPIC_OR_PARTITION whatever the group id or producer; if none is known the
+            # coordinator is not asked at all.
+            assert await commit_all("", pid, epoch, {"nope": [0], "in": [0, 9]}) == {
+                ("nope", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION, ("in", 9): Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                ("in", 0): Errors.INVALID_GROUP_ID}
+            assert await commit_all("", -1, -1, {"nope": [0]}) == {("nope", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+            assert await commit_all("g", -1, -1, {"nope": [0], "in": [0]}) == {
+                ("nope", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION, ("in", 0): Errors.INVALID_PRODUCER_ID_MAPPING}
+            # Nothing commits before this point, so group g does not exist; a commit of unknown
+            # partitions only does not create it (the coordinator is not asked).
+            assert await commit_all("g", pid, epoch, {"in": [3]}) == {("in", 3): Errors.UNKNOWN_TOPIC_OR_PARTITION}
+            r = await c.send(m.DESCRIBE_GROUPS, 5, {"groups": ["g"], "include_authorized_operations": False})
+            assert r["groups"][0]["group_state"] == "Dead", r
+            # 100k partitions of a one-partition topic: partition 0 committed, the others unknown.
+            many = await commit_all("g", pid, epoch, {"in": list(range(100_000))})
+            assert many.pop(("in", 0)) == Errors.NONE
+            assert len(many) == 99_999 and set(many.values()) == {Errors.UNKNOWN_TOPIC_OR_PARTITION}
             assert await commit("g", pid, epoch) == Errors.NONE
             assert await end_txn(c, "tx", pid, epoch, True) == Errors.NONE
             await wait_state(c, "tx", "CompleteCommit")
