@@ -472,6 +472,12 @@ def test_produce_hostile_without_verification(tmp_path: Path) -> None:
             r = await txn_produce(c, "t", txn_batch(pid, [b"b"], epoch=4))
             assert r["error_code"] == Errors.INVALID_PRODUCER_EPOCH, r
             assert (await fetch(c, "t", 0, 0))["high_watermark"] == 1
+            # A non-transactional batch of the producer while its transaction is open:
+            # ProducerAppendInfo, "Expected transactional write": INVALID_TXN_STATE.
+            plain = build_batch([(b"k", b"p", [], 1_000)], producer_id=pid, producer_epoch=5, base_sequence=1)
+            r = await txn_produce(c, "t", plain)
+            assert r["error_code"] == Errors.INVALID_TXN_STATE, r
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 1
             # A transactional decompression bomb (40 MB of zeros in ~40 KB of gzip): to a
             # compacted topic (every record's key is read) refused as the non-transactional one;
             # nothing is appended, no transaction is left open.
