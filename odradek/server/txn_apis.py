@@ -141,8 +141,11 @@ class TxnApis:
         if refused:
             # As Kafka (verify_only as well): the refused partitions fail, the others are not
             # attempted.
-            log.info("AddPartitionsToTxn for transactional id %s: %d of %d partitions refused (%s)",
-                     tid, len(refused), len(order), ", ".join(sorted({e.name for e in refused.values()})))
+            # Unknown partitions are routine (metadata catching up): debug; internal topics from
+            # a client are not.
+            level = logging.INFO if Errors.TOPIC_AUTHORIZATION_FAILED in refused.values() else logging.DEBUG
+            log.log(level, "AddPartitionsToTxn for transactional id %s: %d of %d partitions refused (%s)",
+                    tid, len(refused), len(order), ", ".join(sorted({e.name for e in refused.values()})))
             results = {tp: refused.get(tp, Errors.OPERATION_NOT_ATTEMPTED) for tp in order}
         elif verify_only:
             results = self.coordinator.handle_verify_partitions(
