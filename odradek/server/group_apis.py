@@ -213,7 +213,16 @@ class GroupApis:
     async def handle_txn_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         offsets, order = _commit_requests(req)
         producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
-        if producer_id < 0 or producer_epoch < 0:
+        # As KafkaApis: partitions the metadata does not know are UNKNOWN_TOPIC_OR_PARTITION
+        # before the group (and its id) is looked at; only the others go to the coordinator.
+        exists = self.coordinator.metadata_cache.contains_partition
+        unknown = {tp for tp in offsets if not exists(*tp)}
+        for tp in unknown:
+            del offsets[tp]
+        results: dict[tuple[str, int], Errors]
+        if not offsets:
+            results = {}
+        elif producer_id < 0 or producer_epoch < 0:
             log.warning(
                 "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
                 "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
@@ -233,6 +242,7 @@ class GroupApis:
                 req.get("group_instance_id"),
                 offsets,
             )
+        results.update(dict.fromkeys(unknown, Errors.UNKNOWN_TOPIC_OR_PARTITION))
         return _commit_response(order, results)
 
     async def _add_offsets_partition(self, ctx: RequestContext, req: dict[str, Any]) -> Errors:

@@ -43,6 +43,9 @@ from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
+# Kafka's Topic.isInternal: topics a client may not add to a transaction.
+CLIENT_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"})
+
 def _fenced(error: Errors, version: int, first_version_with_fenced: int) -> Errors:
     """KIP-588: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for requests older than it."""
     if error == Errors.PRODUCER_FENCED and version < first_version_with_fenced:
@@ -89,6 +92,14 @@ class TxnApis:
 
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         tid = req["transactional_id"]
+        pid, epoch = req.get("producer_id", -1), req.get("producer_epoch", -1)
+        if (pid == -1) != (epoch == -1):
+            # As KafkaApis: a producer id without an epoch (or an epoch without an id) is no
+            # KIP-360 request; refused before the coordinator (or the idempotent path) is asked.
+            log.info("InitProducerId (transactional id %r) from %s with producer id %d and epoch %d: "
+                     "INVALID_REQUEST", tid, ctx.conn.peer, pid, epoch)
+            return {"throttle_time_ms": 0, "error_code": Errors.INVALID_REQUEST,
+                    "producer_id": -1, "producer_epoch": -1}
         if tid is None:
             if self.idempotent_init_producer_id is None:
                 return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
@@ -97,7 +108,7 @@ class TxnApis:
 
         async def run() -> dict[str, Any]:
             r = await self.coordinator.handle_init_producer_id(
-                tid, req["transaction_timeout_ms"], req.get("producer_id", -1), req.get("producer_epoch", -1)
+                tid, req["transaction_timeout_ms"], pid, epoch
             )
             if r.error != Errors.NONE:
                 log.debug("InitProducerId for transactional id %s from %s: %s", tid, ctx.conn.peer, r.error.name)
@@ -121,27 +132,35 @@ class TxnApis:
         topics: list[dict[str, Any]],
         verify_only: bool,
     ) -> list[dict[str, Any]]:
-        order: list[TopicPartition] = [(t["name"], p) for t in topics for p in t["partitions"]]
+        # A partition named twice is one partition with one answer (Kafka's results are a map).
+        order: list[TopicPartition] = list(dict.fromkeys((t["name"], p) for t in topics for p in t["partitions"]))
         results: dict[TopicPartition, Errors]
-        if verify_only:
+        refused: dict[TopicPartition, Errors] = {}
+        for tp in order:
+            if version < 4 and tp[0] in CLIENT_INTERNAL_TOPICS:
+                # Kafka leaves internal topics out of those a client (v0-v3) may write, with or
+                # without an authorizer.
+                refused[tp] = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif not self.topic_exists(*tp):
+                refused[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if refused:
+            # As Kafka (verify_only as well): the refused partitions fail, the others are not
+            # attempted.
+            # Unknown partitions are routine (metadata catching up): debug; internal topics from
+            # a client are not.
+            level = logging.INFO if Errors.TOPIC_AUTHORIZATION_FAILED in refused.values() else logging.DEBUG
+            log.log(level, "AddPartitionsToTxn for transactional id %s: %d of %d partitions refused (%s)",
+                    tid, len(refused), len(order), ", ".join(sorted({e.name for e in refused.values()})))
+            results = {tp: refused.get(tp, Errors.OPERATION_NOT_ATTEMPTED) for tp in order}
+        elif verify_only:
             results = self.coordinator.handle_verify_partitions(
                 tid, producer_id, producer_epoch, order, abortable=version >= 5
             )
         else:
-            unknown = {tp for tp in order if not self.topic_exists(*tp)}
-            if unknown:
-                # As Kafka: the unknown partitions fail, the others are not attempted.
-                results = {
-                    tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED
-                    for tp in order
-                }
-            else:
-                # A broker's (v4+) add on a producer's first produce: transactions version 2.
-                tv = 2 if version >= 4 and self.transaction_version() >= 2 else 0
-                err = await self.coordinator.handle_add_partitions(
-                    tid, producer_id, producer_epoch, set(order), tv
-                )
-                results = dict.fromkeys(order, _fenced(err, version, 2))
+            # A broker's (v4+) add on a producer's first produce: transactions version 2.
+            tv = 2 if version >= 4 and self.transaction_version() >= 2 else 0
+            err = await self.coordinator.handle_add_partitions(tid, producer_id, producer_epoch, set(order), tv)
+            results = dict.fromkeys(order, _fenced(err, version, 2))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
             by_topic.setdefault(tp[0], []).append(
