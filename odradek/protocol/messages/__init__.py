@@ -28,18 +28,6 @@ def served_from(api: Api, min_version: int) -> Api:
     return replace(api, min_version=min_version, _cache={})
 
 
-# APIs served below their definition's newest version: api key -> the newest version served.
-CAPPED_MAX_VERSIONS: dict[int, int] = {}
-
-
-def served_up_to(api: Api, max_version: int) -> Api:
-    """``api`` served up to ``max_version`` only (a newer version's semantics not implemented)."""
-    if not api.min_version <= max_version < api.max_version:
-        raise ValueError(f"{api.name}: cannot serve up to v{max_version}")
-    CAPPED_MAX_VERSIONS[api.api_key] = max_version
-    return replace(api, max_version=max_version, _cache={})
-
-
 PRODUCE = served_from(g.PRODUCE, 3)
 FETCH = served_from(g.FETCH, 4)
 LIST_OFFSETS = served_from(g.LIST_OFFSETS, 1)
@@ -169,8 +157,6 @@ __all__ = [
     "APIS",
     "advertised_min_version",
     "served_from",
-    "served_up_to",
-    "CAPPED_MAX_VERSIONS",
     "ALTER_CONFIGS",
     "DESCRIBE_PRODUCERS",
     "WRITE_TXN_MARKERS",
