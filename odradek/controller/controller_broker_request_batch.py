@@ -169,7 +169,7 @@ class ControllerBrokerRequestBatch:
             offline = [r for r in replicas if not ctx.is_replica_online(r, partition)]
             lai = info.leader_and_isr
             if ctx.is_topic_queued_up_for_deletion(partition[0]):
-                lai = LeaderAndIsr.during_delete(lai.isr).with_partition_epoch(lai.partition_epoch)
+                lai = LeaderAndIsr.during_delete(lai.isr)
             self.update_metadata_request_partition_info_map[partition] = {
                 "topic_name": partition[0],
                 "partition_index": partition[1],

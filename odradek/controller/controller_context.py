@@ -48,8 +48,10 @@ class LeaderAndIsr:
 
     @staticmethod
     def during_delete(isr: Iterable[int]) -> LeaderAndIsr:
-        """What UpdateMetadata carries for a topic queued for deletion (leader -2, epoch -2)."""
-        return LeaderAndIsr(LEADER_DURING_DELETE, tuple(isr), EPOCH_DURING_DELETE)
+        """What UpdateMetadata carries for a topic queued for deletion: leader -2 (Kafka's
+        ``duringDelete``: leader epoch and partition epoch are the initial 0; the -2 *epoch* is
+        StopReplica's, see ``ControllerContext.leader_epoch``)."""
+        return LeaderAndIsr(LEADER_DURING_DELETE, tuple(isr))
 
     def with_partition_epoch(self, partition_epoch: int) -> LeaderAndIsr:
         return replace(self, partition_epoch=partition_epoch)
