@@ -9,7 +9,10 @@ import pytest
 from zk_controller_fakes import lai_sent, make_cluster, online_cluster, update_metadata_sent
 
 from odradek.controller.controller_context import LeaderAndIsr, PartitionState
-from odradek.controller.controller_zk_client import ControllerMovedException, StateChangeFailedException
+from odradek.controller.controller_zk_client import (
+    ControllerMovedException,
+    StateChangeFailedException,
+)
 from odradek.controller.partition_state_machine import (
     ControlledShutdownPartitionLeaderElectionStrategy,
     OfflinePartitionLeaderElectionStrategy,

@@ -19,7 +19,11 @@ from odradek.controller.controller_context import (
     ReplicaAssignment,
     TopicPartition,
 )
-from odradek.controller.controller_zk_client import ControllerMovedException, UpdateLeaderAndIsrResult, ZkCode
+from odradek.controller.controller_zk_client import (
+    ControllerMovedException,
+    UpdateLeaderAndIsrResult,
+    ZkCode,
+)
 from odradek.controller.partition_state_machine import PartitionStateMachine
 from odradek.controller.replica_state_machine import ReplicaStateMachine
 
