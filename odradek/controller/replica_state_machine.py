@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from odradek.controller.controller_broker_request_batch import ControllerBrokerRequestBatch
 from odradek.controller.controller_context import (
@@ -125,8 +126,7 @@ class ReplicaStateMachine:
                     if replica_id not in assignment.replicas:
                         log.error("Adding replica (%d) that is not part of the assignment %s", replica_id, assignment)
                         ctx.update_partition_full_replica_assignment(
-                            tp, type(assignment)(assignment.replicas + (replica_id,),
-                                                 assignment.adding_replicas, assignment.removing_replicas)
+                            tp, replace(assignment, replicas=(*assignment.replicas, replica_id))
                         )
                 else:
                     info = ctx.partition_leadership_info(tp)
