@@ -4,8 +4,8 @@
 //                 "java-c2-i" committed), then reads the topic back read_committed with the Java
 //                 consumer: prints "READ value" per record, then "DONE".
 //   fence:        producer A begins a transaction and sends "zombie-i"; producer B with the same
-//                 transactional id initialises (fencing A) and commits "live-i"; A's next send or
-//                 commit fails: prints "FENCED <exception class> <cause class>", then "DONE".
+//                 transactional id initialises (fencing A) and commits "live-i"; A's commit
+//                 fails: prints "FENCED <exception class> <cause class>", then "DONE".
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -107,7 +107,7 @@ public class JavaTransactions {
             b.commitTransaction();
         }
         try {
-            send(a, topic, "zombie-late", 5);
+            // EndTxn with A's old epoch: the coordinator answers PRODUCER_FENCED.
             a.commitTransaction();
             System.out.println("COMMITTED");
         } catch (org.apache.kafka.common.KafkaException e) {
