@@ -1,0 +1,242 @@
+"""Transactions under faults on a 3-broker cluster (issue 13): kill -9 the transaction
+coordinator, a partition leader, or both, in the middle of a commit.
+
+A controller and brokers 1, 2, 3 (Odradek processes, or Apache Kafka JVMs with
+``ODRADEK_TXN_SERVERS=kafka``); ``__transaction_state``, ``__consumer_offsets`` and the data topic
+have replication factor 3 and ``min.insync.replicas=2``. A producer process
+(txn_fault_producer.py) runs transactions back to back, each writing 6 records over the 3
+partitions. Right after it announces a commit, the victim is killed with SIGKILL: the broker
+leading the transactional id's ``__transaction_state`` partition (the coordinator), the leader of
+a data partition that is not the coordinator, or both at once. The victims come back 3 s later;
+the producer carries on (a new producer with the same transactional id after a fatal error).
+
+Then, as the 2024 Jepsen analyses asked: every transaction is visible ``read_committed`` as a
+whole or not at all (no torn transaction), each record at most once; every transaction whose
+commit the client saw succeed is visible (no lost commit) and every one whose abort it saw succeed
+is not (no aborted read); the last stable offset of every partition reaches the high watermark
+(not stuck) within a bounded wait; and transactions commit again after the fault.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from odradek.coordinator.group.group_metadata_manager import java_string_hashcode
+
+from .kafka_reference import find_kafka_tools
+from .support import unique_name, wait_until
+from .test_mixed_kafka_cluster import KafkaNode, Node, OdradekNode, _broker_props, _controller_props
+from .test_raft_quorum import _free_ports
+from .txn_support import read_all, txn_server_kinds, watermarks
+
+PARTITIONS = 3
+RECORDS = 6
+TRANSACTIONS = 40
+TXN_STATE_PARTITIONS = 4
+BROKERS = (1, 2, 3)
+PRODUCER = Path(__file__).parent / "txn_fault_producer.py"
+
+CLUSTER_TXN_SETTINGS: dict[str, Any] = {
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.state.log.num.partitions": TXN_STATE_PARTITIONS,
+    "offsets.topic.replication.factor": 3,
+    "offsets.topic.num.partitions": 4,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+}
+
+
+class LatestKafkaNode(KafkaNode):
+    """A Kafka node formatted at Kafka's own latest features (transactions version 2)."""
+
+    def format(self) -> None:
+        r = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "--cluster-id", "TxnFaultsClusterQ1", "--config",
+                       str(self.config)),
+            capture_output=True, text=True, timeout=120,
+        )
+        if r.returncode != 0:
+            raise AssertionError(f"kafka-storage format of node {self.node_id}:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+
+
+class TxnCluster:
+    def __init__(self, kind: str, base: Path) -> None:
+        ports = _free_ports(4)
+        voters = f"0@127.0.0.1:{ports[0]}"
+        self.kind = kind
+        self.ports = dict(zip(BROKERS, ports[1:]))
+        if kind == "kafka":
+            tools = find_kafka_tools("4")
+
+            def make(node_id: int, props: dict[str, Any]) -> Node:
+                return LatestKafkaNode(tools, node_id, base, props)
+        else:
+            def make(node_id: int, props: dict[str, Any]) -> Node:
+                return OdradekNode(node_id, base, props)
+        self.controller = make(0, _controller_props(ports[0], voters))
+        self.brokers = {i: make(i, {**_broker_props(self.ports[i], voters), **CLUSTER_TXN_SETTINGS})
+                        for i in BROKERS}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def start(self) -> None:
+        for n in [self.controller, *self.brokers.values()]:
+            n.format()
+        for n in [self.controller, *self.brokers.values()]:
+            n.start()
+        self.wait_for_brokers(set(BROKERS), 120)
+
+    def stop(self) -> None:
+        for n in [self.controller, *self.brokers.values()]:
+            n.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.kind} node {n.node_id}\n{n.log_tail()}" for n in [self.controller, *self.brokers.values()])
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def wait_for_brokers(self, ids: set[int], timeout: float) -> None:
+        def registered() -> bool:
+            try:
+                return set(self.admin().list_topics(timeout=3).brokers) == ids
+            except KafkaException:
+                return False
+        try:
+            wait_until(registered, timeout=timeout, interval=0.3, what=f"brokers {ids}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.logs()}") from None
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        md = self.admin().list_topics(topic=topic, timeout=10).topics[topic]
+        if md.error is not None:
+            raise AssertionError(f"{topic}: {md.error}")
+        return {p: pm.leader for p, pm in md.partitions.items()}
+
+
+@pytest.fixture(scope="module", params=txn_server_kinds())
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TxnCluster]:
+    c = TxnCluster(request.param, tmp_path_factory.mktemp("txn-cluster"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def coordinator_of(cluster: TxnCluster, txid: str) -> int:
+    """The broker leading the ``__transaction_state`` partition of ``txid`` (Kafka's
+    ``Utils.abs(txid.hashCode) % partitions``)."""
+    h = java_string_hashcode(txid)
+    partition = (0 if h == -(1 << 31) else abs(h)) % TXN_STATE_PARTITIONS
+    leader = cluster.leaders("__transaction_state")[partition]
+    assert leader in BROKERS, f"__transaction_state-{partition} has no leader"
+    return leader
+
+
+class Lines:
+    """The producer's output lines, read by a thread as they come."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self.proc = proc
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def wait_for(self, pattern: str, timeout: float, after: int = 0) -> int:
+        """The index of the first line from ``after`` on matching ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for i in range(after, len(self.lines)):
+                if re.fullmatch(pattern, self.lines[i]):
+                    return i
+            if self.proc.poll() is not None and not self.thread.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no line {pattern!r} in {timeout}s: {self.lines[-20:]}")
+
+
+@pytest.mark.parametrize("victim", ["coordinator", "leader", "both"])
+def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) -> None:
+    topic, txid = unique_name(f"txn-fault-{victim}"), unique_name(f"txid-fault-{victim}")
+    admin = cluster.admin()
+    assignment = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # each broker leads one partition
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replica_assignment=assignment,
+                                  config={"min.insync.replicas": "2"})])[topic].result(60)
+    wait_until(lambda: all(v in BROKERS for v in cluster.leaders(topic).values()), timeout=30, what="leaders")
+
+    with open(tmp_path / "producer.err", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(PRODUCER), cluster.bootstrap, topic, txid, str(PARTITIONS), str(TRANSACTIONS),
+             str(RECORDS)],
+            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+        )
+    try:
+        out = Lines(proc)
+        i = out.wait_for(r"COMMITTED 3", 120)
+        coordinator = coordinator_of(cluster, txid)
+        leaders = cluster.leaders(topic)
+        others = sorted({b for b in leaders.values() if b != coordinator})
+        assert others, f"the coordinator {coordinator} leads every partition: {leaders}"
+        victims = {"coordinator": [coordinator], "leader": [others[0]], "both": [coordinator, others[0]]}[victim]
+        # Kill mid-commit: right after the producer says it calls commit_transaction.
+        committing = out.wait_for(r"COMMITTING \d+", 60, after=i + 1)
+        for b in victims:
+            cluster.brokers[b].kill()
+        fault_at = int(out.lines[committing].split()[1])
+        time.sleep(3)
+        for b in victims:
+            cluster.brokers[b].start()
+        cluster.wait_for_brokers(set(BROKERS), 120)
+        out.wait_for("DONE|GAVE UP", 240, after=committing)
+        assert proc.wait(30) == 0, f"{out.lines[-20:]}"
+    finally:
+        proc.kill()
+        proc.wait(30)
+    outcome: dict[int, str] = {}
+    for line in out.lines:
+        word, _, rest = line.partition(" ")
+        if word in ("COMMITTED", "ABORTED", "FAILED"):
+            outcome.setdefault(int(rest.split()[0]), word)
+            if word != "FAILED":
+                outcome[int(rest.split()[0])] = word
+
+    # The LSO of every partition reaches the high watermark: nothing is left open (bounded).
+    wait_until(lambda: watermarks(cluster.bootstrap, topic, PARTITIONS, "read_committed")
+               == watermarks(cluster.bootstrap, topic, PARTITIONS, "read_uncommitted"),
+               timeout=90, interval=0.5, what="the last stable offsets to reach the high watermarks")
+    reads = read_all(cluster.bootstrap, topic, PARTITIONS, "read_committed", timeout=90)
+    records = Counter((r.value or b"").decode() for r in reads)
+    twice = [v for v, n in records.items() if n > 1]
+    assert not twice, f"records read twice: {twice[:10]}"
+    per_txn = Counter(int(v.split("-")[0][1:]) for v in records)
+    torn = {k: n for k, n in per_txn.items() if n != RECORDS}
+    assert not torn, f"torn transactions (records visible of {RECORDS}): {torn}"
+    lost = [k for k, o in outcome.items() if o == "COMMITTED" and per_txn[k] == 0]
+    assert not lost, f"transactions committed but not visible: {lost}"
+    aborted_read = [k for k, o in outcome.items() if o == "ABORTED" and per_txn[k] > 0]
+    assert not aborted_read, f"transactions aborted but visible: {aborted_read}"
+    assert any(o == "COMMITTED" and k > fault_at for k, o in outcome.items()), f"no commit after the fault: {outcome}"
+    print(f"{victim} {victims} killed at transaction {fault_at}: "
+          f"{Counter(outcome.values())}, {len(per_txn)} visible")
