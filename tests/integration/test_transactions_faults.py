@@ -78,7 +78,7 @@ class TxnCluster:
         ports = _free_ports(4)
         voters = f"0@127.0.0.1:{ports[0]}"
         self.kind = kind
-        self.ports = dict(zip(BROKERS, ports[1:]))
+        self.ports = dict(zip(BROKERS, ports[1:], strict=True))
         if kind == "kafka":
             tools = find_kafka_tools("4")
 

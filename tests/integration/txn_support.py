@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -209,5 +209,3 @@ def skip_unless(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-def describe(obj: Any) -> str:
-    return repr(obj)[:2000]
