@@ -24,14 +24,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from odradek.cluster.replica import IsrState, Replica, can_join_isr, out_of_sync_replicas
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import OffsetOutOfRangeError
 from odradek.log.leader_epoch import UNDEFINED_EPOCH
-from odradek.log.log import LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, Log
+from odradek.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+)
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.batch import AppendInfo
 
 log = logging.getLogger(__name__)
 
+READ_COMMITTED = 1  # Fetch / ListOffsets isolation_level
 NO_CONTROLLER_EPOCH = -1  # KRaft: leadership comes from the metadata log, not a controller epoch
 
 
@@ -67,6 +75,9 @@ class LogReadResult:
     diverging_epoch: tuple[int, int] | None = None
     # KIP-392: the replica the consumer should read from instead (-1: none); no records then.
     preferred_read_replica: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions in the range read
+    # (None for read_uncommitted and followers: the response's null list).
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 class Partition:
@@ -256,7 +267,9 @@ class Partition:
                 raise KafkaError(Errors.UNKNOWN_LEADER_EPOCH)
         return self.log
 
-    def append_records_to_leader(self, buf: bytearray, required_acks: int, now_ms: int) -> AppendInfo:
+    def append_records_to_leader(
+        self, buf: bytearray, required_acks: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendInfo:
         log_ = self._leader_log()
         if required_acks == -1 and len(self.isr) < log_.config.min_insync_replicas:
             raise KafkaError(
@@ -264,7 +277,7 @@ class Partition:
                 f"The size of the current ISR {self.isr} is insufficient to satisfy the "
                 f"min.isr requirement of {log_.config.min_insync_replicas} for partition {self}",
             )
-        info = log_.append_as_leader(buf, self.leader_epoch, now_ms)
+        info = log_.append_as_leader(buf, self.leader_epoch, now_ms, origin)
         self.maybe_increment_leader_hw()
         return info
 
@@ -279,36 +292,53 @@ class Partition:
         for_follower: bool = False,
         fetch_only_from_leader: bool = True,
     ) -> LogReadResult:
-        """A consumer reads up to the HW; a follower (``for_follower``) up to the LEO. A
-        follower's ``last_fetched_epoch`` is checked against the leader epoch cache first
-        (KIP-320): where the follower's log diverges, the answer is the diverging epoch and its
-        end offset, with no records. Without ``fetch_only_from_leader`` (a consumer's Fetch v11+,
-        KIP-392) a follower serves it too, up to its own HW."""
+        """A consumer reads up to the HW (``isolation_level`` 0, read_uncommitted) or the last
+        stable offset (1, read_committed: no record of an open transaction, and the aborted
+        transactions of the range read so that the consumer can drop their records); a follower
+        (``for_follower``) up to the LEO. A follower's ``last_fetched_epoch`` is checked against
+        the leader epoch cache first (KIP-320): where the follower's log diverges, the answer is
+        the diverging epoch and its end offset, with no records. Without
+        ``fetch_only_from_leader`` (a consumer's Fetch v11+, KIP-392) a follower serves it too,
+        up to its own HW / LSO."""
         if fetch_only_from_leader or self.is_leader:
             log_ = self._leader_log(current_leader_epoch)
         else:
             log_ = self._follower_log_for_consumer(current_leader_epoch)
         hw = log_.high_watermark
+        lso = log_.last_stable_offset
         if last_fetched_epoch >= 0:
             epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
             if epoch == UNDEFINED_EPOCH or end < 0:
                 # Nothing this leader knows at or below that epoch: the follower must reset.
                 return LogReadResult(
-                    Errors.OFFSET_OUT_OF_RANGE, None, hw, hw, log_.log_start_offset, log_.log_end_offset
+                    Errors.OFFSET_OUT_OF_RANGE, None, hw, lso, log_.log_start_offset, log_.log_end_offset
                 )
             if end < fetch_offset or epoch < last_fetched_epoch:
                 return LogReadResult(
-                    Errors.NONE, b"", hw, hw, log_.log_start_offset, log_.log_end_offset, (epoch, end)
+                    Errors.NONE, b"", hw, lso, log_.log_start_offset, log_.log_end_offset, (epoch, end)
                 )
-        # No transactions yet: the last stable offset is the high watermark.
-        max_offset = log_.log_end_offset if for_follower else hw
+        read_committed = isolation_level == READ_COMMITTED and not for_follower
+        if for_follower:
+            max_offset = log_.log_end_offset
+        else:
+            max_offset = lso if read_committed else hw
+        aborted: list[tuple[int, int]] | None = None
         try:
             data = log_.read(fetch_offset, max_bytes, max_offset, min_one_message)
             records: Any = data if data.regions else b""
             error = Errors.NONE
+            if read_committed:
+                # Every aborted transaction that overlaps what may have been read (Kafka bounds
+                # it by the end of the data read; the LSO is a superset consumers accept).
+                aborted = [
+                    (t.producer_id, t.first_offset)
+                    for t in log_.collect_aborted_transactions(fetch_offset, max_offset)
+                ] if data.regions else []
         except OffsetOutOfRangeError:
             records, error = None, Errors.OFFSET_OUT_OF_RANGE
-        return LogReadResult(error, records, hw, hw, log_.log_start_offset, log_.log_end_offset)
+        return LogReadResult(
+            error, records, hw, lso, log_.log_start_offset, log_.log_end_offset, aborted_transactions=aborted
+        )
 
     def _follower_log_for_consumer(self, current_leader_epoch: int) -> Log:
         """A follower's log for a consumer's read (Kafka's localLogWithEpochOrThrow without
@@ -324,19 +354,22 @@ class Partition:
     def fetch_offset_for_timestamp(
         self, timestamp: int, isolation_level: int, current_leader_epoch: int
     ) -> tuple[int, int, int]:
-        """(timestamp, offset, leader_epoch) for ListOffsets; offset -1 when there is none."""
+        """(timestamp, offset, leader_epoch) for ListOffsets; offset -1 when there is none.
+        Consumers see up to the HW (read_uncommitted) or the LSO (read_committed, isolation
+        level 1): LATEST is that offset, and an offset found by timestamp at or beyond it is
+        not answered (Kafka's lastFetchableOffset)."""
         log_ = self._leader_log(current_leader_epoch)
-        hw = log_.high_watermark
+        last_fetchable = log_.last_stable_offset if isolation_level == READ_COMMITTED else log_.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            return -1, hw, self.leader_epoch
+            return -1, last_fetchable, self.leader_epoch
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1, -1  # no tiered storage
         found = log_.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return -1, -1, -1
         off, ts, epoch = found
-        if timestamp >= 0 and off >= hw:  # not yet visible to consumers
-            return -1, -1, -1
+        if timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and off >= last_fetchable:
+            return -1, -1, -1  # not yet visible to consumers (by timestamp or MAX_TIMESTAMP, as Kafka)
         return ts, off, epoch
 
     def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:

@@ -41,3 +41,16 @@ class InvalidProducerEpochError(LogError):
     """A batch from an older epoch of a producer id than the one already seen."""
 
     error_code = 47  # INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(LogError):
+    """A non-transactional batch from a producer whose transaction is ongoing."""
+
+    error_code = 48  # INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A transaction marker written with an older coordinator epoch than one already seen for
+    that producer (a zombie coordinator)."""
+
+    error_code = 52  # TRANSACTION_COORDINATOR_FENCED

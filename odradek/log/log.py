@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.checkpoint import fsync_dir
 from odradek.log.errors import (
     CorruptIndexError,
@@ -28,8 +29,14 @@ from odradek.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from odradek.log.log_config import LogConfig
 from odradek.log.log_loader import LogLoader
 from odradek.log.log_segments import LogSegments, open_segment, remove_quietly
+from odradek.log.log_transactions import (
+    LogTransactionsMixin,
+    ProducerStateStore,
+    analyze_append,
+    apply_append,
+)
 from odradek.log.partition_metadata import write_partition_metadata
-from odradek.log.producer_state import ProducerStateManager, last_sequence
+from odradek.log.producer_state import BatchMetadata, ProducerStateManager
 from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -43,9 +50,7 @@ from odradek.log.segment import (
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
 from odradek.records.batch import (
-    RECORD_BATCH_OVERHEAD,
     AppendInfo,
-    parse_header,
     validate,
     validate_and_assign,
 )
@@ -70,7 +75,7 @@ def parse_topic_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class Log:
+class Log(LogTransactionsMixin):
     def __init__(
         self,
         directory: str,
@@ -101,9 +106,18 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._closed = False
-        # Idempotent-producer state, rebuilt from batch headers the first time it is needed.
+        # Idempotent and transactional producer state, loaded now: the LSO must be right
+        # from the start.
         self.producer_state = ProducerStateManager()
-        self._producer_state_loaded = False
+        self._producers = ProducerStateStore(directory, self._name, self.producer_state)
+        self._producers.load(
+            segments,
+            log_start_offset,
+            self.log_end_offset,
+            now_ms,
+            config.producer_id_expiration_ms,
+            {s.base_offset for s in segments if s.recovered or not s.txn_index_sane()},
+        )
 
     # =========================================================================== loading
     @classmethod
@@ -220,14 +234,17 @@ class Log:
         """flush.messages reached: the caller must flush (off its event loop) before acking."""
         return self._unflushed_messages >= self.config.flush_messages
 
-    def _ensure_producer_state(self) -> None:
-        if not self._producer_state_loaded:
-            self.producer_state.rebuild(
-                h for seg in self._segments for h in seg.iter_batch_headers()
-            )
-            self._producer_state_loaded = True
+    @property
+    def _name(self) -> str:
+        return f"{self.topic}-{self.partition}"
 
-    def append_as_leader(self, buf: bytearray, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(
+        self,
+        buf: bytearray,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
         With a ``compression.type`` other than ``producer``, batches in another codec are stored
@@ -236,24 +253,12 @@ class Log:
 
         A batch an idempotent producer already wrote (a retry) is not appended again: the
         returned info carries the original offsets and ``num_batches == 0``.
+
+        ``origin``: see :class:`AppendOrigin`; only ``COORDINATOR`` appends COMMIT/ABORT
+        markers (a client's control batch is INVALID_RECORD).
         """
         with self._lock:
             config = self.config
-            first = parse_header(buf, 0) if len(buf) >= RECORD_BATCH_OVERHEAD else None
-            if first is not None and first.producer_id >= 0 and first.base_sequence >= 0:
-                self._ensure_producer_state()
-                dup = self.producer_state.check(
-                    first.producer_id,
-                    first.producer_epoch,
-                    first.base_sequence,
-                    last_sequence(first.base_sequence, first.last_offset_delta),
-                )
-                if dup is not None:
-                    return AppendInfo(
-                        first_offset=dup.first_offset,
-                        last_offset=dup.last_offset,
-                        max_timestamp=dup.max_timestamp,
-                    )
             info = validate_and_assign(
                 buf,
                 self.log_end_offset,
@@ -278,6 +283,13 @@ class Log:
                 check_records(
                     buf, info, config, now_ms, tp, keys=True, timestamps=not config.log_append_time
                 )
+            staged = analyze_append(self.producer_state, buf, info, origin, tp)
+            if isinstance(staged, BatchMetadata):
+                return AppendInfo(
+                    first_offset=staged.first_offset,
+                    last_offset=staged.last_offset,
+                    max_timestamp=staged.max_timestamp,
+                )
             codec = config.compression_codec
             if codec is not None:
                 # compression.type other than 'producer': batches in another codec are
@@ -301,9 +313,7 @@ class Log:
                 self._append(buf, info, now_ms)
             except OSError as e:
                 raise self._storage_failure(e, "appending to") from e
-            if self._producer_state_loaded:
-                for b in info.batches:
-                    self.producer_state.update_from_header(parse_header(buf, b.position))
+            apply_append(self.producer_state, staged, self._segments.active, info.next_offset)
         return info
 
     def append_as_follower(
@@ -324,6 +334,13 @@ class Log:
                 raise RecordBatchTooLargeError(
                     f"append of {info.valid_bytes} bytes exceeds segment.bytes {config.segment_bytes}"
                 )
+            # A follower keeps the producers' state as it appends (Kafka's replication origin:
+            # taken, not validated), so that as a new leader it still recognises a retried
+            # batch, refuses a gap, and knows the ongoing transactions (LSO).
+            staged = analyze_append(
+                self.producer_state, buf, info, AppendOrigin.REPLICATION, self._name
+            )
+            assert not isinstance(staged, BatchMetadata)
             try:
                 for b in info.batches:
                     if b.partition_leader_epoch > self.leader_epoch_cache.latest_epoch:
@@ -331,12 +348,7 @@ class Log:
                 self._append(buf, info, now_ms)
             except OSError as e:
                 raise self._storage_failure(e, "appending to") from e
-            if self._producer_state_loaded:
-                # A follower keeps the producers' sequences as it appends (Kafka's replication
-                # origin: taken, not validated), so that as a new leader it still recognises a
-                # retried batch and refuses a gap without reading its log again.
-                for b in info.batches:
-                    self.producer_state.update_from_header(parse_header(buf, b.position))
+            apply_append(self.producer_state, staged, self._segments.active, info.next_offset)
         return info
 
     def _append(
@@ -401,6 +413,7 @@ class Log:
                 self._segments.pop()
                 old.delete()
             self._segments.append(seg)
+            self._producers.take_snapshot(base, sync=False)
             return seg
 
     # =============================================================================== read
@@ -557,13 +570,13 @@ class Log:
         deadline = now_ms + self.config.file_delete_delay_ms
         for seg in self._segments.take_prefix(n):
             self._segments.retire(seg, deadline)
+        self._producers.delete_below(self._segments[0].base_offset)
 
     # ======================================================================= compaction
     def producer_last_offsets(self) -> dict[int, int]:
         """Last offset of each idempotent producer's last batch (the cleaner keeps that batch,
         emptied if need be, so the producer's sequence survives compaction and reloads)."""
         with self._lock:
-            self._ensure_producer_state()
             return {
                 pid: entry.batches[-1].last_offset
                 for pid, entry in self.producer_state.producers.items()
@@ -653,7 +666,9 @@ class Log:
             self._recovery_point = min(self._recovery_point, leo)
             self._high_watermark = min(self._high_watermark, leo)
             self._unflushed_messages = 0
-            self._producer_state_loaded = False
+            self._producers.truncate(
+                segs.values(), self._log_start_offset, leo, self.config.producer_id_expiration_ms
+            )
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -670,7 +685,7 @@ class Log:
             self._recovery_point = offset
             self._high_watermark = offset
             self._unflushed_messages = 0
-            self._producer_state_loaded = False
+            self._producers.delete_all(offset)
 
     # ============================================================================ flush
     def flush(self, up_to_offset: int | None = None, now_ms: int | None = None) -> None:
@@ -709,6 +724,7 @@ class Log:
         for s in segs:
             s.flush()
         with self._lock:
+            self._producers.take_snapshot(self.log_end_offset, sync=True)
             self._recovery_point = self.log_end_offset
             self._segments.close_all()
             self._closed = True
@@ -741,6 +757,7 @@ class Log:
             self._segments.detach_files()
             os.rename(self.dir, new_dir)
             self.dir = new_dir
+            self._producers.moved(new_dir)
 
     @property
     def closed(self) -> bool:

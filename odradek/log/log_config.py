@@ -48,6 +48,9 @@ class LogConfig:
     min_insync_replicas: int = 1
     preallocate: bool = False
     unclean_leader_election_enable: bool = False
+    # Broker-level (producer.id.expiration.ms): idle producers without an ongoing transaction
+    # are forgotten after this long.
+    producer_id_expiration_ms: int = 86400000
     # The raw effective key/value strings (topic keys), as DescribeConfigs would report them.
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 

@@ -38,7 +38,7 @@ from odradek.log.segment import (
 
 logger = logging.getLogger(__name__)
 
-_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 
 
 class LoadedLog(NamedTuple):

@@ -10,6 +10,7 @@ worker thread, never the event loop):
 * :meth:`LogManager.cleanup_logs` every ``log.retention.check.interval.ms`` (retention);
 * :meth:`LogManager.flush_dirty_logs` (``flush.ms``, flushing rolled segments);
 * :meth:`LogManager.checkpoint_logs` / :meth:`LogManager.checkpoint_high_watermarks`;
+* :meth:`LogManager.remove_expired_producers` every ``producer.id.expiration.check.interval.ms``;
 * :meth:`LogManager.clean_logs` every ``log.cleaner.backoff.ms`` (15000) when
   ``log.cleaner.enable`` (true): compacts every log whose ``cleanup.policy`` contains
   ``compact`` and is dirty enough (see :mod:`odradek.log.log_cleaner`). A call may take long (it
@@ -248,6 +249,16 @@ class LogManager:
             except OSError:
                 logger.exception("retention failed for %s-%s", tp[0], tp[1])
         return total
+
+    def remove_expired_producers(self) -> int:
+        """Forget idle producers (``producer.id.expiration.ms``, no ongoing transaction) of
+        every log; call every ``producer.id.expiration.check.interval.ms``."""
+        now_ms = self._clock_ms()
+        return sum(
+            log.remove_expired_producers(now_ms)
+            for log in self.all_logs().values()
+            if not log.closed
+        )
 
     def _close_retired(self, now_ms: int | None) -> None:
         """Close the files of deleted logs whose delay has passed (all of them if None)."""

@@ -21,6 +21,7 @@ from odradek.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX
 
 
 def open_segment(
@@ -163,5 +164,5 @@ def remove_quietly(path: str) -> None:
 
 def remove_segment_files(directory: str, base: int) -> None:
     prefix = os.path.join(directory, filename_prefix(base))
-    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
         remove_quietly(prefix + suffix)

@@ -1,23 +1,45 @@
-"""ProducerStateManager: idempotent-producer bookkeeping of one partition log (sans-I/O).
+"""ProducerStateManager: idempotent and transactional producer bookkeeping of one partition log
+(Kafka's ProducerStateManager / ProducerAppendInfo; sans-I/O).
 
-For every producer id it keeps the current epoch and the last five batches' sequence ranges and
-offsets. A new batch must continue the sequence (else OUT_OF_ORDER_SEQUENCE_NUMBER), a retried
-batch that is already in the log is recognised as a duplicate and answered with its original
-offsets instead of being appended twice, and an older epoch is fenced (INVALID_PRODUCER_EPOCH).
-Everything it needs is in the batch headers, so the state is rebuilt from them when a log loads.
+For every producer id it keeps the current epoch, the last five batches' sequence ranges and
+offsets, the coordinator epoch of the last marker and the first offset of the producer's ongoing
+transaction. A new batch must continue the sequence (else OUT_OF_ORDER_SEQUENCE_NUMBER), a
+retried batch already in the log is recognised as a duplicate and answered with its original
+offsets, an older epoch is fenced (INVALID_PRODUCER_EPOCH), a marker from an older coordinator
+epoch is fenced (TRANSACTION_COORDINATOR_FENCED).
+
+An append is staged in a :class:`ProducerAppend` (every batch of the request checked against the
+staged state) and applied with :meth:`ProducerStateManager.commit` once the bytes are in the log,
+so a refused request changes nothing.
+
+Transactions: a transactional data batch opens the producer's transaction (its first offset);
+its COMMIT/ABORT marker completes it. Completed transactions whose marker is not yet below the
+high watermark stay "unreplicated"; the first unstable offset is the smallest first offset of an
+ongoing or unreplicated transaction, and the last stable offset is min(that, high watermark).
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from odradek.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from odradek.log.append_origin import AppendOrigin
+from odradek.log.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 from odradek.records.batch import RecordBatchHeader
+from odradek.records.control_batch import EndTxnMarker
+
+logger = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1
+NO_PRODUCER_EPOCH = -1
 
 
 @dataclass(frozen=True)
@@ -33,10 +55,47 @@ class BatchMetadata:
 class ProducerStateEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = -1  # -1: no ongoing transaction
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+        )
+
+    def maybe_update_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+@dataclass(frozen=True)
+class ProducerInfo:
+    """One active producer of a partition (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: none
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -45,64 +104,221 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return s - INT32_MAX - 1 if s > INT32_MAX else s
 
 
+def first_sequence(last_seq: int, offset_delta: int) -> int:
+    """Inverse of :func:`last_sequence`."""
+    s = last_seq - offset_delta
+    return s + INT32_MAX + 1 if s < 0 else s
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (last_seq == INT32_MAX and next_seq == 0)
+
+
+class ProducerAppend:
+    """The producer-state changes of one append, checked batch by batch against the staged
+    state; :meth:`ProducerStateManager.commit` applies them."""
+
+    def __init__(self, manager: ProducerStateManager, origin: AppendOrigin, name: str) -> None:
+        self.manager = manager
+        self.origin = origin
+        self.name = name  # topic-partition, for messages
+        self.entries: dict[int, ProducerStateEntry] = {}
+        self._orig_epoch: dict[int, int] = {}
+        self.started: list[tuple[int, int]] = []  # (first offset, producer id)
+        self.completed: list[CompletedTxn] = []
+
+    def _entry(self, producer_id: int) -> ProducerStateEntry:
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            current = self.manager.producers.get(producer_id)
+            entry = current.copy() if current is not None else ProducerStateEntry(NO_PRODUCER_EPOCH)
+            self.entries[producer_id] = entry
+            self._orig_epoch[producer_id] = entry.epoch
+        return entry
+
+    def duplicate_of(self, h: RecordBatchHeader) -> BatchMetadata | None:
+        """The batch already in the log that ``h`` retries (client appends), if any."""
+        entry = self.manager.producers.get(h.producer_id)
+        if entry is None or entry.epoch != h.producer_epoch or h.base_sequence < 0:
+            return None
+        last_seq = last_sequence(h.base_sequence, h.last_offset_delta)
+        for b in entry.batches:
+            if b.first_seq == h.base_sequence and b.last_seq == last_seq:
+                return b
+        return None
+
+    def _check_epoch(self, entry: ProducerStateEntry, pid: int, epoch: int, offset: int) -> None:
+        if epoch < entry.epoch:
+            message = (
+                f"Epoch of producer {pid} at offset {offset} in {self.name} is {epoch}, which is "
+                f"smaller than the last seen epoch {entry.epoch}"
+            )
+            if self.origin is AppendOrigin.REPLICATION:
+                logger.warning("%s", message)
+            else:
+                raise InvalidProducerEpochError(message)
+
+    def _check_sequence(self, entry: ProducerStateEntry, pid: int, epoch: int, first_seq: int,
+                        offset: int) -> None:
+        if epoch != entry.epoch:
+            if first_seq != 0 and entry.epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"Invalid sequence number for new epoch of producer {pid} at offset {offset} "
+                    f"in partition {self.name}: {epoch} (request epoch), {first_seq} (seq. "
+                    f"number), {entry.epoch} (current producer epoch)"
+                )
+        elif not (
+            self._orig_epoch.get(pid, NO_PRODUCER_EPOCH) == NO_PRODUCER_EPOCH
+            or _in_sequence(entry.last_seq, first_seq)
+        ):
+            raise OutOfOrderSequenceError(
+                f"Out of order sequence number for producer {pid} at offset {offset} in "
+                f"partition {self.name}: {first_seq} (incoming seq. number), {entry.last_seq} "
+                "(current end sequence number)"
+            )
+
+    def append_data(self, h: RecordBatchHeader) -> None:
+        pid, epoch = h.producer_id, h.producer_epoch
+        entry = self._entry(pid)
+        self._check_epoch(entry, pid, epoch, h.base_offset)
+        if self.origin is AppendOrigin.CLIENT:
+            self._check_sequence(entry, pid, epoch, h.base_sequence, h.base_offset)
+        entry.maybe_update_epoch(epoch)
+        last_seq = (
+            last_sequence(h.base_sequence, h.last_offset_delta) if h.base_sequence >= 0 else -1
+        )
+        entry.batches.append(
+            BatchMetadata(h.base_sequence, last_seq, h.base_offset, h.last_offset, h.max_timestamp)
+        )
+        entry.last_timestamp = h.max_timestamp
+        if entry.current_txn_first_offset >= 0 and not h.is_transactional:
+            message = (
+                f"Expected transactional write from producer {pid} at offset {h.base_offset} "
+                f"in partition {self.name}"
+            )
+            if self.origin is AppendOrigin.REPLICATION:
+                logger.warning("%s", message)
+            else:
+                raise InvalidTxnStateError(message)
+        elif entry.current_txn_first_offset < 0 and h.is_transactional:
+            entry.current_txn_first_offset = h.base_offset
+            self.started.append((h.base_offset, pid))
+
+    def append_marker(self, h: RecordBatchHeader, marker: EndTxnMarker) -> None:
+        pid, epoch = h.producer_id, h.producer_epoch
+        entry = self._entry(pid)
+        self._check_epoch(entry, pid, epoch, h.base_offset)
+        if entry.coordinator_epoch > marker.coordinator_epoch:
+            if self.origin is AppendOrigin.REPLICATION:
+                logger.info(
+                    "Detected invalid coordinator epoch for producerId %d at offset %d in "
+                    "partition %s: %d is older than previously known coordinator epoch %d",
+                    pid, h.base_offset, self.name, marker.coordinator_epoch,
+                    entry.coordinator_epoch,
+                )
+            else:
+                raise TransactionCoordinatorFencedError(
+                    f"Invalid coordinator epoch for producerId {pid} at offset {h.base_offset} "
+                    f"in partition {self.name}: {marker.coordinator_epoch} (zombie), "
+                    f"{entry.coordinator_epoch} (current)"
+                )
+        if entry.current_txn_first_offset >= 0:
+            # A marker without data in this partition completes nothing (Kafka: it affects
+            # neither the last stable offset nor the transaction index).
+            self.completed.append(
+                CompletedTxn(pid, entry.current_txn_first_offset, h.base_offset, not marker.commit)
+            )
+        entry.maybe_update_epoch(epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.current_txn_first_offset = -1
+        entry.last_timestamp = marker.timestamp
 
 
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: list[tuple[int, int]] = []  # (first offset, producer id), sorted
+        # Completed, marker not yet below the high watermark: (first, last offset, pid), sorted.
+        self._unreplicated: list[tuple[int, int, int]] = []
+        self.map_end_offset = 0  # the offset up to which the log has been applied
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        """Validate a leader append. Returns the original batch if this one is a duplicate."""
-        entry = self.producers.get(producer_id)
-        if entry is None:
-            # Unknown producer (new, or its state expired with the log): accept any sequence.
-            return None
-        if epoch < entry.epoch:
-            raise InvalidProducerEpochError(
-                f"Producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}"
+    # ----------------------------------------------------------------------------- updates
+    def begin(self, origin: AppendOrigin, name: str = "") -> ProducerAppend:
+        return ProducerAppend(self, origin, name)
+
+    def commit(self, append: ProducerAppend, end_offset: int | None = None) -> list[tuple[CompletedTxn, int]]:
+        """Apply a staged append. Returns each completed transaction with the last stable
+        offset to record with it in the transaction index (the first offset of the next
+        ongoing transaction of another producer, else the marker's offset + 1)."""
+        self.producers.update(append.entries)
+        for started in append.started:
+            bisect.insort(self._ongoing, started)
+        done: list[tuple[CompletedTxn, int]] = []
+        for txn in append.completed:
+            lso = next(
+                (first for first, pid in self._ongoing if pid != txn.producer_id),
+                txn.last_offset + 1,
             )
-        if epoch > entry.epoch:
-            if first_seq != 0:
-                raise OutOfOrderSequenceError(
-                    f"Producer {producer_id} bumped its epoch to {epoch} but starts at sequence "
-                    f"{first_seq}, not 0"
-                )
-            return None
-        for b in entry.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
-                return b
-        if not _in_sequence(entry.last_seq, first_seq):
-            raise OutOfOrderSequenceError(
-                f"Out of order sequence number for producer {producer_id} at epoch {epoch}: "
-                f"{first_seq} (incoming seq. number), {entry.last_seq} (current end sequence number)"
-            )
-        return None
+            try:
+                self._ongoing.remove((txn.first_offset, txn.producer_id))
+            except ValueError:
+                pass
+            bisect.insort(self._unreplicated, (txn.first_offset, txn.last_offset, txn.producer_id))
+            done.append((txn, lso))
+        if end_offset is not None:
+            self.map_end_offset = end_offset
+        return done
 
-    def update(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
-        entry = self.producers.get(producer_id)
-        if entry is None or epoch != entry.epoch:
-            entry = ProducerStateEntry(epoch)
-            self.producers[producer_id] = entry
-        entry.batches.append(batch)
+    def load_entry(self, producer_id: int, entry: ProducerStateEntry) -> None:
+        """Put an entry read from a snapshot."""
+        self.producers[producer_id] = entry
+        if entry.current_txn_first_offset >= 0:
+            bisect.insort(self._ongoing, (entry.current_txn_first_offset, producer_id))
 
-    def update_from_header(self, h: RecordBatchHeader) -> None:
-        if h.producer_id < 0 or h.base_sequence < 0:
-            return
-        self.update(
-            h.producer_id,
-            h.producer_epoch,
-            BatchMetadata(
-                h.base_sequence,
-                last_sequence(h.base_sequence, h.last_offset_delta),
-                h.base_offset,
-                h.base_offset + h.last_offset_delta,
-                h.max_timestamp,
-            ),
-        )
-
-    def rebuild(self, headers: Iterable[RecordBatchHeader]) -> None:
+    def clear(self, end_offset: int = 0) -> None:
         self.producers.clear()
-        for h in headers:
-            self.update_from_header(h)
+        self._ongoing.clear()
+        self._unreplicated.clear()
+        self.map_end_offset = end_offset
+
+    # ------------------------------------------------------------------------ transactions
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """Smallest first offset of an ongoing transaction or of a completed one whose marker
+        is not yet below ``high_watermark`` (those below it are forgotten)."""
+        unrep = self._unreplicated
+        if unrep:
+            self._unreplicated = unrep = [t for t in unrep if t[1] >= high_watermark]
+        candidates = []
+        if self._ongoing:
+            candidates.append(self._ongoing[0][0])
+        if unrep:
+            candidates.append(unrep[0][0])
+        return min(candidates) if candidates else None
+
+    def first_undecided_offset(self) -> int | None:
+        return self._ongoing[0][0] if self._ongoing else None
+
+    @property
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(first offset, producer id) of the ongoing transactions, by first offset."""
+        return list(self._ongoing)
+
+    # -------------------------------------------------------------------------- expiration
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` that have no ongoing
+        transaction. Returns how many were removed."""
+        doomed = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
+        for pid in doomed:
+            del self.producers[pid]
+        return len(doomed)
+
+    def active_producers(self) -> list[ProducerInfo]:
+        return [
+            ProducerInfo(pid, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                         e.current_txn_first_offset)
+            for pid, e in sorted(self.producers.items())
+        ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from odradek.log.errors import CorruptIndexError
 from odradek.log.index import OffsetIndex, TimeIndex
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
 from odradek.records.batch import (
     HEADER_STRUCT,
     MAGIC_V2,
@@ -100,6 +101,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size
         )
+        # Aborted transactions whose marker is in this segment (file created at the first).
+        self.txn_index = TransactionIndex(
+            prefix + TXN_INDEX_FILE_SUFFIX + file_suffix, base_offset
+        )
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._next_offset = base_offset  # one past the last offset in the segment
@@ -111,6 +116,7 @@ class LogSegment:
         self._last_modified_ms = now_ms
         self._closed = False
         self.last_truncation: Truncation | None = None  # set by recover()
+        self.recovered = False  # recover() ran: the transaction index must be rebuilt
 
     # ----------------------------------------------------------------------------- properties
     @property
@@ -220,6 +226,7 @@ class LogSegment:
         """Rescan the log validating each batch (CRC included), rebuild both indexes and
         truncate a torn or corrupt tail. Returns the number of bytes truncated."""
         self._init_from_disk_mtime()
+        self.recovered = True
         self.offset_index.reset()
         self.time_index.reset()
         self._next_offset = self.base_offset
@@ -291,6 +298,14 @@ class LogSegment:
             last = h.last_offset
             pos += h.size
         return last
+
+    def txn_index_sane(self) -> bool:
+        """Whether the transaction index is whole and within this segment's offsets."""
+        try:
+            self.txn_index.sanity_check(self._next_offset)
+            return True
+        except CorruptIndexError:
+            return False
 
     # ------------------------------------------------------------------------------- append
     def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
@@ -498,6 +513,7 @@ class LogSegment:
         # The batch holding ``offset`` goes whole: so do index entries from its first offset.
         self.offset_index.truncate_to(h.base_offset)
         self.time_index.truncate_to(h.base_offset)
+        self.txn_index.truncate_to(h.base_offset)
         os.ftruncate(self._fd, pos)
         self._size = pos
         try:
@@ -514,6 +530,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Close the log file; the indexes write their unwritten entries (best effort)."""
@@ -529,6 +546,7 @@ class LogSegment:
         """The files are deleted or moved away: the indexes never write them again."""
         self.offset_index.detach()
         self.time_index.detach()
+        self.txn_index.detach()
 
     @property
     def closed(self) -> bool:
@@ -537,7 +555,8 @@ class LogSegment:
     def unlink_files(self) -> None:
         """Remove the files but keep descriptors open (in-flight reads/sendfile stay valid)."""
         self.detach_files()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        paths = (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
+        for path in paths:
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.log import Log
 from odradek.raft.raft_client import Batch, SnapshotReader
 from odradek.raft.raft_log import LogBatch
@@ -102,7 +103,7 @@ class MetadataLog(Generic[T]):
         ]
         batch = bytearray(build_batch(values, partition_leader_epoch=epoch))
         with self._lock:
-            info = self.log.append_as_leader(batch, epoch, now_ms)
+            info = self.log.append_as_leader(batch, epoch, now_ms, AppendOrigin.RAFT_LEADER)
         return info.first_offset, info.last_offset
 
     def read_log_batches(self) -> list[LogBatch]:

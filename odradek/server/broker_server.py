@@ -29,6 +29,10 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.socket_server import SocketServer
 from odradek.server import config_defs
+from odradek.server.add_partitions_to_txn_manager import (
+    AddPartitionsToTxnManager,
+    TransactionVerifier,
+)
 from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.controller_channel import ControllerChannel
@@ -44,6 +48,8 @@ from odradek.server.replica_manager import ReplicaManager
 from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
+from odradek.server.txn_apis import TxnApis, build_txn_apis
+from odradek.server.txn_partition_apis import TxnPartitionApis
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +107,9 @@ class BrokerServer:
         self.heartbeat_channel: ControllerChannel | None = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_apis: TxnApis | None = None
         self.broker_apis: KafkaApis | None = None
+        self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
 
@@ -227,8 +235,18 @@ class BrokerServer:
             heartbeat_interval_ms=lambda: cfg.broker_heartbeat_interval_ms,
             metadata_offset=lambda: self.metadata_cache.image.offset,
         )
+        producer_ids = ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel)
+        # 4b. Transaction coordinator: loads the __transaction_state partitions this node leads.
+        txn_apis = self.txn_apis = build_txn_apis(
+            node_id=self.node_id, config=cfg, replica_manager=self.replica_manager,
+            metadata_cache=self.metadata_cache, controller_channel=channel, producer_ids=producer_ids,
+            offsets_partition_for=self.group_coordinator.partition_for,
+        )
+        txn_apis.startup()
+        group_apis = GroupApis(self.group_coordinator)
+        group_apis.find_transaction_coordinator = txn_apis.coordinator_for
         broker_apis = KafkaApis(
-            producer_id_manager=ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel),
+            producer_id_manager=producer_ids,
             node_id=self.node_id,
             cluster_id=self.cluster_id,
             config=cfg,
@@ -236,8 +254,10 @@ class BrokerServer:
             replica_manager=self.replica_manager,
             controller_channel=channel,
             log_manager=lm,
-            extensions=[GroupApis(self.group_coordinator)],
+            extensions=[group_apis, txn_apis],
+            txn_apis=self._txn_partition_apis(cfg),
         )
+        txn_apis.idempotent_init_producer_id = broker_apis.handle_init_producer_id
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         for server in self._servers:
             server.handler = broker_apis
@@ -265,6 +285,9 @@ class BrokerServer:
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
+        self._schedule(
+            "producer-expiration", cfg._int("producer.id.expiration.check.interval.ms"), lm.remove_expired_producers
+        )
         rm = self.replica_manager
         self._schedule_on_loop("isr-expiration", max(1, cfg.replica_lag_time_max_ms // 2), rm.maybe_shrink_isrs)
         self._schedule(
@@ -359,7 +382,6 @@ class BrokerServer:
     # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
     # directory Kafka used) mean state Odradek would silently drop or misread.
     UNSUPPORTED_INTERNAL_TOPICS = {
-        "__transaction_state": "transactions (read_committed consumers would see aborted records)",
         "__share_group_state": "share groups (KIP-932)",
     }
 
@@ -431,6 +453,19 @@ class BrokerServer:
             asyncio.get_running_loop().create_task(run_periodically(name, interval, fn), name=name)
         )
 
+    def _txn_partition_apis(self, cfg: KafkaConfig) -> TxnPartitionApis:
+        """The partition side of transactions, with KIP-890 verification of transactional
+        produce against the transaction coordinators."""
+        assert self.replica_manager is not None
+        manager = self.add_partitions_to_txn_manager = AddPartitionsToTxnManager(
+            self.metadata_cache,
+            cfg.inter_broker_listener_name,
+            cfg.request_timeout_ms,
+            cfg._int("transaction.state.log.num.partitions"),
+        )
+        verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
+        return TxnPartitionApis(self.replica_manager, lambda: cfg.request_timeout_ms, verifier)
+
     async def shutdown(self) -> None:
         if self._started:
             log.info("Odradek broker %d shutting down", self.node_id)
@@ -448,8 +483,12 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
+        if self.txn_apis is not None:
+            await self.txn_apis.shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
+        if self.add_partitions_to_txn_manager is not None:
+            await self.add_partitions_to_txn_manager.close()
         if self.replica_fetcher_manager is not None:
             await self.replica_fetcher_manager.shutdown()
         if self.alter_partition_manager is not None:

@@ -683,6 +683,7 @@ def build_log_config(broker: KafkaConfig, overrides: Mapping[str, str]) -> LogCo
         min_insync_replicas=v("min.insync.replicas"),
         preallocate=v("preallocate"),
         unclean_leader_election_enable=v("unclean.leader.election.enable"),
+        producer_id_expiration_ms=broker._int("producer.id.expiration.ms"),
         raw={k: (s if s is not None else "") for k, (_, s, _src) in eff.items()},
     )
 

@@ -1,7 +1,7 @@
 """GroupApis: the group coordinator's APIs, served through KafkaApis as an ApiExtension.
 
-FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
+FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
 ConsumerGroupDescribe, for every version declared in
 :mod:`odradek.protocol.messages`. Handlers translate between the request/response dicts and
 :class:`~odradek.coordinator.group.group_coordinator.GroupCoordinator`.
@@ -10,6 +10,7 @@ ConsumerGroupDescribe, for every version declared in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
@@ -21,7 +22,6 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, GROUP_AUTHORIZED_OPERATIONS
 from odradek.server.api_dispatcher import Handler, RequestContext
-from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,9 @@ TRANSACTION_KEY_TYPE = 1
 class GroupApis:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
-        self.refused_transactions = TransactionRefusalLog()
+        # FindCoordinator key type TRANSACTION: (transactional id, listener) -> (error, node, host,
+        # port), from the transaction coordinator (TxnApis.coordinator_for).
+        self.find_transaction_coordinator: Callable[[str, str], tuple[Errors, int, str, int]] | None = None
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -42,6 +44,7 @@ class GroupApis:
             m.HEARTBEAT: self.handle_heartbeat,
             m.LEAVE_GROUP: self.handle_leave_group,
             m.OFFSET_COMMIT: self.handle_offset_commit,
+            m.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
             m.OFFSET_FETCH: self.handle_offset_fetch,
             m.DESCRIBE_GROUPS: self.handle_describe_groups,
             m.LIST_GROUPS: self.handle_list_groups,
@@ -55,11 +58,14 @@ class GroupApis:
 
     def _find_one(self, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+        msg: str | None = None
         if key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator: an error clients treat as fatal, so that
-            # init_transactions fails at once instead of retrying until its timeout.
-            self.refused_transactions.refused("FindCoordinator", key, ctx.header.client_id, ctx.conn.peer)
-            err, msg = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+            if self.find_transaction_coordinator is None:
+                err, node, host, port = Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+            else:
+                err, node, host, port = self.find_transaction_coordinator(key, ctx.conn.listener_name)
+            if err == Errors.NONE:
+                out.update(node_id=node, host=host, port=port)
         elif key_type != GROUP_KEY_TYPE:
             err, msg = Errors.INVALID_REQUEST, f"Unsupported coordinator key type {key_type}"
         elif not key:
@@ -200,6 +206,46 @@ class GroupApis:
             offsets,
             api_version=ctx.version,
         )
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in order:
+            by_topic.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+            )
+        return {
+            "throttle_time_ms": 0,
+            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+        }
+
+    # ------------------------------------------------------------------------ TxnOffsetCommit
+
+    async def handle_txn_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        offsets: dict[tuple[str, int], CommitRequest] = {}
+        order: list[tuple[str, int]] = []
+        for t in req["topics"]:
+            for p in t["partitions"]:
+                tp = (t["name"], p["partition_index"])
+                order.append(tp)
+                offsets[tp] = CommitRequest(
+                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+                )
+        producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
+        if producer_id < 0 or producer_epoch < 0:
+            log.warning(
+                "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
+                "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
+                producer_id, producer_epoch,
+            )
+            results = {tp: Errors.INVALID_PRODUCER_ID_MAPPING for tp in offsets}
+        else:
+            results = await self.coordinator.commit_txn_offsets(
+                req["group_id"],
+                producer_id,
+                producer_epoch,
+                req.get("member_id", ""),
+                req.get("generation_id", -1),
+                req.get("group_instance_id"),
+                offsets,
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
             by_topic.setdefault(tp[0], []).append(

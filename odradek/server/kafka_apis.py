@@ -48,7 +48,7 @@ from odradek.server.fetch_session import (
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_manager import ReplicaManager
-from odradek.server.transactions import TRANSACTIONS_UNSUPPORTED, TransactionRefusalLog
+from odradek.server.txn_partition_apis import TxnPartitionApis
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,9 @@ class KafkaApis(ApiDispatcher):
         producer_id_manager: ProducerIdManager | None = None,
         enabled_apis: list[Api] | None = None,
         extensions: Sequence[ApiExtension] = (),
+        txn_apis: TxnPartitionApis | None = None,
     ) -> None:
         self.producer_id_manager = producer_id_manager
-        self.refused_transactions = TransactionRefusalLog()
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.config = config
@@ -116,7 +116,9 @@ class KafkaApis(ApiDispatcher):
             m.DESCRIBE_LOG_DIRS.api_key: self.handle_describe_log_dirs,
             m.INIT_PRODUCER_ID.api_key: self.handle_init_producer_id,
         }
-        self.add_extensions(extensions)
+        # The transactional part of Produce, WriteTxnMarkers and DescribeProducers.
+        self.txn_apis = txn_apis or TxnPartitionApis(replica_manager, lambda: config.request_timeout_ms)
+        self.add_extensions([self.txn_apis, *extensions])
 
     def finalized_features(self) -> FinalizedFeatures:
         return self.metadata_cache.features()
@@ -262,16 +264,10 @@ class KafkaApis(ApiDispatcher):
 
     def handle_produce(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         acks = req["acks"]
-        if req["transactional_id"] is not None:
-            self.refused_transactions.refused(
-                "Produce", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
-            )
-            error: Errors | None = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = TRANSACTIONS_UNSUPPORTED
-        elif acks not in (-1, 0, 1):
+        error: Errors | None = None
+        message: str | None = None
+        if acks not in (-1, 0, 1):
             error, message = Errors.INVALID_REQUIRED_ACKS, f"Invalid required acks {acks}"
-        else:
-            error, message = None, None
         entries: dict[tuple[str, int], Any] = {}
         statuses: dict[tuple[str, int], ProducePartitionStatus] = {}
         order: list[tuple[str, int]] = []
@@ -305,7 +301,7 @@ class KafkaApis(ApiDispatcher):
                     )
                 else:
                     entries[tp] = p["records"]
-        result = self.replica_manager.append_records(req["timeout_ms"], acks, entries) if entries else {}
+        result = self._append_produce(req, acks, entries, statuses, order)
 
         def body(appended: dict[tuple[str, int], ProducePartitionStatus]) -> dict[str, Any] | None:
             all_status = {**appended, **statuses}
@@ -350,6 +346,38 @@ class KafkaApis(ApiDispatcher):
             return body(await pending)
 
         return wait()
+
+    def _append_produce(
+        self,
+        req: dict[str, Any],
+        acks: int,
+        entries: dict[tuple[str, int], Any],
+        statuses: dict[tuple[str, int], ProducePartitionStatus],
+        order: list[tuple[str, int]],
+    ) -> Any:
+        """Append a Produce's ``entries`` after its transactional checks (the statuses, or an
+        awaitable of them); partitions refused by the checks get their status in ``statuses``."""
+        if not entries:
+            return {}
+        check = self.txn_apis.check_produce(req["transactional_id"], entries)
+        if isinstance(check, Errors):
+            # As Kafka: the whole request fails (transactional records without a transactional
+            # id, or of more than one producer).
+            for tp in order:
+                statuses[tp] = ProducePartitionStatus(error=check)
+            return {}
+        if check is None:
+            return self.replica_manager.append_records(req["timeout_ms"], acks, entries)
+        verification = check
+
+        async def verified_then_append() -> dict[tuple[str, int], ProducePartitionStatus]:
+            for tp, (err, msg) in (await verification).items():
+                statuses[tp] = ProducePartitionStatus(error=err, message=msg)
+                entries.pop(tp, None)
+            appended = self.replica_manager.append_records(req["timeout_ms"], acks, entries) if entries else {}
+            return appended if isinstance(appended, dict) else await appended
+
+        return verified_then_append()
 
     # -- Fetch ----------------------------------------------------------------------------------
 
@@ -413,7 +441,9 @@ class KafkaApis(ApiDispatcher):
                     "high_watermark": res.high_watermark,
                     "last_stable_offset": res.last_stable_offset,
                     "log_start_offset": res.log_start_offset,
-                    "aborted_transactions": None,  # no transactions yet: nothing aborted
+                    "aborted_transactions": None if res.aborted_transactions is None else [
+                        {"producer_id": pid, "first_offset": first} for pid, first in res.aborted_transactions
+                    ],
                     "preferred_read_replica": res.preferred_read_replica,
                     "records": res.records if res.records is not None else b"",
                 }
@@ -600,12 +630,8 @@ class KafkaApis(ApiDispatcher):
 
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         if req["transactional_id"] is not None:
-            # Transactions need the transaction coordinator, which this broker does not have
-            # yet: a fatal error for clients (see odradek.server.transactions).
-            self.refused_transactions.refused(
-                "InitProducerId", req["transactional_id"], ctx.header.client_id, ctx.conn.peer
-            )
-            error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            # The transaction coordinator's (server/txn_apis.py) when the broker has one.
+            error = Errors.COORDINATOR_NOT_AVAILABLE
             return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
         manager = self.producer_id_manager
         if manager is None:

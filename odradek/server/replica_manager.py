@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 from odradek.cluster.partition import LogReadResult, Partition, PartitionState
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import KafkaStorageError, LogError
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
@@ -119,6 +120,10 @@ class ReplicaManager:
         # leading a partition: the group coordinator loads and unloads __consumer_offsets
         # partitions through this hook (Kafka's onLeadershipChange).
         self.leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
+        # Called as (topic, partition, producer_id, commit) once a transaction marker appended
+        # to a partition is acknowledged (the HW past it): the group coordinator completes the
+        # transactional offset commits of __consumer_offsets partitions through this hook.
+        self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         timer = timer if timer is not None else AsyncioTimer()
         self.produce_purgatory = DelayedOperationPurgatory("Produce", timer)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
@@ -411,19 +416,21 @@ class ReplicaManager:
         timeout_ms: int,
         required_acks: int,
         entries: dict[TopicPartition, bytearray | None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         """Append to the leaders. Returns the statuses, or an awaitable of them when the answer
         must wait: for log work on a partition (see the module doc), for fsync
         (``flush.messages`` reached) and/or for the HW (acks=-1)."""
         if any(tp in self._pending_log_work or tp in self._queued_appends for tp in entries):
-            return self._queue_append(timeout_ms, required_acks, entries)
-        return self._append_to_leaders(timeout_ms, required_acks, entries)
+            return self._queue_append(timeout_ms, required_acks, entries, origin)
+        return self._append_to_leaders(timeout_ms, required_acks, entries, origin)
 
     def _append_to_leaders(
         self,
         timeout_ms: int,
         required_acks: int,
         entries: dict[TopicPartition, bytearray | None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, ProducePartitionStatus] | Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         now = self.clock_ms()
         to_flush: list[Log] = []
@@ -446,7 +453,7 @@ class ReplicaManager:
                     log.warning("Rejected produce to %s: %s", p, st.message)
                     continue
             try:
-                info = p.append_records_to_leader(buf, required_acks, now)
+                info = p.append_records_to_leader(buf, required_acks, now, origin)
             except KafkaError as e:
                 st.error, st.message = e.code, e.message
                 continue
@@ -476,6 +483,7 @@ class ReplicaManager:
         timeout_ms: int,
         required_acks: int,
         entries: dict[TopicPartition, bytearray | None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> Awaitable[dict[TopicPartition, ProducePartitionStatus]]:
         """Append once the partitions' log work is done, after the appends queued before on
         them: records reach a partition in the order their requests arrived."""
@@ -492,7 +500,7 @@ class ReplicaManager:
                 tps = list(entries)
                 while not self._shut_down and any(tp in self._pending_log_work for tp in tps):
                     await self.wait_for_log_work(tps)
-                result = self._append_to_leaders(timeout_ms, required_acks, entries)
+                result = self._append_to_leaders(timeout_ms, required_acks, entries, origin)
             finally:
                 mine.set_result(None)
                 for tp in entries:
@@ -565,7 +573,8 @@ class ReplicaManager:
                     # Sent to another replica: no read here (Kafka's LogReadResult without data).
                     lg = p._leader_log(req.current_leader_epoch)
                     hw = lg.high_watermark
-                    res = LogReadResult(Errors.NONE, b"", hw, hw, lg.log_start_offset, lg.log_end_offset,
+                    res = LogReadResult(Errors.NONE, b"", hw, lg.last_stable_offset, lg.log_start_offset,
+                                        lg.log_end_offset,
                                         preferred_read_replica=preferred)
                 else:
                     res = p.read_records(
@@ -674,7 +683,8 @@ class ReplicaManager:
                 self._complete_delayed(tp)
                 # The follower learns the HW its own fetch moved now, not a fetch later.
                 assert p.log is not None
-                res.high_watermark = res.last_stable_offset = p.log.high_watermark
+                res.high_watermark = p.log.high_watermark
+                res.last_stable_offset = p.log.last_stable_offset
             if replica_id not in p.isr and self._is_eligible(replica_id, replica_epoch):
                 proposed = p.maybe_expand_isr(replica_id)
                 if proposed is not None:

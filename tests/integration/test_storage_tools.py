@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.log import Log, LogConfig
+from odradek.log.append_origin import AppendOrigin
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.metadata.records import encode_metadata_record
 from odradek.raft import control_records as cr
@@ -116,7 +117,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
         is_control=True,
         is_transactional=True,
     )
-    log.append_as_leader(bytearray(marker), leader_epoch=epoch, now_ms=40_000)
+    log.append_as_leader(
+        bytearray(marker), leader_epoch=epoch, now_ms=40_000, origin=AppendOrigin.COORDINATOR
+    )
     log.close()
     meta = Log.load(str(root / "__cluster_metadata-0"), LogConfig(), now_ms=0)
     topic_id = uuid.UUID("7c4c39a6-6d0a-4b4e-9c43-2b6f4cc4a1a2")

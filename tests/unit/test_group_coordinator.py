@@ -15,6 +15,7 @@ from odradek.coordinator.group.consumer_group_heartbeat import consumer_group_he
 from odradek.coordinator.group.group_coordinator_config import GroupConfig
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, GroupMetadataManager
 from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
@@ -34,16 +35,20 @@ class FakeReplicaManager:
     def __init__(self, path: Path, num: int) -> None:
         self.partitions: dict[tuple[str, int], Any] = {}
         self.leadership_listeners: list[Any] = []
+        self.txn_marker_listeners: list[Any] = []
         for p in range(num):
             lg = Log.load(str(path / f"{OFFSETS_TOPIC}-{p}"), LogConfig(), now_ms=0, clean_shutdown=False)
             self.partitions[(OFFSETS_TOPIC, p)] = FakePartition(lg)
 
-    def append_records(self, timeout_ms: int, acks: int, entries: dict[tuple[str, int], bytearray | None]) -> Any:
+    def append_records(
+        self, timeout_ms: int, acks: int, entries: dict[tuple[str, int], bytearray | None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> Any:
         out = {}
         for tp, buf in entries.items():
             lg = self.partitions[tp].log
             assert buf is not None
-            info = lg.append_as_leader(buf, 0, 0)
+            info = lg.append_as_leader(buf, 0, 0, origin)
             lg.high_watermark = lg.log_end_offset
             out[tp] = ProducePartitionStatus(base_offset=info.first_offset)
 

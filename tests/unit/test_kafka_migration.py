@@ -180,13 +180,14 @@ def test_broker_refuses_to_start_on_a_log_with_acls(tmp_path: Path) -> None:
         EmbeddedBroker(log_dir=str(d)).start()
 
 
-def test_broker_refuses_kafka_transaction_state(tmp_path: Path) -> None:
+def test_broker_refuses_kafka_share_group_state(tmp_path: Path) -> None:
+    # (__transaction_state was refused too until the transaction coordinator loaded it.)
     d = tmp_path / "data"
     with EmbeddedBroker(log_dir=str(d)):
         pass
-    txn = d / "__transaction_state-0"
+    txn = d / "__share_group_state-0"
     _segment(txn, 0, build_batch([(b"key", b"value", [], 1)]))
-    with pytest.raises(Exception, match=r"__transaction_state-0 holds records: .*transactions"):
+    with pytest.raises(Exception, match=r"__share_group_state-0 holds records: .*share groups"):
         EmbeddedBroker(log_dir=str(d)).start()
     assert (txn / f"{0:020d}.log").exists()  # nothing deleted
 

@@ -41,9 +41,7 @@ def test_follower_turned_leader_deduplicates_retries_and_refuses_gaps(tmp_path: 
     follower = Partition("t", 0, TOPIC_ID, local_broker_id=2)
     follower.make_follower(_state(1, 0), _log(tmp_path / "b2"))
     assert follower.log is not None
-    # The follower had already served as leader once (its producer state is loaded).
-    follower.log.producer_state.rebuild([])
-    follower.log._ensure_producer_state()
+    # The producer state is loaded with the log (no lazy rebuild any more).
     sent: list[bytes] = []
     for seq in (0, 2, 4):  # three batches of two records, offsets 0-5
         buf = _batch(seq)
@@ -81,8 +79,8 @@ def test_follower_turned_leader_deduplicates_retries_and_refuses_gaps(tmp_path: 
 
 
 def test_follower_without_loaded_state_rebuilds_it_from_its_log_when_it_leads(tmp_path: Path) -> None:
-    """A follower that never led (its producer state not loaded) reads it from the batch
-    headers of its log on the first idempotent append as leader."""
+    """A follower's producer state follows its appends (it is loaded with the log): as leader
+    it answers a retry with the original offsets and refuses a gap."""
     old_leader = _log(tmp_path / "b1")
     follower = Partition("t", 0, TOPIC_ID, local_broker_id=2)
     follower.make_follower(_state(1, 0), _log(tmp_path / "b2"))

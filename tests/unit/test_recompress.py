@@ -15,6 +15,7 @@ from crc32c import crc32c
 import odradek.records.recompress as recompress_mod
 import odradek.records.records as records_mod
 from odradek.log import Log, LogConfig
+from odradek.log.append_origin import AppendOrigin
 from odradek.log.errors import OutOfOrderSequenceError
 from odradek.records import (
     InvalidRecordError,
@@ -292,7 +293,10 @@ def test_same_codec_topic_never_decodes(tmp_path: Path, monkeypatch: pytest.Monk
     _forbid_decoding(monkeypatch)
     log = _log(tmp_path, compression_type="zstd")
     log.append_as_leader(_batch(4), 0, 0)
-    log.append_as_leader(_batch(0, is_control=True, recs=_records(1)), 0, 0)
+    # A control batch (appended by a coordinator: clients may not) keeps its codec.
+    log.append_as_leader(
+        _batch(0, is_control=True, recs=_records(1)), 0, 0, AppendOrigin.COORDINATOR
+    )
     assert [h.compression for h in _headers(_stored(log))] == [4, 0]
 
 
@@ -300,7 +304,7 @@ def test_control_batch_is_stored_as_sent(tmp_path: Path) -> None:
     log = _log(tmp_path, compression_type="gzip")
     sent = _batch(0, is_control=True, recs=_records(1))
     original = bytes(sent)
-    log.append_as_leader(sent, 0, 0)
+    log.append_as_leader(sent, 0, 0, AppendOrigin.COORDINATOR)
     stored = _stored(log)
     assert stored[8:12] == original[8:12] and stored[16:] == original[16:]
 

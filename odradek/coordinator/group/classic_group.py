@@ -640,6 +640,30 @@ class ClassicGroup:
         self._heartbeat(member, now_ms)
         return Errors.NONE
 
+    def validate_txn_offset_commit(
+        self, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> Errors:
+        """Kafka's ``ClassicGroup.validateOffsetCommit`` for a TxnOffsetCommit: member id,
+        generation and instance id are checked only if one of them is given (v3+; older
+        versions carry none), and the group's state does not matter otherwise."""
+        if self.state == ClassicGroupState.DEAD:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state == ClassicGroupState.EMPTY:
+            return Errors.NONE
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            return Errors.NONE
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return Errors.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return Errors.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != self.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
+
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> Errors:
         # Classic groups accept any OffsetFetch; member id/epoch matter for KIP-848 groups.
         return Errors.NONE

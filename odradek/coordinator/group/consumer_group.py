@@ -174,6 +174,24 @@ class ConsumerGroup:
             return Errors.STALE_MEMBER_EPOCH
         return Errors.NONE
 
+    def validate_txn_offset_commit(
+        self, member_id: str, member_epoch: int, group_instance_id: str | None
+    ) -> Errors:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit`` for a TxnOffsetCommit (any version):
+        a negative epoch while the group has no members is accepted, else the member must exist
+        and give its current epoch (a newer one is FENCED_MEMBER_EPOCH, an older one
+        ILLEGAL_GENERATION, as Kafka answers STALE_MEMBER_EPOCH for TxnOffsetCommit)."""
+        if member_epoch < 0 and not self.members:
+            return Errors.NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if member_epoch > member.member_epoch:
+            return Errors.FENCED_MEMBER_EPOCH
+        if member_epoch < member.member_epoch:
+            return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
+
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> Errors:
         """Kafka's ``ConsumerGroup.validateOffsetFetch``: no member id and a negative epoch (an
         admin client) is always accepted, a member must give its current epoch."""

@@ -133,6 +133,7 @@ class GroupCoordinator:
         self.offsets_topic_exists()  # takes up the partition count of an existing topic
         rm = self.replica_manager
         rm.leadership_listeners.append(self.metadata_manager.on_leadership_change)
+        rm.txn_marker_listeners.append(self.metadata_manager.on_txn_marker)
         for (topic, p), part in list(rm.partitions.items()):
             if topic == OFFSETS_TOPIC and part.is_leader:
                 self.metadata_manager.schedule_load(p, part.leader_epoch)
@@ -157,10 +158,11 @@ class GroupCoordinator:
         self.metadata_manager.shutdown()
         for t in list(self._tasks):
             t.cancel()
-        try:
-            self.replica_manager.leadership_listeners.remove(self.metadata_manager.on_leadership_change)
-        except ValueError:
-            pass
+        rm, mm = self.replica_manager, self.metadata_manager
+        with contextlib.suppress(ValueError):
+            rm.leadership_listeners.remove(mm.on_leadership_change)
+        with contextlib.suppress(ValueError):
+            rm.txn_marker_listeners.remove(mm.on_txn_marker)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -711,6 +713,23 @@ class GroupCoordinator:
             group_id, member_id, generation_id, group_instance_id, offsets, api_version
         )
 
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommitRequest],
+    ) -> dict[TopicPartition, Errors]:
+        err = self.check_group(group_id)
+        if err != Errors.NONE:
+            return {tp: err for tp in offsets}
+        return await self.offset_manager.commit_txn_offsets(
+            group_id, producer_id, producer_epoch, member_id, generation_id, group_instance_id, offsets
+        )
+
     def fetch_offsets(
         self,
         group_id: str,
@@ -775,6 +794,9 @@ class GroupCoordinator:
         if not g.is_empty():
             return Errors.NON_EMPTY_GROUP
         tps = list(g.offsets)
+        # As Kafka: pending transactional offsets do not keep a group from being deleted;
+        # they are dropped, with tombstones for the partitions that had no committed offset.
+        tps += sorted(self.metadata_manager.take_pending_txn_partitions(gid) - set(tps))
         self._cancel_timer(gid)
         if isinstance(g, ClassicGroup):
             self._apply(g, g.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, self.clock_ms()))

@@ -22,6 +22,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any, Protocol
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
@@ -49,10 +50,18 @@ from odradek.coordinator.group.records import (
     parse_key,
     parse_offset_value,
 )
+from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
+from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
-from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
-from odradek.records.builder import build_batch
+from odradek.records.batch import (
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    RecordBatchHeader,
+    iter_batches,
+)
+from odradek.records.builder import RecordTuple, build_batch
+from odradek.records.control_batch import parse_end_txn_marker
 from odradek.records.errors import RecordError
 from odradek.records.records import Record, iter_batch_records
 
@@ -91,7 +100,11 @@ class ReplicaManagerLike(Protocol):
     leadership_listeners: list[Callable[[str, int, bool, int], None]]
 
     def append_records(
-        self, timeout_ms: int, required_acks: int, entries: dict[TopicPartition, bytearray | None]
+        self,
+        timeout_ms: int,
+        required_acks: int,
+        entries: dict[TopicPartition, bytearray | None],
+        origin: AppendOrigin = ...,
     ) -> Any: ...
 
 
@@ -150,6 +163,11 @@ class GroupMetadataManager:
         self.owned: dict[int, int] = {}  # loaded partition -> leader epoch
         self.loading: dict[int, int] = {}  # partition being loaded -> leader epoch
         self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        # Per loaded partition: transactional offset commits waiting for their marker.
+        self.pending_txn: dict[int, PendingTxnOffsets] = {}
+        # (partition, producer id) -> one [result] cell per transactional commit being
+        # appended: a marker acknowledged meanwhile is noted there (True COMMIT, False ABORT).
+        self._txn_appends: dict[tuple[int, int], list[list[bool | None]]] = {}
         # Set by the coordinator: a group was loaded (schedule its timers) / unloaded.
         self.on_group_loaded: Callable[[Any], None] = lambda g: None
         self.on_group_unloaded: Callable[[Any], None] = lambda g: None
@@ -199,15 +217,44 @@ class GroupMetadataManager:
 
     # ------------------------------------------------------------------------ writes
 
-    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Errors:
+    async def _append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> Errors:
+        err, _ = await self._append_at(partition, records, producer_id, producer_epoch)
+        return err
+
+    async def _append_at(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> tuple[Errors, int]:
+        """Append ``records`` as one batch; (error, offset of the first record). With a
+        producer id the batch is the producer's transactional batch, written with sequence 0 and
+        as the coordinator (no sequence check), as Kafka's group coordinator writes it."""
         epoch = self.owned.get(partition)
         if epoch is None:
-            return Errors.NOT_COORDINATOR
+            return Errors.NOT_COORDINATOR, -1
         now = self.clock_ms()
-        batch = bytearray(build_batch([(k, v, [], now) for k, v in records]))
-        result = self.replica_manager.append_records(
-            self.append_timeout_ms, -1, {(OFFSETS_TOPIC, partition): batch}
-        )
+        entries: list[RecordTuple] = [(k, v, [], now) for k, v in records]
+        if producer_id >= 0:
+            batch = bytearray(build_batch(
+                entries, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0,
+                is_transactional=True,
+            ))
+            result = self.replica_manager.append_records(
+                self.append_timeout_ms, -1, {(OFFSETS_TOPIC, partition): batch}, AppendOrigin.COORDINATOR
+            )
+        else:
+            batch = bytearray(build_batch(entries))
+            result = self.replica_manager.append_records(
+                self.append_timeout_ms, -1, {(OFFSETS_TOPIC, partition): batch}
+            )
         if not isinstance(result, dict):
             result = await result
         status = result[(OFFSETS_TOPIC, partition)]
@@ -216,10 +263,10 @@ class GroupMetadataManager:
                 "Appending %d coordinator record(s) to %s-%d failed: %s %s",
                 len(records), OFFSETS_TOPIC, partition, status.error.name, status.message or "",
             )
-            return Errors(status.error)
+            return Errors(status.error), -1
         if self.owned.get(partition) != epoch:
-            return Errors.NOT_COORDINATOR
-        return Errors.NONE
+            return Errors.NOT_COORDINATOR, -1
+        return Errors.NONE, status.base_offset
 
     async def write_records(
         self,
@@ -259,20 +306,31 @@ class GroupMetadataManager:
         return metadata is None or len(metadata.encode("utf-8")) <= self.offset_metadata_max_bytes
 
     async def store_offsets(
-        self, group: Any, offsets: dict[TopicPartition, OffsetAndMetadata]
+        self,
+        group: Any,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> Errors:
-        """Write ``offsets`` for ``group`` as one batch; update the cache once it is appended."""
+        """Write ``offsets`` for ``group`` as one batch; update the cache once it is appended.
+
+        With a producer id (TxnOffsetCommit) the batch is the producer's transactional batch and
+        the offsets stay pending until the transaction's marker (:meth:`on_txn_marker`)."""
         if not offsets:
             return Errors.NONE
         gid = group.group_id
+        partition = self.partition_for(gid)
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(gid, t, p), offset_commit_value(o)) for (t, p), o in offsets.items()
         ]
         pending = group.pending_offset_commits
         for tp in offsets:
             pending[tp] = pending.get(tp, 0) + 1
+        cell: list[bool | None] = [None]
+        if producer_id >= 0:
+            self._txn_appends.setdefault((partition, producer_id), []).append(cell)
         try:
-            err = await self._append(self.partition_for(gid), records)
+            err, base = await self._append_at(partition, records, producer_id, producer_epoch)
         finally:
             for tp in offsets:
                 n = pending.get(tp, 0) - 1
@@ -280,14 +338,87 @@ class GroupMetadataManager:
                     pending.pop(tp, None)
                 else:
                     pending[tp] = n
+            if producer_id >= 0:
+                cells = self._txn_appends[(partition, producer_id)]
+                cells.remove(cell)
+                if not cells:
+                    del self._txn_appends[(partition, producer_id)]
         if err != Errors.NONE:
             return _append_error(err, True)
+        written = {tp: replace(o, record_offset=base + i) for i, (tp, o) in enumerate(offsets.items())}
         current: Any = self.groups.get(gid)
-        if current is group and current.state_name != ClassicGroupState.DEAD.value:
-            current.offsets.update(offsets)
+        if current is not group or current.state_name == ClassicGroupState.DEAD.value:
+            return Errors.NONE
+        if producer_id < 0:
+            current.offsets.update(written)
+        elif cell[0] is None:
+            store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
+            for tp, o in written.items():
+                store.add(producer_id, gid, tp, o)
+        elif cell[0]:
+            # The marker was acknowledged while this append was: its transaction is over.
+            materialise(current.offsets, written)
         return Errors.NONE
 
+    # ------------------------------------------------------------------------ transactions
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        store = self.pending_txn.get(self.partition_for(group_id))
+        return store is not None and store.has_pending(group_id, tp)
+
+    def has_open_txn(self, group_id: str) -> bool:
+        store = self.pending_txn.get(self.partition_for(group_id))
+        return store is not None and store.has_group(group_id)
+
+    def take_pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of the group's pending transactional offsets, which are dropped (the
+        group is being deleted; its tombstones cover them)."""
+        store = self.pending_txn.get(self.partition_for(group_id))
+        if store is None:
+            return set()
+        tps = store.pending_partitions(group_id)
+        store.remove_group(group_id)
+        return tps
+
+    def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
+        """ReplicaManager transaction marker listener (called on the event loop once the marker
+        is acknowledged): the producer's pending offsets on the partition are committed or
+        dropped. A partition still loading replays the marker from its log instead."""
+        if topic != OFFSETS_TOPIC:
+            return
+        for cell in self._txn_appends.get((partition, producer_id), ()):
+            cell[0] = commit
+        store = self.pending_txn.get(partition)
+        if store is None or partition not in self.owned:
+            return
+        done = store.complete(producer_id)
+        if not done:
+            return
+        n = sum(len(o) for o in done.values())
+        if not commit:
+            log.info(
+                "Dropped %d transactional offset(s) of producer %d (transaction aborted) in group(s) %s",
+                n, producer_id, ", ".join(sorted(done)),
+            )
+            return
+        for gid, offsets in done.items():
+            g: Any = self.groups.get(gid)
+            if g is None:
+                g = self.get_or_create_classic_group(gid)
+            materialise(g.offsets, offsets)
+        log.debug(
+            "Committed %d transactional offset(s) of producer %d in group(s) %s",
+            n, producer_id, ", ".join(sorted(done)),
+        )
+
     async def write_tombstones(self, group_id: str, tps: Iterable[TopicPartition]) -> Errors:
+        """Tombstones for offsets of the group; pending transactional commits of these
+        partitions go with them (as Kafka's replay of an offset tombstone)."""
+        tps = list(tps)
+        store = self.pending_txn.get(self.partition_for(group_id))
+        if store is not None:
+            for tp in tps:
+                store.remove(group_id, tp)
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(group_id, t, p), None) for t, p in tps
         ]
@@ -320,7 +451,7 @@ class GroupMetadataManager:
     async def _load(self, partition: int, epoch: int) -> None:
         started = self.clock_ms()
         try:
-            offsets, groups, consumer_groups, n = await self._replay(partition)
+            offsets, groups, consumer_groups, pending, n = await self._replay(partition)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -338,7 +469,8 @@ class GroupMetadataManager:
             cg.on_loaded(now)  # fresh sessions for its members, as Kafka does on load
             self.groups[gid] = cg
             loaded.append(cg)
-        for gid in (set(offsets) | {g for g, r in groups.items() if r is not None}) - set(
+        open_txn = {gid for gs in pending.by_producer.values() for gid in gs}
+        for gid in (set(offsets) | open_txn | {g for g, r in groups.items() if r is not None}) - set(
             consumer_groups
         ):
             rec = groups.get(gid)
@@ -348,19 +480,23 @@ class GroupMetadataManager:
                 else ClassicGroup(gid, self.group_config, now)
             )
             g.offsets = offsets.get(gid, {})
-            if rec is None and not g.offsets:
+            if rec is None and not g.offsets and gid not in open_txn:
                 continue
             self.groups[gid] = g
             loaded.append(g)
         del self.loading[partition]
         self.owned[partition] = epoch
+        self.pending_txn[partition] = pending
         for g in loaded:
             self.on_group_loaded(g)
         # An operator wants to hear about restored groups, not about 50 empty partitions.
         log.log(
             logging.INFO if loaded else logging.DEBUG,
-            "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s) in %d ms",
-            OFFSETS_TOPIC, partition, epoch, n, len(loaded), self.clock_ms() - started,
+            "Loaded %s-%d (leader epoch %d): %d record(s), %d group(s)%s in %d ms",
+            OFFSETS_TOPIC, partition, epoch, n, len(loaded),
+            f", {len(pending)} offset(s) of {len(pending.by_producer)} open transaction(s)"
+            if pending.by_producer else "",
+            self.clock_ms() - started,
         )
 
     async def _replay(
@@ -369,16 +505,21 @@ class GroupMetadataManager:
         dict[str, dict[TopicPartition, OffsetAndMetadata]],
         dict[str, GroupRecord | None],
         dict[str, ConsumerGroup],
+        PendingTxnOffsets,
         int,
     ]:
+        """Replay the partition's log: offset commits of a transactional batch are pending until
+        their producer's COMMIT (then the newer in the log of them and the committed offsets
+        win) or ABORT marker follows; those still open at the log end stay pending."""
         part = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
+        pending = PendingTxnOffsets()
         offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         groups: dict[str, GroupRecord | None] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
         count = 0
         unknown: Counter[int] = Counter()  # key version -> records of group types we lack
         if part is None or part.log is None:
-            return offsets, groups, consumer_groups, count
+            return offsets, groups, consumer_groups, pending, count
         lg = part.log
         pos = lg.log_start_offset
         while True:
@@ -396,7 +537,9 @@ class GroupMetadataManager:
                 progressed = True
                 pos = h.next_offset
                 if h.attributes & CONTROL_FLAG_MASK:
+                    self._replay_control(data, h, partition, pending, offsets)
                     continue
+                txn_pid = h.producer_id if h.attributes & TRANSACTIONAL_FLAG_MASK else -1
                 for rec in _readable_records(data, h.position, h.size, partition):
                     count += 1
                     if rec.key is None:
@@ -412,8 +555,14 @@ class GroupMetadataManager:
                             tp = (key.topic, key.partition)
                             if rec.value is None:
                                 offsets.get(key.group, {}).pop(tp, None)
+                                pending.remove(key.group, tp)
                             else:
-                                offsets.setdefault(key.group, {})[tp] = parse_offset_value(rec.value)
+                                o = parse_offset_value(rec.value)
+                                o.record_offset = rec.offset
+                                if txn_pid >= 0:
+                                    pending.add(txn_pid, key.group, tp, o)
+                                else:
+                                    offsets.setdefault(key.group, {})[tp] = o
                         elif key is None:
                             unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
                         elif isinstance(key, GroupKey):
@@ -440,7 +589,32 @@ class GroupMetadataManager:
                 "%s-%d: ignored %d record(s) of group types Odradek does not support (key versions %s)",
                 OFFSETS_TOPIC, partition, sum(unknown.values()), sorted(unknown),
             )
-        return offsets, groups, consumer_groups, count
+        return offsets, groups, consumer_groups, pending, count
+
+    @staticmethod
+    def _replay_control(
+        data: bytes | bytearray,
+        h: RecordBatchHeader,
+        partition: int,
+        pending: PendingTxnOffsets,
+        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]],
+    ) -> None:
+        """A control batch of the partition being loaded: a transaction marker ends its
+        producer's pending offset commits."""
+        try:
+            marker = parse_end_txn_marker(memoryview(data)[h.position : h.position + h.size], h)
+        except RecordError as e:
+            log.warning(
+                "Skipping unreadable control batch at offset %d of %s-%d: %s",
+                h.base_offset, OFFSETS_TOPIC, partition, e,
+            )
+            return
+        if marker is None:
+            return  # another control type, or a marker the cleaner emptied
+        done = pending.complete(h.producer_id)
+        if marker.commit:
+            for gid, committed in done.items():
+                materialise(offsets.setdefault(gid, {}), committed)
 
     def _replay_consumer_record(
         self,
@@ -466,6 +640,7 @@ class GroupMetadataManager:
         if task is not None:
             task.cancel()
         self.loading.pop(partition, None)
+        self.pending_txn.pop(partition, None)
         was_owned = self.owned.pop(partition, None) is not None
         gids = [g for g in self.groups if self.partition_for(g) == partition]
         for gid in gids:
@@ -488,9 +663,12 @@ class GroupMetadataManager:
     def expired_offsets(self, group: Any, now_ms: int) -> list[TopicPartition]:
         retention = self.offsets_retention_ms
         out: list[TopicPartition] = []
+        store = self.pending_txn.get(self.partition_for(group.group_id))
         if group.is_empty():
             for tp, o in group.offsets.items():
-                if tp in group.pending_offset_commits:
+                if tp in group.pending_offset_commits or (
+                    store is not None and store.has_pending(group.group_id, tp)
+                ):
                     continue
                 base = o.commit_timestamp
                 if group.protocol_type is not None:
@@ -506,6 +684,8 @@ class GroupMetadataManager:
             return out
         for tp, o in group.offsets.items():
             if tp[0] not in subscribed and tp not in group.pending_offset_commits:
+                if store is not None and store.has_pending(group.group_id, tp):
+                    continue
                 if o.commit_timestamp + retention <= now_ms:
                     out.append(tp)
         return out
@@ -519,7 +699,12 @@ class GroupMetadataManager:
             for tp in expired:
                 group.offsets.pop(tp, None)
             removed += len(expired)
-            drop_group = group.is_empty() and not group.offsets and not group.pending_offset_commits
+            drop_group = (
+                group.is_empty()
+                and not group.offsets
+                and not group.pending_offset_commits
+                and not self.has_open_txn(group.group_id)  # as Kafka: not during a transaction
+            )
             if drop_group:
                 if isinstance(group, ClassicGroup):
                     group.make_dead(Errors.COORDINATOR_NOT_AVAILABLE, now)

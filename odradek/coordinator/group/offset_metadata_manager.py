@@ -96,6 +96,49 @@ class OffsetMetadataManager:
                 results[tp] = err
         return results
 
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, CommitRequest],
+    ) -> dict[TopicPartition, Errors]:
+        """TxnOffsetCommit (Kafka's ``commitTransactionalOffset``): validated as an offset
+        commit whose member fields count only if given, written as the producer's transactional
+        batch and pending (not fetched) until the transaction's marker. Unknown partitions get
+        UNKNOWN_TOPIC_OR_PARTITION whatever the group's answer (Kafka checks them first)."""
+        unknown = {tp for tp in offsets if not self.partition_exists(*tp)}
+
+        def all_with(e: Errors) -> dict[TopicPartition, Errors]:
+            return {tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else e for tp in offsets}
+
+        now = self.clock_ms()
+        g = self.groups.get_group(group_id)
+        if g is None:
+            if generation_id >= 0:
+                return all_with(Errors.ILLEGAL_GENERATION)
+            g = self.groups.get_or_create_classic_group(group_id)
+        err = g.validate_txn_offset_commit(member_id, generation_id, group_instance_id)
+        if err != Errors.NONE:
+            return all_with(err)
+        results: dict[TopicPartition, Errors] = {}
+        to_store: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, c in offsets.items():
+            if tp in unknown:
+                results[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif not self.groups.validate_offset_metadata(c.metadata):
+                results[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+            else:
+                to_store[tp] = OffsetAndMetadata(c.offset, c.leader_epoch, c.metadata or "", now)
+        if to_store:
+            err = await self.groups.store_offsets(g, to_store, producer_id, producer_epoch)
+            for tp in to_store:
+                results[tp] = err
+        return results
+
     def fetch_offsets(
         self,
         group_id: str,
@@ -114,7 +157,9 @@ class OffsetMetadataManager:
             tps = sorted(g.offsets)
         out: list[tuple[TopicPartition, OffsetAndMetadata | None, Errors]] = []
         for tp in tps:
-            if require_stable and tp in g.pending_offset_commits:
+            if require_stable and (
+                tp in g.pending_offset_commits or self.groups.has_pending_txn_offset(group_id, tp)
+            ):
                 out.append((tp, None, Errors.UNSTABLE_OFFSET_COMMIT))
             else:
                 out.append((tp, g.offsets.get(tp), Errors.NONE))

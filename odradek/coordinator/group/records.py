@@ -106,6 +106,9 @@ class OffsetAndMetadata:
     metadata: str = ""
     commit_timestamp: int = -1
     expire_timestamp: int = -1
+    # Where the commit's record is in the log (-1: not written yet): of two commits of one
+    # partition the one later in the log wins when a transaction's commits are materialised.
+    record_offset: int = field(default=-1, compare=False)
 
 
 @dataclass

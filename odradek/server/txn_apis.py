@@ -1,0 +1,287 @@
+"""TxnApis: the transaction coordinator's APIs, served through KafkaApis as an ApiExtension.
+
+InitProducerId (with a transactional id; without one the idempotent path of KafkaApis answers),
+AddPartitionsToTxn (v0-v3 from clients, v4+ batches from brokers incl. KIP-890 ``verify_only``),
+AddOffsetsToTxn, EndTxn (v0-v4: transactions version 1), DescribeTransactions and
+ListTransactions. FindCoordinator with key type TRANSACTION is answered through
+:meth:`coordinator_for` (GroupApis serves FindCoordinator and asks here for that key type).
+Handlers translate between request/response dicts and
+:class:`~odradek.coordinator.transaction.transaction_coordinator.TransactionCoordinator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from odradek.coordinator.transaction.transaction_coordinator import (
+    ProducerIdGenerator,
+    TransactionConfig,
+    TransactionCoordinator,
+    TransactionTopicManager,
+)
+from odradek.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
+from odradek.coordinator.transaction.transaction_marker_channel_manager import (
+    PendingCompletion,
+    TransactionMarkerChannelManager,
+)
+from odradek.coordinator.transaction.transaction_metadata import TopicPartition
+from odradek.coordinator.transaction.transaction_state_manager import TransactionStateManager
+from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
+from odradek.protocol.schema import Api
+from odradek.server.api_dispatcher import Handler, RequestContext
+from odradek.server.controller_channel import ControllerChannel, ControllerRequest
+from odradek.server.kafka_config import KafkaConfig
+from odradek.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+# Transactions version 1: EndTxn v5 is KIP-890 part 2 (an epoch bump per transaction).
+END_TXN_V4 = dataclasses.replace(g.END_TXN, max_version=4)
+
+
+def _fenced(error: Errors, version: int, first_version_with_fenced: int) -> Errors:
+    """KIP-588: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for requests older than it."""
+    if error == Errors.PRODUCER_FENCED and version < first_version_with_fenced:
+        return Errors.INVALID_PRODUCER_EPOCH
+    return error
+
+
+class TxnApis:
+    def __init__(
+        self,
+        coordinator: TransactionCoordinator,
+        topics: TransactionTopicManager,
+        *,
+        offsets_partition_for: Callable[[str], int],
+        topic_exists: Callable[[str, int], bool],
+    ) -> None:
+        self.coordinator = coordinator
+        self.topics = topics
+        self.offsets_partition_for = offsets_partition_for
+        self.topic_exists = topic_exists
+        # InitProducerId without a transactional id (set by the broker to KafkaApis' handler).
+        self.idempotent_init_producer_id: Handler | None = None
+
+    def handlers(self) -> dict[Api, Handler]:
+        return {
+            m.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            g.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            g.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            END_TXN_V4: self.handle_end_txn,
+            g.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            g.LIST_TRANSACTIONS: self.handle_list_transactions,
+        }
+
+    def coordinator_for(self, transactional_id: str, listener: str) -> tuple[Errors, int, str, int]:
+        """FindCoordinator key type TRANSACTION: (error, node id, host, port)."""
+        if not transactional_id:
+            return Errors.INVALID_REQUEST, -1, "", -1
+        return self.topics.coordinator_for(transactional_id, listener)
+
+    # ------------------------------------------------------------------------ InitProducerId
+
+    def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
+        tid = req["transactional_id"]
+        if tid is None:
+            if self.idempotent_init_producer_id is None:
+                return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
+                        "producer_id": -1, "producer_epoch": -1}
+            return self.idempotent_init_producer_id(ctx, req)
+
+        async def run() -> dict[str, Any]:
+            r = await self.coordinator.handle_init_producer_id(
+                tid, req["transaction_timeout_ms"], req.get("producer_id", -1), req.get("producer_epoch", -1)
+            )
+            if r.error != Errors.NONE:
+                log.debug("InitProducerId for transactional id %s from %s: %s", tid, ctx.conn.peer, r.error.name)
+            return {
+                "throttle_time_ms": 0,
+                "error_code": _fenced(r.error, ctx.version, 4),
+                "producer_id": r.producer_id,
+                "producer_epoch": r.producer_epoch,
+            }
+
+        return run()
+
+    # ------------------------------------------------------------------------ AddPartitionsToTxn
+
+    async def _add_one(
+        self,
+        version: int,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        topics: list[dict[str, Any]],
+        verify_only: bool,
+    ) -> list[dict[str, Any]]:
+        order: list[TopicPartition] = [(t["name"], p) for t in topics for p in t["partitions"]]
+        results: dict[TopicPartition, Errors]
+        if verify_only:
+            results = self.coordinator.handle_verify_partitions(
+                tid, producer_id, producer_epoch, order, abortable=version >= 5
+            )
+        else:
+            unknown = {tp for tp in order if not self.topic_exists(*tp)}
+            if unknown:
+                # As Kafka: the unknown partitions fail, the others are not attempted.
+                results = {
+                    tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED
+                    for tp in order
+                }
+            else:
+                err = await self.coordinator.handle_add_partitions(tid, producer_id, producer_epoch, set(order))
+                results = dict.fromkeys(order, _fenced(err, version, 2))
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp in order:
+            by_topic.setdefault(tp[0], []).append(
+                {"partition_index": tp[1], "partition_error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+            )
+        return [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]
+
+    async def handle_add_partitions_to_txn(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        v = ctx.version
+        if v < 4:
+            topic_results = await self._add_one(
+                v, req["v3_and_below_transactional_id"], req["v3_and_below_producer_id"],
+                req["v3_and_below_producer_epoch"], req["v3_and_below_topics"], False,
+            )
+            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": topic_results}
+        txns = req["transactions"]
+        answers = await asyncio.gather(*(
+            self._add_one(v, t["transactional_id"], t["producer_id"], t["producer_epoch"], t["topics"],
+                          bool(t.get("verify_only")))
+            for t in txns
+        ))
+        return {
+            "throttle_time_ms": 0,
+            "error_code": Errors.NONE,
+            "results_by_transaction": [
+                {"transactional_id": t["transactional_id"], "topic_results": a}
+                for t, a in zip(txns, answers, strict=True)
+            ],
+        }
+
+    # ------------------------------------------------------------------------ AddOffsetsToTxn/EndTxn
+
+    async def handle_add_offsets_to_txn(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        tp = (OFFSETS_TOPIC, self.offsets_partition_for(req["group_id"]))
+        err = await self.coordinator.handle_add_partitions(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], {tp}
+        )
+        return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
+
+    async def handle_end_txn(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        err = await self.coordinator.handle_end_txn(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], bool(req["committed"])
+        )
+        return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
+
+    # ------------------------------------------------------------------------ admin
+
+    def handle_describe_transactions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "throttle_time_ms": 0,
+            "transaction_states": [self.coordinator.describe(tid) for tid in req["transactional_ids"]],
+        }
+
+    def handle_list_transactions(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        err, unknown, txns = self.coordinator.list_transactions(
+            list(req["state_filters"] or []), list(req["producer_id_filters"] or []),
+            req.get("duration_filter", -1) if ctx.version >= 1 else -1,
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": err,
+            "unknown_state_filters": unknown,
+            "transaction_states": [
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                 "transaction_state": t.state.state_name}
+                for t in txns
+            ],
+        }
+
+    # ------------------------------------------------------------------------ lifecycle
+
+    def startup(self) -> None:
+        """Follow the leadership of ``__transaction_state`` partitions (taking up those this
+        node leads already) and start the timeout and expiry tasks."""
+        self.topics.topic_exists()  # takes up the partition count of an existing topic
+        sm = self.coordinator.state
+        rm = self.topics.replica_manager
+        rm.leadership_listeners.append(sm.on_leadership_change)
+        for (topic, p), part in list(rm.partitions.items()):
+            if topic == TRANSACTION_STATE_TOPIC and part.is_leader:
+                sm.schedule_load(p, part.leader_epoch)
+        self.coordinator.startup()
+
+    async def shutdown(self) -> None:
+        sm = self.coordinator.state
+        try:
+            self.topics.replica_manager.leadership_listeners.remove(sm.on_leadership_change)
+        except ValueError:
+            pass
+        await self.coordinator.shutdown()
+
+
+def build_txn_apis(
+    *,
+    node_id: int,
+    config: KafkaConfig,
+    replica_manager: ReplicaManager,
+    metadata_cache: KRaftMetadataCache,
+    controller_channel: ControllerChannel | None,
+    producer_ids: ProducerIdGenerator,
+    offsets_partition_for: Callable[[str], int],
+) -> TxnApis:
+    """The transaction coordinator of a broker, with its state manager, marker sender and
+    ``__transaction_state`` topic manager."""
+    tc = TransactionConfig.from_config(config)
+    sm = TransactionStateManager(
+        replica_manager=replica_manager,
+        num_partitions=tc.num_partitions,
+        clock_ms=replica_manager.clock_ms,
+        append_timeout_ms=tc.request_timeout_ms,
+        load_buffer_size=tc.load_buffer_size,
+    )
+
+    def markers(on_complete: Callable[[PendingCompletion], Awaitable[None]]) -> TransactionMarkerChannelManager:
+        return TransactionMarkerChannelManager(
+            metadata_cache=metadata_cache,
+            listener_name=lambda: config.inter_broker_listener_name,
+            on_complete=on_complete,
+            retry_backoff_ms=tc.retry_backoff_ms,
+            request_timeout_ms=tc.request_timeout_ms,
+        )
+
+    coordinator = TransactionCoordinator(
+        config=tc, state_manager=sm, producer_ids=producer_ids, markers=markers,
+        clock_ms=replica_manager.clock_ms,
+    )
+    create_topic = None
+    if controller_channel is not None:
+        channel = controller_channel
+
+        async def create_topic(topic: dict[str, Any]) -> dict[str, Any]:
+            request = ControllerRequest(
+                m.CREATE_TOPICS.api_key, 7,
+                {"topics": [topic], "timeout_ms": config.request_timeout_ms, "validate_only": False},
+            )
+            result: dict[str, Any] = (await channel.send(request))["topics"][0]
+            return result
+
+    topics = TransactionTopicManager(
+        node_id=node_id, config=tc, kafka_config=config, state_manager=sm,
+        metadata_cache=metadata_cache, replica_manager=replica_manager, create_topic=create_topic,
+    )
+    return TxnApis(
+        coordinator, topics, offsets_partition_for=offsets_partition_for,
+        topic_exists=metadata_cache.contains_partition,
+    )
