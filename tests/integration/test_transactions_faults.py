@@ -9,6 +9,7 @@ partitions. Right after it announces a commit, the victim is killed with SIGKILL
 leading the transactional id's ``__transaction_state`` partition (the coordinator), the leader of
 a data partition that is not the coordinator, or both at once. The victims come back 3 s later;
 the producer carries on (a new producer with the same transactional id after a fatal error).
+Two such rounds per case, the victims chosen anew once transactions commit again.
 
 Then, as the 2024 Jepsen analyses asked: every transaction is visible ``read_committed`` as a
 whole or not at all (no torn transaction), each record at most once; every transaction whose
@@ -43,7 +44,9 @@ from .txn_support import read_all, txn_server_kinds, watermarks
 
 PARTITIONS = 3
 RECORDS = 6
-TRANSACTIONS = 40
+TRANSACTIONS = 100
+ROUNDS = 2
+PACE_S = 0.1  # between transactions: the producer outlasts both fault rounds
 TXN_STATE_PARTITIONS = 4
 BROKERS = (1, 2, 3)
 PRODUCER = Path(__file__).parent / "txn_fault_producer.py"
@@ -184,32 +187,42 @@ def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) ->
     assignment = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # each broker leads one partition
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replica_assignment=assignment,
                                   config={"min.insync.replicas": "2"})])[topic].result(60)
-    wait_until(lambda: all(v in BROKERS for v in cluster.leaders(topic).values()), timeout=30, what="leaders")
+    def led() -> bool:
+        try:
+            return all(v in BROKERS for v in cluster.leaders(topic).values())
+        except (KafkaException, KeyError, AssertionError):
+            return False
+    wait_until(led, timeout=30, what="leaders")
 
     with open(tmp_path / "producer.err", "w") as err:
         proc = subprocess.Popen(
             [sys.executable, str(PRODUCER), cluster.bootstrap, topic, txid, str(PARTITIONS), str(TRANSACTIONS),
-             str(RECORDS)],
+             str(RECORDS), str(PACE_S)],
             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
         )
+    fault_at: list[int] = []
     try:
         out = Lines(proc)
-        i = out.wait_for(r"COMMITTED 3", 120)
-        coordinator = coordinator_of(cluster, txid)
-        leaders = cluster.leaders(topic)
-        others = sorted({b for b in leaders.values() if b != coordinator})
-        assert others, f"the coordinator {coordinator} leads every partition: {leaders}"
-        victims = {"coordinator": [coordinator], "leader": [others[0]], "both": [coordinator, others[0]]}[victim]
-        # Kill mid-commit: right after the producer says it calls commit_transaction.
-        committing = out.wait_for(r"COMMITTING \d+", 60, after=i + 1)
-        for b in victims:
-            cluster.brokers[b].kill()
-        fault_at = int(out.lines[committing].split()[1])
-        time.sleep(3)
-        for b in victims:
-            cluster.brokers[b].start()
-        cluster.wait_for_brokers(set(BROKERS), 120)
-        out.wait_for("DONE|GAVE UP", 240, after=committing)
+        after = out.wait_for(r"COMMITTED 3", 120)
+        for _ in range(ROUNDS):
+            # The cluster commits again (since the last fault): find this round's victims.
+            after = out.wait_for(r"COMMITTED \d+", 120, after=after)
+            coordinator = coordinator_of(cluster, txid)
+            leaders = cluster.leaders(topic)
+            others = sorted({b for b in leaders.values() if b != coordinator})
+            assert others, f"the coordinator {coordinator} leads every partition: {leaders}"
+            victims = {"coordinator": [coordinator], "leader": [others[0]], "both": [coordinator, others[0]]}[victim]
+            # Kill mid-commit: right after the producer says it calls commit_transaction.
+            committing = out.wait_for(r"COMMITTING \d+", 60, after=after + 1)
+            for b in victims:
+                cluster.brokers[b].kill()
+            fault_at.append(int(out.lines[committing].split()[1]))
+            time.sleep(3)
+            for b in victims:
+                cluster.brokers[b].start()
+            cluster.wait_for_brokers(set(BROKERS), 120)
+            after = committing + 1
+        out.wait_for("DONE|GAVE UP", 240, after=after)
         assert proc.wait(30) == 0, f"{out.lines[-20:]}"
     finally:
         proc.kill()
@@ -237,6 +250,6 @@ def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) ->
     assert not lost, f"transactions committed but not visible: {lost}"
     aborted_read = [k for k, o in outcome.items() if o == "ABORTED" and per_txn[k] > 0]
     assert not aborted_read, f"transactions aborted but visible: {aborted_read}"
-    assert any(o == "COMMITTED" and k > fault_at for k, o in outcome.items()), f"no commit after the fault: {outcome}"
-    print(f"{victim} {victims} killed at transaction {fault_at}: "
+    assert any(o == "COMMITTED" and k > fault_at[-1] for k, o in outcome.items()), f"no commit after the faults: {outcome}"
+    print(f"{victim} killed at transactions {fault_at}: "
           f"{Counter(outcome.values())}, {len(per_txn)} visible")

@@ -1,13 +1,14 @@
 """The transactional producer of test_transactions_faults.py, run as its own process.
 
-    python txn_fault_producer.py BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS TRANSACTIONS RECORDS
+    python txn_fault_producer.py BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS TRANSACTIONS RECORDS PACE_S
 
 Runs TRANSACTIONS transaction attempts, one after the other; attempt ``k`` writes RECORDS records
 ``"t<k>-<j>"`` to partition ``j % PARTITIONS``. It prints ``COMMITTING k`` before the commit,
 ``COMMITTED k`` when the commit succeeded, ``ABORTED k`` when an abort succeeded and ``FAILED k
 <error>`` for anything else -- then the outcome of ``k`` is unknown to the client. A fatal error
 (or an abort that fails) replaces the producer with a new one with the same transactional id,
-whose ``init_transactions`` finishes or aborts what the old one left. Bounded: 240 s at most.
+whose ``init_transactions`` finishes or aborts what the old one left. It sleeps PACE_S seconds
+between transactions. Bounded: 240 s at most.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def new_producer(bootstrap: str, txid: str) -> Producer:
 
 
 def main() -> int:
-    bootstrap, topic, txid, partitions_arg, transactions_arg, records_arg = sys.argv[1:7]
+    bootstrap, topic, txid, partitions_arg, transactions_arg, records_arg, pace_arg = sys.argv[1:8]
     partitions, transactions, records = int(partitions_arg), int(transactions_arg), int(records_arg)
     deadline = time.monotonic() + 240
     producer: Producer | None = None
     for k in range(transactions):
+        time.sleep(float(pace_arg))
         if time.monotonic() > deadline:
             say("GAVE UP")
             return 1
