@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.coordinator.group.group_metadata_manager import java_string_hashcode
@@ -126,6 +126,19 @@ class TxnCluster:
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.logs()}") from None
 
+    def leaders_besides(self, topic: str, coordinator: int) -> list[int]:
+        """The leaders of ``topic``'s partitions other than ``coordinator``. When the coordinator
+        leads them all (after earlier kills), a preferred leader election spreads them again."""
+        leaders = self.leaders(topic)
+        if all(b == coordinator for b in leaders.values()):
+            futures = self.admin().elect_leaders(
+                ElectionType.PREFERRED, [TopicPartition(topic, p) for p in leaders])
+            futures.result(60)
+            wait_until(lambda: any(b != coordinator for b in self.leaders(topic).values()),
+                       timeout=30, what="a partition leader other than the coordinator")
+            leaders = self.leaders(topic)
+        return sorted({b for b in leaders.values() if b != coordinator and b in BROKERS})
+
     def leaders(self, topic: str) -> dict[int, int]:
         md = self.admin().list_topics(topic=topic, timeout=10).topics[topic]
         if md.error is not None:
@@ -208,9 +221,7 @@ def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) ->
             # The cluster commits again (since the last fault): find this round's victims.
             after = out.wait_for(r"COMMITTED \d+", 120, after=after)
             coordinator = coordinator_of(cluster, txid)
-            leaders = cluster.leaders(topic)
-            others = sorted({b for b in leaders.values() if b != coordinator})
-            assert others, f"the coordinator {coordinator} leads every partition: {leaders}"
+            others = cluster.leaders_besides(topic, coordinator)
             victims = {"coordinator": [coordinator], "leader": [others[0]], "both": [coordinator, others[0]]}[victim]
             # Kill mid-commit: right after the producer says it calls commit_transaction.
             committing = out.wait_for(r"COMMITTING \d+", 60, after=after + 1)
