@@ -7,6 +7,10 @@ mismatches for), so their order is that of the map's buckets. This reproduces it
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
@@ -34,3 +38,25 @@ def java_hash_map_order(keys: list[str], initial_capacity: int | None = None) ->
         return (h ^ (h >> 16)) & (capacity - 1)
 
     return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(keys))]
+
+
+def java_long_hash(value: int) -> int:
+    """Java's ``Long.hashCode``: ``(int) (value ^ (value >>> 32))`` (``Integer.hashCode`` is the
+    value itself, which this gives for any int32)."""
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h = (v ^ (v >> 32)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hash_order(keys: list[K], hash_code: Callable[[K], int]) -> list[K]:
+    """``keys`` (distinct, in insertion order) in the iteration order of a default-capacity
+    ``java.util.HashMap`` (or ``HashSet``) whose keys hash with ``hash_code``."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: K) -> int:
+        h = hash_code(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return [k for _, i, k in sorted(((bucket(k), i, k) for i, k in enumerate(keys)), key=lambda e: e[:2])]

@@ -20,6 +20,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.topics",
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
+    "odradek.cli.transactions",
 )
 
 

@@ -2,6 +2,6 @@
 
 * :mod:`odradek.coordinator.group` -- the group coordinator: classic and KIP-848 consumer groups
   and committed offsets, on ``__consumer_offsets``.
-* ``odradek.coordinator.transaction`` (issue 13, not here yet) -- the transaction coordinator on
-  ``__transaction_state``.
+* :mod:`odradek.coordinator.transaction` -- the transaction coordinator: transactional ids,
+  producer epochs and transaction states on ``__transaction_state``, and the markers it sends.
 """

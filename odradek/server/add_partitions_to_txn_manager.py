@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from odradek.coordinator.group.group_metadata_manager import partition_for
+from odradek.coordinator.transaction.transaction_state_manager import partition_for
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol.errors import Errors
@@ -88,6 +88,7 @@ class AddPartitionsToTxnManager:
         self.client_factory = client_factory
         self._pending: dict[int, dict[str, _Pending]] = {}  # coordinator node -> txn id -> ...
         self._senders: dict[int, asyncio.Task[None]] = {}
+        self._in_flight: dict[int, dict[str, _Pending]] = {}  # the batch sent to each node
         self._clients: dict[SourceBroker, NetworkClient] = {}
         self._closed = False
 
@@ -141,10 +142,11 @@ class AddPartitionsToTxnManager:
     async def _send_loop(self, node: SourceBroker) -> None:
         try:
             while not self._closed and self._pending.get(node.broker_id):
-                batch = self._pending.pop(node.broker_id)
+                batch = self._in_flight[node.broker_id] = self._pending.pop(node.broker_id)
                 await self._send(node, batch)
         finally:
             self._senders.pop(node.broker_id, None)
+            self._in_flight.pop(node.broker_id, None)
 
     async def _send(self, node: SourceBroker, batch: dict[str, _Pending]) -> None:
         transactions = []
@@ -216,7 +218,7 @@ class AddPartitionsToTxnManager:
 
     async def close(self) -> None:
         self._closed = True
-        for by_txn in self._pending.values():
+        for by_txn in [*self._pending.values(), *self._in_flight.values()]:
             for p in by_txn.values():
                 self._answer(p, Errors.COORDINATOR_NOT_AVAILABLE)
         self._pending.clear()

@@ -464,6 +464,8 @@ class BrokerServer:
             cfg._int("transaction.state.log.num.partitions"),
         )
         verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
+        if self.group_coordinator is not None:  # TxnOffsetCommit verifies its offsets partition
+            self.group_coordinator.offset_manager.txn_verifier = verifier.verify
         return TxnPartitionApis(self.replica_manager, lambda: cfg.request_timeout_ms, verifier)
 
     async def shutdown(self) -> None:

@@ -239,6 +239,7 @@ class GroupApis:
         else:
             results = await self.coordinator.commit_txn_offsets(
                 req["group_id"],
+                req["transactional_id"],
                 producer_id,
                 producer_epoch,
                 req.get("member_id", ""),

@@ -12,7 +12,6 @@ Handlers translate between request/response dicts and
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -34,7 +33,6 @@ from odradek.coordinator.transaction.transaction_state_manager import Transactio
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
 from odradek.server.api_dispatcher import Handler, RequestContext
 from odradek.server.controller_channel import ControllerChannel, ControllerRequest
@@ -42,10 +40,6 @@ from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-
-# Transactions version 1: EndTxn v5 is KIP-890 part 2 (an epoch bump per transaction).
-END_TXN_V4 = dataclasses.replace(g.END_TXN, max_version=4)
-
 
 def _fenced(error: Errors, version: int, first_version_with_fenced: int) -> Errors:
     """KIP-588: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for requests older than it."""
@@ -73,11 +67,11 @@ class TxnApis:
     def handlers(self) -> dict[Api, Handler]:
         return {
             m.INIT_PRODUCER_ID: self.handle_init_producer_id,
-            g.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
-            g.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
-            END_TXN_V4: self.handle_end_txn,
-            g.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
-            g.LIST_TRANSACTIONS: self.handle_list_transactions,
+            m.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+            m.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
+            m.END_TXN: self.handle_end_txn,
+            m.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+            m.LIST_TRANSACTIONS: self.handle_list_transactions,
         }
 
     def coordinator_for(self, transactional_id: str, listener: str) -> tuple[Errors, int, str, int]:

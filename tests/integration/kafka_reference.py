@@ -44,6 +44,7 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
 }
 
 

@@ -173,3 +173,20 @@ def test_verifier_memory_is_bounded() -> None:
     assert verifier._size <= 3
     assert sum(len(v) for v in verifier._ongoing.values()) == verifier._size
     assert not verifier.needs_verification(("t", 9), 9, 0)  # the newest is kept
+
+
+def test_close_answers_verifications_waiting_and_in_flight() -> None:
+    async def main() -> None:
+        fake = FakeCoordinator()
+        fake.release.clear()  # the coordinator never answers
+        mgr = manager(fake)
+        in_flight = asyncio.ensure_future(mgr.verify("a", 1, 0, [("t", 0)]))
+        await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(mgr.verify("b", 2, 0, [("t", 1)]))
+        await asyncio.sleep(0)
+        await mgr.close()
+        assert await asyncio.wait_for(in_flight, 5) == {("t", 0): Errors.COORDINATOR_NOT_AVAILABLE}
+        assert await asyncio.wait_for(waiting, 5) == {("t", 1): Errors.COORDINATOR_NOT_AVAILABLE}
+        assert await mgr.verify("c", 3, 0, [("t", 2)]) == {("t", 2): Errors.COORDINATOR_NOT_AVAILABLE}
+
+    asyncio.run(main())

@@ -138,11 +138,44 @@ def test_transaction_log_serde_matches_kafkas_encoding() -> None:
         value_to_bytes(TxnTransitMetadata(9, -1, 0, -1, 100, S.DEAD, frozenset(), -1, 5))
 
 
+# Written by Kafka 4.3.1's own generated classes (MessageUtil.toVersionPrefixedBytes of a
+# TransactionLogKey / TransactionLogValue with the fields below), printed as hex.
+KAFKA_KEY = "000000066d792d74786e"  # "my-txn"
+KAFKA_VALUE_V0 = (  # producer 1234 epoch 5, 60 s, PrepareCommit, a-0 a-3 b-1, updated 2000, started 1000
+    "000000000000000004d200050000ea600200000002000161000000020000000000000003000162000000010000000100000000"
+    "000007d000000000000003e8"
+)
+KAFKA_VALUE_V1 = (
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e800"
+)
+KAFKA_EMPTY_V0 = "0000000000000000000900000000006400ffffffff0000000000000005ffffffffffffffff"
+KAFKA_TAGGED_V1 = (  # as KAFKA_VALUE_V1, with PreviousProducerId 77, NextProducerId 88, ClientTransactionVersion 2
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e8030008000000000000004d0108000000000000005802020002"
+)
+
+
+def test_transaction_log_bytes_are_kafkas() -> None:
+    t = TxnTransitMetadata(1234, -1, 5, -1, 60000, S.PREPARE_COMMIT, frozenset({("a", 0), ("a", 3), ("b", 1)}), 1000, 2000)
+    assert key_to_bytes("my-txn").hex() == KAFKA_KEY and read_key(bytes.fromhex(KAFKA_KEY)) == "my-txn"
+    assert value_to_bytes(t).hex() == KAFKA_VALUE_V0
+    assert value_to_bytes(t, version=1).hex() == KAFKA_VALUE_V1
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V0)).metadata == t
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V1)).metadata == t
+    empty = TxnTransitMetadata(9, -1, 0, -1, 100, S.EMPTY, frozenset(), -1, 5)
+    assert value_to_bytes(empty).hex() == KAFKA_EMPTY_V0 and read_value(bytes.fromhex(KAFKA_EMPTY_V0)).metadata == empty
+    tagged = read_value(bytes.fromhex(KAFKA_TAGGED_V1))
+    assert tagged.metadata.last_producer_id == 77 and tagged.next_producer_id == 88
+    assert tagged.client_transaction_version == 2 and tagged.metadata.topic_partitions == t.topic_partitions
+
+
 def test_partition_for_is_kafkas_hash() -> None:
-    # Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() == Integer.MIN_VALUE,
-    # which Kafka's Utils.abs (& 0x7fffffff) maps to 0.
-    assert partition_for("hello", 50) == 99162322 % 50 == 22
-    assert partition_for("polygenelubricants", 50) == 0
+    # Printed by Java with Kafka 4.3's clients jar: s.hashCode() and Utils.abs(s.hashCode()) % 50.
+    assert partition_for("hello", 50) == 22  # 99162322
+    assert partition_for("tx", 50) == 16  # 3716
+    assert partition_for("my-txn", 50) == 45  # -1061187895: a negative hash code is negated
+    assert partition_for("polygenelubricants", 50) == 0  # Integer.MIN_VALUE: Utils.abs gives 0
 
 
 # ------------------------------------------------------------------------------ coordinator
@@ -407,6 +440,7 @@ def test_expired_transactional_ids_are_removed_with_a_tombstone() -> None:
         assert env.last_value("idle") is None  # a tombstone
         assert "idle" not in env.sm.txns and "busy" in env.sm.txns
         assert c.describe("idle")["error_code"] == Errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert c.describe("")["error_code"] == Errors.INVALID_REQUEST
         r = await c.handle_init_producer_id("idle", 500)
         assert r.error == Errors.NONE and r.producer_epoch == 0
 
@@ -531,3 +565,31 @@ def test_marker_sender_retries_until_every_leader_answered() -> None:
         await mgr.shutdown()
 
     _run(go)
+
+
+def test_unload_drops_the_partitions_ids_and_their_marker_sending() -> None:
+    async def go() -> None:
+        env = Env()
+        c = env.coord
+        r = await c.handle_init_producer_id("tx", 10000)
+        assert await c.handle_add_partitions("tx", r.producer_id, r.producer_epoch, {("t", 0)}) == Errors.NONE
+        assert await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, False) == Errors.NONE
+        assert env.markers is not None and len(env.markers.sent) == 1
+        p = env.sm.partition_for("tx")
+        env.sm.on_leadership_change("some-topic", p, False, 4)  # other topics are ignored
+        assert "tx" in env.sm.txns
+        env.sm.on_leadership_change(TRANSACTION_STATE_TOPIC, p, False, 4)
+        assert "tx" not in env.sm.txns and p not in env.sm.owned
+        assert env.markers.sent == []
+        assert (await c.handle_init_producer_id("tx", 10000)).error == Errors.NOT_COORDINATOR
+        assert c.describe("tx")["error_code"] == Errors.NOT_COORDINATOR
+
+    _run(go)
+
+
+def test_brokers_verify_with_the_coordinators_partitioning() -> None:
+    # KIP-890 verification (server/add_partitions_to_txn_manager.py) must find the coordinator
+    # the clients find: the same partition for every transactional id.
+    from odradek.server import add_partitions_to_txn_manager
+
+    assert add_partitions_to_txn_manager.partition_for is partition_for

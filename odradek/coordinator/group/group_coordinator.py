@@ -716,6 +716,7 @@ class GroupCoordinator:
     async def commit_txn_offsets(
         self,
         group_id: str,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         member_id: str,
@@ -727,7 +728,8 @@ class GroupCoordinator:
         if err != Errors.NONE:
             return {tp: err for tp in offsets}
         return await self.offset_manager.commit_txn_offsets(
-            group_id, producer_id, producer_epoch, member_id, generation_id, group_instance_id, offsets
+            group_id, transactional_id, producer_id, producer_epoch, member_id, generation_id,
+            group_instance_id, offsets,
         )
 
     def fetch_offsets(

@@ -117,12 +117,18 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def java_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: the absolute value, with Integer.MIN_VALUE mapped to 0 (not
+    ``n & 0x7fffffff``, the Kafka 0.8 definition, which differs for every negative n)."""
+    return 0 if n == -(2**31) else abs(n)
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions`` (``abs`` = ``& 0x7fffffff``)."""
-    return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions``."""
+    return java_abs(java_string_hashcode(group_id)) % num_partitions
 
 
-def _append_error(code: Errors, for_offsets: bool) -> Errors:
+def append_error(code: Errors, for_offsets: bool) -> Errors:
     """Map a failed append to what a group client understands (as Kafka does)."""
     if code in (
         Errors.UNKNOWN_TOPIC_OR_PARTITION,
@@ -281,7 +287,7 @@ class GroupMetadataManager:
         if not encoded:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), encoded)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def delete_group_records(self, group: Any, tps: Iterable[TopicPartition]) -> Errors:
         """Tombstones for ``tps``' offsets and for the group itself (whatever its type), as
@@ -295,12 +301,12 @@ class GroupMetadataManager:
         else:
             records.append((group_metadata_key(gid), None))
         err = await self._append(self.partition_for(gid), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def store_group(self, group: Any, record: GroupRecord) -> Errors:
         p = self.partition_for(group.group_id)
         err = await self._append(p, [(group_metadata_key(group.group_id), group_metadata_value(record))])
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     def validate_offset_metadata(self, metadata: str | None) -> bool:
         return metadata is None or len(metadata.encode("utf-8")) <= self.offset_metadata_max_bytes
@@ -344,20 +350,22 @@ class GroupMetadataManager:
                 if not cells:
                     del self._txn_appends[(partition, producer_id)]
         if err != Errors.NONE:
-            return _append_error(err, True)
+            return append_error(err, True)
         written = {tp: replace(o, record_offset=base + i) for i, (tp, o) in enumerate(offsets.items())}
-        current: Any = self.groups.get(gid)
-        if current is not group or current.state_name == ClassicGroupState.DEAD.value:
+        if producer_id >= 0:
+            # Pending by group id, as a reload would find them in the log (even if the group
+            # object changed meanwhile).
+            if cell[0] is None:
+                store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
+                for tp, o in written.items():
+                    store.add(producer_id, gid, tp, o)
+            elif cell[0]:
+                # The marker was acknowledged while this append was: its transaction is over.
+                self._commit_txn_offsets({gid: written})
             return Errors.NONE
-        if producer_id < 0:
+        current: Any = self.groups.get(gid)
+        if current is group and current.state_name != ClassicGroupState.DEAD.value:
             current.offsets.update(written)
-        elif cell[0] is None:
-            store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
-            for tp, o in written.items():
-                store.add(producer_id, gid, tp, o)
-        elif cell[0]:
-            # The marker was acknowledged while this append was: its transaction is over.
-            materialise(current.offsets, written)
         return Errors.NONE
 
     # ------------------------------------------------------------------------ transactions
@@ -380,6 +388,13 @@ class GroupMetadataManager:
         store.remove_group(group_id)
         return tps
 
+    def _commit_txn_offsets(self, done: dict[str, dict[TopicPartition, OffsetAndMetadata]]) -> None:
+        for gid, offsets in done.items():
+            g: Any = self.groups.get(gid)
+            if g is None:  # as Kafka's replay: the offsets make a (simple) group
+                g = self.get_or_create_classic_group(gid)
+            materialise(g.offsets, offsets)
+
     def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """ReplicaManager transaction marker listener (called on the event loop once the marker
         is acknowledged): the producer's pending offsets on the partition are committed or
@@ -401,11 +416,7 @@ class GroupMetadataManager:
                 n, producer_id, ", ".join(sorted(done)),
             )
             return
-        for gid, offsets in done.items():
-            g: Any = self.groups.get(gid)
-            if g is None:
-                g = self.get_or_create_classic_group(gid)
-            materialise(g.offsets, offsets)
+        self._commit_txn_offsets(done)
         log.debug(
             "Committed %d transactional offset(s) of producer %d in group(s) %s",
             n, producer_id, ", ".join(sorted(done)),
@@ -425,7 +436,7 @@ class GroupMetadataManager:
         if not records:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     # ------------------------------------------------------------------------ immigration/emigration
 

@@ -362,6 +362,7 @@ class TransactionCoordinator:
         coordinates the transaction with the same epoch."""
         meta, tid = pc.meta, pc.meta.transactional_id
         transit: TxnTransitMetadata = pc.transit
+        backoff_ms = self.config.retry_backoff_ms
         while True:
             if self.state.txns.get(tid) is not meta or self.state.coordinator_epoch(tid) != pc.coordinator_epoch:
                 return
@@ -376,7 +377,8 @@ class TransactionCoordinator:
                 return
             if err == Errors.NOT_COORDINATOR:
                 return
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000.0)
+            await asyncio.sleep(backoff_ms / 1000.0)
+            backoff_ms = min(backoff_ms * 2, 5000)
 
     def _on_loaded(self, partition: int, cepoch: int, metas: list[TransactionMetadata]) -> None:
         """A loaded partition: transactions found prepared get their markers sent again."""
@@ -438,7 +440,7 @@ class TransactionCoordinator:
             "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
             "producer_id": -1, "producer_epoch": -1, "topics": [],
         }
-        err, _, meta = self.state.get(transactional_id) if transactional_id else (Errors.TRANSACTIONAL_ID_NOT_FOUND, -1, None)
+        err, _, meta = self.state.get(transactional_id) if transactional_id else (Errors.INVALID_REQUEST, -1, None)
         if err == Errors.NONE and (meta is None or meta.state == S.DEAD):
             err = Errors.TRANSACTIONAL_ID_NOT_FOUND
         if err != Errors.NONE or meta is None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from odradek.coordinator.group.group_metadata_manager import (
     ReplicaManagerLike,
+    java_abs,
     java_string_hashcode,
 )
 from odradek.coordinator.transaction.transaction_log import (
@@ -49,7 +50,8 @@ log = logging.getLogger(__name__)
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
-    return (java_string_hashcode(transactional_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``, as for groups."""
+    return java_abs(java_string_hashcode(transactional_id)) % num_partitions
 
 
 def append_error(code: Errors) -> Errors:

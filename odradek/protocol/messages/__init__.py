@@ -28,6 +28,18 @@ def served_from(api: Api, min_version: int) -> Api:
     return replace(api, min_version=min_version, _cache={})
 
 
+# APIs served below their definition's newest version: api key -> the newest version served.
+CAPPED_MAX_VERSIONS: dict[int, int] = {}
+
+
+def served_up_to(api: Api, max_version: int) -> Api:
+    """``api`` served up to ``max_version`` only (a newer version's semantics not implemented)."""
+    if not api.min_version <= max_version < api.max_version:
+        raise ValueError(f"{api.name}: cannot serve up to v{max_version}")
+    CAPPED_MAX_VERSIONS[api.api_key] = max_version
+    return replace(api, max_version=max_version, _cache={})
+
+
 PRODUCE = served_from(g.PRODUCE, 3)
 FETCH = served_from(g.FETCH, 4)
 LIST_OFFSETS = served_from(g.LIST_OFFSETS, 1)
@@ -66,6 +78,13 @@ LIST_PARTITION_REASSIGNMENTS = g.LIST_PARTITION_REASSIGNMENTS
 # The partition side of transactions (odradek.server.txn_partition_apis)
 WRITE_TXN_MARKERS = g.WRITE_TXN_MARKERS
 DESCRIBE_PRODUCERS = g.DESCRIBE_PRODUCERS
+# The transaction coordinator (odradek.server.txn_apis.TxnApis)
+ADD_PARTITIONS_TO_TXN = g.ADD_PARTITIONS_TO_TXN
+ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
+# Transactions version 1: EndTxn v5 is KIP-890 part 2 (an epoch bump per transaction).
+END_TXN = served_up_to(g.END_TXN, 4)
+DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
+LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
 
 ALL_APIS: list[Api] = [
     PRODUCE,
@@ -105,6 +124,12 @@ ALL_APIS: list[Api] = [
     TXN_OFFSET_COMMIT,
     WRITE_TXN_MARKERS,
     DESCRIBE_PRODUCERS,
+    # Transaction coordinator (served by odradek.server.txn_apis.TxnApis)
+    ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN,
+    END_TXN,
+    DESCRIBE_TRANSACTIONS,
+    LIST_TRANSACTIONS,
 ]
 
 APIS: dict[int, Api] = {api.api_key: api for api in ALL_APIS}
@@ -142,9 +167,16 @@ __all__ = [
     "APIS",
     "advertised_min_version",
     "served_from",
+    "served_up_to",
+    "CAPPED_MAX_VERSIONS",
     "ALTER_CONFIGS",
     "DESCRIBE_PRODUCERS",
     "WRITE_TXN_MARKERS",
+    "ADD_PARTITIONS_TO_TXN",
+    "ADD_OFFSETS_TO_TXN",
+    "END_TXN",
+    "DESCRIBE_TRANSACTIONS",
+    "LIST_TRANSACTIONS",
     "ALTER_PARTITION_REASSIGNMENTS",
     "ELECT_LEADERS",
     "LIST_PARTITION_REASSIGNMENTS",
