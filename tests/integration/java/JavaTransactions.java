@@ -1,7 +1,8 @@
 // The transactional Java producer (kafka-clients, unchanged) against the broker.
-// java -cp '<kafka>/4/lib/*' JavaTransactions.java MODE BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS
+// java -cp '<kafka>/4/lib/*' JavaTransactions.java MODE BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS [GROUP]
 //   commit-abort: three transactions of 10 records ("java-c1-i" committed, "java-a-i" aborted,
-//                 "java-c2-i" committed), then reads the topic back read_committed with the Java
+//                 "java-c2-i" committed; the first sends offset 5 of partition 0 for GROUP, the
+//                 aborted one offset 7), then reads the topic back read_committed with the Java
 //                 consumer: prints "READ value" per record, then "DONE".
 //   fence:        producer A begins a transaction and sends "zombie-i"; producer B with the same
 //                 transactional id initialises (fencing A) and commits "live-i"; A's commit
@@ -10,9 +11,12 @@
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -47,7 +51,7 @@ public class JavaTransactions {
         String txid = args[3];
         int partitions = Integer.parseInt(args[4]);
         if (mode.equals("commit-abort")) {
-            commitAbort(bootstrap, topic, txid, partitions);
+            commitAbort(bootstrap, topic, txid, partitions, args[5]);
         } else if (mode.equals("fence")) {
             fence(bootstrap, topic, txid);
         } else {
@@ -56,14 +60,18 @@ public class JavaTransactions {
         System.out.println("DONE");
     }
 
-    static void commitAbort(String bootstrap, String topic, String txid, int partitions) {
+    static void commitAbort(String bootstrap, String topic, String txid, int partitions, String group) {
+        TopicPartition first = new TopicPartition(topic, 0);
+        ConsumerGroupMetadata groupMetadata = new ConsumerGroupMetadata(group);
         try (KafkaProducer<String, String> p = producer(bootstrap, txid)) {
             p.initTransactions();
             p.beginTransaction();
             send(p, topic, "java-c1", 10);
+            p.sendOffsetsToTransaction(Map.of(first, new OffsetAndMetadata(5)), groupMetadata);
             p.commitTransaction();
             p.beginTransaction();
             send(p, topic, "java-a", 10);
+            p.sendOffsetsToTransaction(Map.of(first, new OffsetAndMetadata(7)), groupMetadata);
             p.flush();
             p.abortTransaction();
             p.beginTransaction();

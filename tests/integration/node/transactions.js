@@ -1,12 +1,14 @@
 // kafkajs's transactional producer against the broker.
-// node transactions.js BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS
+// node transactions.js BOOTSTRAP TOPIC TRANSACTIONAL_ID PARTITIONS GROUP
 // Three transactions of 10 records ("kafkajs-c1-i" committed, "kafkajs-a-i" aborted,
-// "kafkajs-c2-i" committed), then reads the topic back with a kafkajs consumer (read_committed,
+// "kafkajs-c2-i" committed; the first sends offset 5 of partition 0 for GROUP, the aborted one
+// offset 7), then reads the topic back with a kafkajs consumer (read_committed,
 // its default): prints "READ value" per record, then "DONE".
 const { Kafka, logLevel } = require('kafkajs');
 
 async function main() {
-  const [bootstrap, topic, txid, partitionsArg] = process.argv.slice(2);
+  const [bootstrap, topic, txid, partitionsArg, group] = process.argv.slice(2);
+  const offsets = { 'kafkajs-c1': '5', 'kafkajs-a': '7' };
   const partitions = Number(partitionsArg);
   const kafka = new Kafka({ clientId: 'odradek-txn-test', brokers: bootstrap.split(','), logLevel: logLevel.WARN });
   const producer = kafka.producer({ transactionalId: txid, idempotent: true, maxInFlightRequests: 1 });
@@ -18,6 +20,12 @@ async function main() {
   for (const [prefix, commit] of [['kafkajs-c1', true], ['kafkajs-a', false], ['kafkajs-c2', true]]) {
     const txn = await producer.transaction();
     await txn.send(batch(prefix));
+    if (offsets[prefix]) {
+      await txn.sendOffsets({
+        consumerGroupId: group,
+        topics: [{ topic, partitions: [{ partition: 0, offset: offsets[prefix] }] }],
+      });
+    }
     if (commit) await txn.commit(); else await txn.abort();
   }
   await producer.disconnect();
