@@ -14,7 +14,6 @@ Runs against Odradek, or Apache Kafka with ``ODRADEK_TXN_SERVERS=kafka`` (txn_su
 from __future__ import annotations
 
 import random
-import selectors
 import signal
 import subprocess
 import sys
@@ -25,24 +24,15 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from .support import unique_name
-from .txn_support import Target, committed_offsets, create_topic, read_all, watermarks
+from .txn_support import Lines, Target, committed_offsets, create_topic, read_all, watermarks
 
 PARTITIONS = 3
-RECORDS = 1500
-BATCH = 20
+RECORDS = 3000
+BATCH = 10
 KILLS = 6
 SEED = 1313
+PACE_S = 0.02  # inside each of the worker's transactions
 WORKER = Path(__file__).parent / "txn_ctp_worker.py"
-
-
-def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    """The worker's next line of output, or "" when it exits or says nothing in ``timeout``."""
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout):
-            return ""
-    return proc.stdout.readline().strip()
 
 
 def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_path: Path) -> None:
@@ -60,21 +50,31 @@ def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_
 
     rng = random.Random(SEED)
     log = open(tmp_path / "worker.log", "a")
-    cmd = [sys.executable, str(WORKER), bootstrap, source, sink, group, txid, str(PARTITIONS), str(BATCH)]
+    cmd = [sys.executable, str(WORKER), bootstrap, source, sink, group, txid, str(PARTITIONS), str(BATCH), str(PACE_S)]
     kills = 0
+    committed_before_kills = 0  # transactions the killed runs committed
+    kills_mid_work = 0  # kills with input left to process
     finished = False
     try:
         for _ in range(KILLS):
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
             try:
-                ready = read_line(proc, 90)
-                assert ready == "READY", f"the worker did not start ({ready!r}); see {log.name}"
-                time.sleep(rng.uniform(0.2, 2.0))
+                out = Lines(proc)
+                out.wait_for("READY", 90)
+                time.sleep(rng.uniform(0.5, 3.0))
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
+                    proc.wait(30)
                     kills += 1
-                elif read_line(proc, 5) == "DONE":
-                    finished = True
+                    out.thread.join(10)
+                    committed_before_kills += sum(1 for ln in out.lines if ln.startswith("COMMITTED "))
+                    # (Not stable: the killed run's pending offsets stay until the next run's
+                    # init_transactions aborts its transaction.)
+                    done = committed_offsets(bootstrap, group, source, PARTITIONS, stable=False)
+                    kills_mid_work += sum(max(0, o) for o in done.values()) < RECORDS
+                else:  # finished (DONE), or failed: then the next run goes on
+                    out.thread.join(10)
+                    finished = "DONE" in out.lines
             finally:
                 proc.kill()
                 proc.wait(30)
@@ -83,14 +83,17 @@ def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_
         if not finished:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
             try:
-                assert read_line(proc, 90) == "READY"
-                assert read_line(proc, 190) == "DONE", f"the last run did not finish; see {log.name}"
+                out = Lines(proc)
+                out.wait_for("READY", 90)
+                out.wait_for("DONE", 190)
             finally:
                 proc.kill()
                 proc.wait(30)
     finally:
         log.close()
-    assert kills >= 1, "the worker finished before it was ever killed: nothing was tested"
+    # The kills hit a worker at work (not only before its first transaction or after the last).
+    assert kills_mid_work >= 2 and committed_before_kills > 0, (
+        f"{kills} kills, {kills_mid_work} with input left, {committed_before_kills} commits before them")
 
     assert committed_offsets(bootstrap, group, source, PARTITIONS) == input_ends
     out = read_all(bootstrap, sink, PARTITIONS, "read_committed", timeout=90)
@@ -101,7 +104,8 @@ def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_
     expected = {(str(p), str(o)) for p in range(PARTITIONS) for o in range(input_ends[p])}
     assert set(seen) == expected, f"missing {sorted(expected - set(seen))[:20]}, extra {sorted(set(seen) - expected)[:20]}"
     aborted = len(read_all(bootstrap, sink, PARTITIONS, "read_uncommitted", timeout=90)) - len(out)
-    print(f"{kills} kills; {aborted} output records of aborted transactions in the log")
+    print(f"{kills} kills ({kills_mid_work} with input left) after {committed_before_kills} commits; "
+          f"{aborted} output records of aborted transactions")
     # Each output record carries its input's value.
     by_input = {(r.partition, r.offset): r.value for r in read_all(bootstrap, source, PARTITIONS, "read_committed")}
     for r in out:

@@ -20,10 +20,8 @@ is not (no aborted read); the last stable offset of every partition reaches the 
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -40,7 +38,7 @@ from .kafka_reference import find_kafka_tools
 from .support import unique_name, wait_until
 from .test_mixed_kafka_cluster import KafkaNode, Node, OdradekNode, _broker_props, _controller_props
 from .test_raft_quorum import _free_ports
-from .txn_support import read_all, txn_server_kinds, watermarks
+from .txn_support import Lines, read_all, txn_server_kinds, watermarks
 
 PARTITIONS = 3
 RECORDS = 6
@@ -164,33 +162,6 @@ def coordinator_of(cluster: TxnCluster, txid: str) -> int:
     leader = cluster.leaders("__transaction_state")[partition]
     assert leader in BROKERS, f"__transaction_state-{partition} has no leader"
     return leader
-
-
-class Lines:
-    """The producer's output lines, read by a thread as they come."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self.proc = proc
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.strip())
-
-    def wait_for(self, pattern: str, timeout: float, after: int = 0) -> int:
-        """The index of the first line from ``after`` on matching ``pattern``."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for i in range(after, len(self.lines)):
-                if re.fullmatch(pattern, self.lines[i]):
-                    return i
-            if self.proc.poll() is not None and not self.thread.is_alive():
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no line {pattern!r} in {timeout}s: {self.lines[-20:]}")
 
 
 @pytest.mark.parametrize("victim", ["coordinator", "leader", "both"])

@@ -14,6 +14,9 @@ timed-out transaction aborted within half a second of its timeout.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -187,11 +190,13 @@ def values(reads: list[Read]) -> list[str]:
     return sorted((r.value or b"").decode() for r in reads)
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offset of each partition (-1001 when none), read stable (KIP-447)."""
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int, stable: bool = True) -> dict[int, int]:
+    """The group's committed offset of each partition (-1001 when none). ``stable``: as a
+    read_committed consumer asks (KIP-447: the broker answers UNSTABLE_OFFSET_COMMIT, and the
+    client retries, while a transaction's offsets for the group are pending)."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-        "isolation.level": "read_committed",
+        "isolation.level": "read_committed" if stable else "read_uncommitted",
     })
     try:
         tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
@@ -209,3 +214,28 @@ def skip_unless(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+class Lines:
+    """A child process's output lines, read by a thread as they come."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self.proc = proc
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def wait_for(self, pattern: str, timeout: float, after: int = 0) -> int:
+        """The index of the first line from ``after`` on matching ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for i in range(after, len(self.lines)):
+                if re.fullmatch(pattern, self.lines[i]):
+                    return i
+            if self.proc.poll() is not None and not self.thread.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no line {pattern!r} in {timeout}s: {self.lines[-20:]}")
