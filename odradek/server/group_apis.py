@@ -10,12 +10,13 @@ ConsumerGroupDescribe, for every version declared in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
 from odradek.coordinator.group.consumer_group import ConsumerGroup
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from odradek.coordinator.group.offset_metadata_manager import CommitRequest
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -35,6 +36,13 @@ class GroupApis:
         # FindCoordinator key type TRANSACTION: (transactional id, listener) -> (error, node, host,
         # port), from the transaction coordinator (TxnApis.coordinator_for).
         self.find_transaction_coordinator: Callable[[str, str], tuple[Errors, int, str, int]] | None = None
+        # KIP-890 part 2: TxnOffsetCommit v5 of a transactions-version-2 producer (which sent no
+        # AddOffsetsToTxn) adds the group's offsets partition to its transaction first:
+        # (transactional id, producer id, epoch, partitions) -> the partitions not added.
+        self.add_txn_partitions: (
+            Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], Errors]]] | None
+        ) = None
+        self.transaction_version: Callable[[], int] = lambda: 0
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -236,6 +244,8 @@ class GroupApis:
                 producer_id, producer_epoch,
             )
             results = {tp: Errors.INVALID_PRODUCER_ID_MAPPING for tp in offsets}
+        elif (added := await self._add_offsets_partition(ctx, req)) != Errors.NONE:
+            results = dict.fromkeys(offsets, added)
         else:
             results = await self.coordinator.commit_txn_offsets(
                 req["group_id"],
@@ -256,6 +266,23 @@ class GroupApis:
             "throttle_time_ms": 0,
             "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
         }
+
+    async def _add_offsets_partition(self, ctx: RequestContext, req: dict[str, Any]) -> Errors:
+        """TxnOffsetCommit v5 with transaction.version 2: the offsets partition of the group is
+        added to the transaction (Kafka's addPartition verification of the group coordinator)."""
+        if ctx.version < 5 or self.add_txn_partitions is None or self.transaction_version() < 2:
+            return Errors.NONE
+        tp = (OFFSETS_TOPIC, self.coordinator.partition_for(req["group_id"]))
+        failed = await self.add_txn_partitions(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], [tp]
+        )
+        err = failed.get(tp, Errors.NONE)
+        if err != Errors.NONE:
+            log.info("TxnOffsetCommit of group %s (transactional id %r): adding %s-%d to the "
+                     "transaction failed: %s", req["group_id"], req["transactional_id"], tp[0], tp[1], err.name)
+        if err in (Errors.NETWORK_EXCEPTION, Errors.COORDINATOR_NOT_AVAILABLE):
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS  # retriable for every producer
+        return err
 
     # ------------------------------------------------------------------------ OffsetFetch
 

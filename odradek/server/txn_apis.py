@@ -2,7 +2,8 @@
 
 InitProducerId (with a transactional id; without one the idempotent path of KafkaApis answers),
 AddPartitionsToTxn (v0-v3 from clients, v4+ batches from brokers incl. KIP-890 ``verify_only``),
-AddOffsetsToTxn, EndTxn (v0-v4: transactions version 1), DescribeTransactions and
+AddOffsetsToTxn, EndTxn (v5 with ``transaction.version`` 2 finalized: transactions version 2,
+see the coordinator; else version 1), DescribeTransactions and
 ListTransactions. FindCoordinator with key type TRANSACTION is answered through
 :meth:`coordinator_for` (GroupApis serves FindCoordinator and asks here for that key type).
 Handlers translate between request/response dicts and
@@ -16,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from odradek.controller.feature_control_manager import TRANSACTION_VERSION_FEATURE
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from odradek.coordinator.transaction.transaction_coordinator import (
     ProducerIdGenerator,
@@ -56,8 +58,11 @@ class TxnApis:
         *,
         offsets_partition_for: Callable[[str], int],
         topic_exists: Callable[[str, int], bool],
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.coordinator = coordinator
+        # The finalized transaction.version (KIP-890 part 2 needs level 2).
+        self.transaction_version = transaction_version
         self.topics = topics
         self.offsets_partition_for = offsets_partition_for
         self.topic_exists = topic_exists
@@ -131,7 +136,11 @@ class TxnApis:
                     for tp in order
                 }
             else:
-                err = await self.coordinator.handle_add_partitions(tid, producer_id, producer_epoch, set(order))
+                # A broker's (v4+) add on a producer's first produce: transactions version 2.
+                tv = 2 if version >= 4 and self.transaction_version() >= 2 else 0
+                err = await self.coordinator.handle_add_partitions(
+                    tid, producer_id, producer_epoch, set(order), tv
+                )
                 results = dict.fromkeys(order, _fenced(err, version, 2))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
@@ -173,10 +182,21 @@ class TxnApis:
         return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
 
     async def handle_end_txn(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        err = await self.coordinator.handle_end_txn(
-            req["transactional_id"], req["producer_id"], req["producer_epoch"], bool(req["committed"])
+        # As Kafka: EndTxn v5 is a transactions-version-2 client's (here only while level 2 is
+        # finalized; an older level keeps version 1 semantics).
+        tv = 2 if ctx.version >= 5 and self.transaction_version() >= 2 else 0
+        r = await self.coordinator.handle_end_txn(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], bool(req["committed"]), tv
         )
-        return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
+        if r.error != Errors.NONE:
+            log.debug("EndTxn of transactional id %s from %s: %s", req["transactional_id"], ctx.conn.peer,
+                      r.error.name)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": _fenced(r.error, ctx.version, 2),
+            "producer_id": r.producer_id,
+            "producer_epoch": r.producer_epoch,
+        }
 
     # ------------------------------------------------------------------------ admin
 
@@ -238,12 +258,17 @@ def build_txn_apis(
     """The transaction coordinator of a broker, with its state manager, marker sender and
     ``__transaction_state`` topic manager."""
     tc = TransactionConfig.from_config(config)
+
+    def transaction_version() -> int:
+        return int(metadata_cache.features().levels.get(TRANSACTION_VERSION_FEATURE, 0))
+
     sm = TransactionStateManager(
         replica_manager=replica_manager,
         num_partitions=tc.num_partitions,
         clock_ms=replica_manager.clock_ms,
         append_timeout_ms=tc.request_timeout_ms,
         load_buffer_size=tc.load_buffer_size,
+        transaction_version=transaction_version,
     )
 
     def markers(on_complete: Callable[[PendingCompletion], Awaitable[None]]) -> TransactionMarkerChannelManager:
@@ -277,5 +302,5 @@ def build_txn_apis(
     )
     return TxnApis(
         coordinator, topics, offsets_partition_for=offsets_partition_for,
-        topic_exists=metadata_cache.contains_partition,
+        topic_exists=metadata_cache.contains_partition, transaction_version=transaction_version,
     )

@@ -170,12 +170,14 @@ class TxnPartitionApis:
     # -- Produce (the transactional part) -------------------------------------------------------
 
     def check_produce(
-        self, transactional_id: str | None, entries: dict[TopicPartition, Any]
+        self, transactional_id: str | None, entries: dict[TopicPartition, Any], add: bool = False
     ) -> Errors | Awaitable[ProduceErrors] | None:
         """Before a Produce appends ``entries``: an error for the whole request (a transactional
         batch without a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED; batches of more
         than one transactional producer: INVALID_PRODUCER_ID_MAPPING, as Kafka), or an awaitable
-        of the per-partition errors of the KIP-890 verification, or None (nothing to check)."""
+        of the per-partition errors of the KIP-890 verification, or None (nothing to check).
+        ``add``: a transactions-version-2 produce (v12+ with transaction.version 2 finalized),
+        whose partitions the coordinator adds to the transaction (KIP-890 part 2)."""
         producers: set[tuple[int, int]] = set()
         to_verify: list[TopicPartition] = []
         for tp, records in entries.items():
@@ -202,4 +204,4 @@ class TxnPartitionApis:
         (pid, epoch), = producers
         if not mine or not any(self.verifier.needs_verification(tp, pid, epoch) for tp in mine):
             return None
-        return asyncio.ensure_future(self.verifier.verify(transactional_id, pid, epoch, mine))
+        return asyncio.ensure_future(self.verifier.verify(transactional_id, pid, epoch, mine, add))

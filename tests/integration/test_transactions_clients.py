@@ -165,7 +165,7 @@ def write_java(bootstrap: str, topic: str, txid: str, group: str) -> list[str] |
     lib = tools.home / tools.line / "lib"
     return _lines_read([
         "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
-        str(JAVA_DIR / "JavaTransactions.java"), "commit-abort", bootstrap, topic, txid, str(PARTITIONS), group,
+        str(JAVA_DIR / "JavaTxnClient.java"), "commit-abort", bootstrap, topic, txid, str(PARTITIONS), group,
     ])
 
 

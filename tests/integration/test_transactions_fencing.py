@@ -76,7 +76,7 @@ def test_older_producer_is_fenced_java(txn_target: Target) -> None:
     lib = tools.home / tools.line / "lib"
     r = subprocess.run(
         ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", f"{lib}/*",
-         str(JAVA_DIR / "JavaTransactions.java"), "fence", txn_target.bootstrap, topic,
+         str(JAVA_DIR / "JavaTxnClient.java"), "fence", txn_target.bootstrap, topic,
          unique_name("txid-fence-java"), str(PARTITIONS)],
         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )

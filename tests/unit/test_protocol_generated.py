@@ -207,9 +207,22 @@ def test_cluster_apis_are_defined() -> None:
 def test_served_apis_are_the_generated_definitions(api: Api) -> None:
     gen = DEFINITIONS[api.api_key]
     assert api.request is gen.request and api.response is gen.response
-    max_version = m.CAPPED_MAX_VERSIONS.get(api.api_key, gen.max_version)  # e.g. EndTxn: v4 (TV1)
+    max_version = m.CAPPED_MAX_VERSIONS.get(api.api_key, gen.max_version)
     assert (api.name, api.max_version, api.flexible_min) == (gen.name, max_version, gen.flexible_min)
     assert gen.min_version <= api.min_version <= api.max_version
+
+
+def test_kip_890_versions_past_the_reference_are_the_previous_on_the_wire() -> None:
+    # Produce v12 and TxnOffsetCommit v5 (the generator's ADDITIONS, Kafka 4.0) are v11 / v4.
+    produce, txn_offset_commit = DEFINITIONS[0], DEFINITIONS[28]
+    assert (produce.max_version, txn_offset_commit.max_version) == (12, 5)
+    body = {"transactional_id": "t", "acks": -1, "timeout_ms": 5, "topic_data": []}
+    assert b"".join(produce.encode_request(12, body)) == b"".join(produce.encode_request(11, body))
+    commit = {"transactional_id": "t", "group_id": "g", "producer_id": 1, "producer_epoch": 0,
+              "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": []}
+    assert b"".join(txn_offset_commit.encode_request(5, commit)) == b"".join(
+        txn_offset_commit.encode_request(4, commit)
+    )
 
 
 def test_served_from_refuses_a_floor_outside_the_definition() -> None:

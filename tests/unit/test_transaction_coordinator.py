@@ -312,7 +312,7 @@ def test_commit_abort_end_txn_and_retries() -> None:
         c = env.coord
         r = await c.handle_init_producer_id("tx", 10000)
         pid, ep = r.producer_id, r.producer_epoch
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.INVALID_TXN_STATE  # nothing begun
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.INVALID_TXN_STATE  # nothing begun
         assert await c.handle_add_partitions("tx", pid + 1, ep, {("t", 0)}) == Errors.INVALID_PRODUCER_ID_MAPPING
         assert await c.handle_add_partitions("nope", pid, ep, {("t", 0)}) == Errors.INVALID_PRODUCER_ID_MAPPING
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0), ("t", 1)}) == Errors.NONE
@@ -328,8 +328,8 @@ def test_commit_abort_end_txn_and_retries() -> None:
             ("t", 0): Errors.NONE, ("u", 0): Errors.TRANSACTION_ABORTABLE}
         assert c.handle_verify_partitions("tx", pid, ep - 1, [("t", 0)], abortable=False) == {
             ("t", 0): Errors.PRODUCER_FENCED}
-        assert await c.handle_end_txn("tx", pid, ep + 1, True) == Errors.PRODUCER_FENCED
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep + 1, True)).error == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.NONE
         stored = env.last_value("tx")
         assert stored is not None and stored.state == S.PREPARE_COMMIT
         assert env.markers is not None
@@ -337,7 +337,7 @@ def test_commit_abort_end_txn_and_retries() -> None:
         assert pc.commit and pc.coordinator_epoch == 3 and (pc.producer_id, pc.producer_epoch) == (pid, ep)
         assert pc.remaining == {("t", 0), ("t", 1), ("__consumer_offsets", 3)}
         # While the markers are written: retries wait, other requests too.
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.CONCURRENT_TRANSACTIONS
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.CONCURRENT_TRANSACTIONS
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 2)}) == Errors.CONCURRENT_TRANSACTIONS
         assert (await c.handle_init_producer_id("tx", 10000)).error == Errors.CONCURRENT_TRANSACTIONS
         pc.remaining.clear()
@@ -346,13 +346,13 @@ def test_commit_abort_end_txn_and_retries() -> None:
         assert stored is not None and stored.state == S.COMPLETE_COMMIT and not stored.topic_partitions
         assert c.describe("tx")["transaction_state"] == "CompleteCommit"
         # A retried EndTxn after completion is idempotent; the other outcome is not.
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.NONE
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.INVALID_TXN_STATE
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.INVALID_TXN_STATE
         # Next transaction: abort.
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0)}) == Errors.NONE
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.NONE
         assert not env.markers.sent[-1].commit
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.CONCURRENT_TRANSACTIONS
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.CONCURRENT_TRANSACTIONS
 
     _run(go)
 
@@ -389,7 +389,7 @@ def test_init_while_ongoing_fences_the_old_producer_and_aborts() -> None:
         pc = env.markers.sent[-1]
         assert not pc.commit and pc.producer_epoch == old.producer_epoch + 1
         # The zombie is fenced.
-        assert await c.handle_end_txn("tx", old.producer_id, old.producer_epoch, True) == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", old.producer_id, old.producer_epoch, True)).error == Errors.PRODUCER_FENCED
         pc.remaining.clear()
         await env.markers.on_complete(pc)
         r = await c.handle_init_producer_id("tx", 10000)
@@ -415,7 +415,7 @@ def test_timed_out_transactions_are_aborted_with_an_epoch_bump() -> None:
         assert stored is not None and stored.state == S.PREPARE_ABORT
         assert stored.producer_epoch == r.producer_epoch + 1
         assert env.sm.txns["young"].state == S.ONGOING
-        assert await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, True) == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, True)).error == Errors.PRODUCER_FENCED
         listed = c.list_transactions(["PrepareAbort", "Bogus"], [], -1)
         assert listed[0] == Errors.NONE and listed[1] == ["Bogus"]
         assert [t.transactional_id for t in listed[2]] == ["tx"]

@@ -318,4 +318,46 @@ def test_verification_and_markers_with_the_brokers_own_transaction_coordinator(t
                 await asyncio.sleep(0.05)
             assert got["last_stable_offset"] == 2 and values(got) == [b"x"], got
 
+
+def test_produce_v12_with_transaction_version_2_adds_the_partition(tmp_path: Path) -> None:
+    """KIP-890 part 2: a Produce v12 of a transactional producer while transaction.version 2 is
+    finalized has the coordinator add the partition (AddPartitionsToTxn v5 without verify_only),
+    even with transaction.partition.verification.enable=false; v11 (or TV < 2) does not."""
+    from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
+
+    from odradek.metadata.metadata_cache import FinalizedFeatures
+
+    async def main() -> None:
+        async with broker(tmp_path, **NO_VERIFY) as (server, c):
+            apis = server.broker.broker_apis
+            verifier = apis.txn_apis.verifier
+            assert verifier is not None and verifier.manager is not None
+            fake = FakeCoordinator()
+            verifier.manager.client_factory = lambda _node: fake  # type: ignore[assignment, return-value]
+            verifier.manager.coordinator_for = lambda _txn: NODE  # type: ignore[method-assign]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            pid = await producer_id(c)
+
+            async def produce(version: int, data: bytes) -> dict[str, Any]:
+                r = await c.send(m.PRODUCE, version, {
+                    "transactional_id": "tx", "acks": -1, "timeout_ms": 5000,
+                    "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data}]}]})
+                return r["responses"][0]["partition_responses"][0]  # type: ignore[no-any-return]
+
+            # transaction.version 0: v12 appends unverified (verification disabled), as v11.
+            assert (await produce(12, txn_batch(pid, [b"a"])))["error_code"] == Errors.NONE
+            assert fake.requests == []
+            assert await markers(c, "t", pid, False) == {("t", 0): Errors.NONE}
+            apis.finalized_features = lambda: FinalizedFeatures({"transaction.version": 2}, 5)
+            assert (await produce(11, txn_batch(pid, [b"b"], seq=1)))["error_code"] == Errors.NONE
+            assert fake.requests == []  # v11: a transactions-version-1 producer added it itself
+            assert await markers(c, "t", pid, False) == {("t", 0): Errors.NONE}
+            assert (await produce(12, txn_batch(pid, [b"c"], seq=2)))["error_code"] == Errors.NONE
+            ((version, body),) = fake.requests
+            assert version == 5 and body["transactions"][0]["verify_only"] is False
+            assert fake.added["tx"] == {("t", 0)}
+            # Once added, the rest of the transaction is not sent again.
+            assert (await produce(12, txn_batch(pid, [b"d"], seq=3)))["error_code"] == Errors.NONE
+            assert len(fake.requests) == 1
+
     run(main)

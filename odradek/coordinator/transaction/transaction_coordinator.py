@@ -12,9 +12,13 @@ their timeout are aborted with the producer epoch bumped (the producer that owne
 and transactional ids idle for ``transactional.id.expiration.ms`` are removed (a tombstone).
 Time comes from the injected clock.
 
-Transactions version 2 (KIP-890 part 2: an epoch bump at every EndTxn, EndTxn v5) is not served
-yet: EndTxn is advertised up to v4. The transit metadata and the log value (version 1 with its
-tagged fields can be read) leave room for it.
+Transactions version 2 (KIP-890 part 2), per transaction as Kafka chooses it: partitions added
+by a broker on a producer's first produce (AddPartitionsToTxn v5 without verify_only) and EndTxn
+v5 while ``transaction.version`` 2 is finalized make it a version-2 transaction: EndTxn bumps the
+producer epoch (the markers carry the bumped one) and answers the new producer id/epoch; an
+exhausted epoch moves the transactional id to a new producer id once the transaction is
+complete; a retried EndTxn with the epoch before the bump is recognised. Everything else is
+transactions version 1, unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from odradek.coordinator.transaction.transaction_marker_channel_manager import (
 )
 from odradek.coordinator.transaction.transaction_metadata import (
     COMPLETED_STATES,
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     IllegalTransitionError,
@@ -95,6 +100,14 @@ class TransactionConfig:
 
 
 class InitResult(NamedTuple):
+    error: Errors
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class EndTxnResult(NamedTuple):
+    """EndTxn's answer; the producer id/epoch (EndTxn v5) the producer continues with."""
+
     error: Errors
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -255,9 +268,15 @@ class TransactionCoordinator:
         return Errors.NONE
 
     async def handle_add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+        client_transaction_version: int = 0,
     ) -> Errors:
-        """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions."""
+        """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions.
+        ``client_transaction_version`` 2: added by a broker for a transactions-version-2 producer."""
         if not transactional_id:
             return Errors.INVALID_REQUEST
         err, cepoch, meta = self.state.get(transactional_id)
@@ -271,7 +290,7 @@ class TransactionCoordinator:
             return Errors.CONCURRENT_TRANSACTIONS
         if meta.state == S.ONGOING and partitions <= meta.topic_partitions:
             return Errors.NONE
-        transit = meta.prepare_add_partitions(partitions, self.clock_ms())
+        transit = meta.prepare_add_partitions(partitions, self.clock_ms(), client_transaction_version)
         return await self.state.append(meta, cepoch, transit)
 
     def handle_verify_partitions(
@@ -300,35 +319,88 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------ EndTxn
 
     async def handle_end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> Errors:
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        client_transaction_version: int = 0,
+    ) -> EndTxnResult:
+        """EndTxn; ``client_transaction_version`` 2 (EndTxn v5 with transaction.version 2
+        finalized) bumps the epoch of an ongoing transaction, as Kafka's endTransaction."""
         if not transactional_id:
-            return Errors.INVALID_REQUEST
-        err, cepoch, meta = self.state.get(transactional_id)
-        if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
-        if err != Errors.NONE:
-            return err
-        assert meta is not None
+            return EndTxnResult(Errors.INVALID_REQUEST)
+        tv2 = client_transaction_version >= 2
+        next_pid = NO_PRODUCER_ID
+        for _ in range(2):  # a new producer id is fetched (await) at most once
+            err, cepoch, meta = self.state.get(transactional_id)
+            if err != Errors.NONE:
+                return EndTxnResult(err)
+            if meta is None:
+                return EndTxnResult(Errors.INVALID_PRODUCER_ID_MAPPING)
+            err = self._check_end_txn(meta, producer_id, producer_epoch)
+            if err != Errors.NONE:
+                return EndTxnResult(err)
+            state = meta.state
+            if state == S.ONGOING:
+                if tv2 and meta.is_producer_epoch_exhausted and next_pid == NO_PRODUCER_ID:
+                    try:
+                        next_pid = await self.producer_ids.generate_producer_id()
+                    except KafkaError as e:
+                        return EndTxnResult(e.code)
+                    continue  # the state may have moved meanwhile: check again
+                transit = meta.prepare_abort_or_commit(
+                    commit, self.clock_ms(), client_transaction_version, next_pid
+                )
+                err = await self._write_prepare(meta, cepoch, transit, commit)
+                if err != Errors.NONE:
+                    return EndTxnResult(err)
+                if transit.next_producer_id >= 0:
+                    log.info(
+                        "Transactional id %s: epoch of producer id %d exhausted; it continues as "
+                        "producer id %d", transactional_id, transit.producer_id, transit.next_producer_id,
+                    )
+                    return EndTxnResult(Errors.NONE, transit.next_producer_id, 0)
+                return EndTxnResult(Errors.NONE, transit.producer_id, transit.producer_epoch)
+            # A retried EndTxn: already done (or being done) the same way is fine.
+            if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
+                return EndTxnResult(Errors.NONE, meta.producer_id, meta.producer_epoch)
+            if state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
+                return EndTxnResult(Errors.CONCURRENT_TRANSACTIONS)
+            log.info(
+                "Transactional id %s: %s requested in state %s (producer id %d, epoch %d): "
+                "INVALID_TXN_STATE", transactional_id, "commit" if commit else "abort",
+                state.state_name, producer_id, producer_epoch,
+            )
+            return EndTxnResult(Errors.INVALID_TXN_STATE)
+        return EndTxnResult(Errors.CONCURRENT_TRANSACTIONS)
+
+    @staticmethod
+    def _check_end_txn(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> Errors:
+        """Kafka's checks of an EndTxn against the state: with a transactions-version-2
+        transaction the same epoch means the next EndTxn, and the epoch before the bump (or,
+        after an overflow, the previous producer id at the last epoch) a retry of the last one."""
+        v2 = meta.supports_epoch_bump
+        retry_on_overflow = (
+            v2 and meta.last_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
+            and meta.producer_epoch == 0
+        )
+        retry_on_bump = v2 and meta.producer_epoch == producer_epoch + 1
+        if not v2:
+            valid = producer_epoch == meta.producer_epoch
+        elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            valid = retry_on_bump
+        elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow
+        else:
+            valid = producer_epoch == meta.producer_epoch
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return Errors.INVALID_PRODUCER_ID_MAPPING
+        if not valid:
+            return Errors.PRODUCER_FENCED
         if meta.pending_transition_in_progress:
             return Errors.CONCURRENT_TRANSACTIONS
-        state = meta.state
-        if state == S.ONGOING:
-            return await self._write_prepare(
-                meta, cepoch, meta.prepare_abort_or_commit(commit, self.clock_ms()), commit
-            )
-        # A retried EndTxn: already done (or being done) the same way is fine.
-        if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
-            return Errors.NONE
-        if state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
-            return Errors.CONCURRENT_TRANSACTIONS
-        log.info(
-            "Transactional id %s: %s requested in state %s (producer id %d, epoch %d): "
-            "INVALID_TXN_STATE", transactional_id, "commit" if commit else "abort",
-            state.state_name, producer_id, producer_epoch,
-        )
-        return Errors.INVALID_TXN_STATE
+        return Errors.NONE
 
     async def _write_prepare(
         self, meta: TransactionMetadata, cepoch: int, transit: TxnTransitMetadata, commit: bool

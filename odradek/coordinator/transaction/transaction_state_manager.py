@@ -32,6 +32,7 @@ from odradek.coordinator.transaction.transaction_log import (
     read_key,
     read_value,
     value_to_bytes,
+    value_version_for,
 )
 from odradek.coordinator.transaction.transaction_metadata import (
     COMPLETED_STATES,
@@ -79,8 +80,11 @@ class TransactionStateManager:
         clock_ms: Callable[[], int],
         append_timeout_ms: int = 30000,
         load_buffer_size: int = 5 * 1024 * 1024,
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.replica_manager = replica_manager
+        # The finalized transaction.version (the log value version follows it, as Kafka's).
+        self.transaction_version = transaction_version
         self.num_partitions = num_partitions
         self.clock_ms = clock_ms
         self.append_timeout_ms = append_timeout_ms
@@ -135,7 +139,11 @@ class TransactionStateManager:
         the pending transition is dropped. Returns the error for the client."""
         tid = meta.transactional_id
         p = self.partition_for(tid)
-        value = None if transit.state == TransactionState.DEAD else value_to_bytes(transit)
+        value = (
+            None
+            if transit.state == TransactionState.DEAD
+            else value_to_bytes(transit, value_version_for(self.transaction_version()))
+        )
         batch = bytearray(build_batch([(key_to_bytes(tid), value, [], self.clock_ms())]))
         try:
             result = self.replica_manager.append_records(

@@ -70,7 +70,8 @@ DELETE_GROUPS = g.DELETE_GROUPS
 OFFSET_DELETE = g.OFFSET_DELETE
 CONSUMER_GROUP_HEARTBEAT = g.CONSUMER_GROUP_HEARTBEAT
 CONSUMER_GROUP_DESCRIBE = g.CONSUMER_GROUP_DESCRIBE
-TXN_OFFSET_COMMIT = g.TXN_OFFSET_COMMIT  # every version: KIP-896 removed none
+# Every version (KIP-896 removed none), and v5 (KIP-890 part 2, the same as v4 on the wire).
+TXN_OFFSET_COMMIT = g.TXN_OFFSET_COMMIT
 # Forwarded to the controller, as a Kafka broker does (odradek.controller.replication_ops)
 ELECT_LEADERS = g.ELECT_LEADERS
 ALTER_PARTITION_REASSIGNMENTS = g.ALTER_PARTITION_REASSIGNMENTS
@@ -78,11 +79,12 @@ LIST_PARTITION_REASSIGNMENTS = g.LIST_PARTITION_REASSIGNMENTS
 # The partition side of transactions (odradek.server.txn_partition_apis)
 WRITE_TXN_MARKERS = g.WRITE_TXN_MARKERS
 DESCRIBE_PRODUCERS = g.DESCRIBE_PRODUCERS
-# The transaction coordinator (odradek.server.txn_apis.TxnApis)
+# The transaction coordinator (odradek.server.txn_apis); EndTxn v5 is KIP-890 part 2 (an epoch
+# bump per transaction), served as transactions version 2 while transaction.version 2 is
+# finalized.
 ADD_PARTITIONS_TO_TXN = g.ADD_PARTITIONS_TO_TXN
 ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
-# Transactions version 1: EndTxn v5 is KIP-890 part 2 (an epoch bump per transaction).
-END_TXN = served_up_to(g.END_TXN, 4)
+END_TXN = g.END_TXN
 DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
 LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
 
