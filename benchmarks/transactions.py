@@ -18,7 +18,7 @@ run per broker:
    topic holds aborted data for the reads. Transactions/s (commits and aborts), records/s, and
    the p50/p99 time of ``commit_transaction``.
 3. **read_uncommitted** and **read_committed** -- the transactional topic read from offset 0
-   to its end (``assign``, no group) with each isolation level: records/s and the broker's CPU
+   to its end (``assign``, no group) with each isolation level, ``--read-repeats`` (3) times: records/s and the broker's CPU
    seconds per million records read (whole process, from ``/proc``). read_committed returns
    fewer records (the aborted ones are filtered by the client with the aborted-transactions
    list of each fetch); both rates are per record *offset* read so that they compare. One
@@ -214,8 +214,14 @@ def run_broker(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         result["transactional"]["broker_cpu_s"] = broker_cpu(target.pid) - cpu0
         read_topic(target, "bench-txn", "read_uncommitted")  # warm-up (page cache, JIT), not reported
         for isolation in ("read_uncommitted", "read_committed"):
-            log(f"{name}: {isolation} read (load {loadavg()})")
-            result[isolation] = read_topic(target, "bench-txn", isolation)
+            log(f"{name}: {isolation} read x{args.read_repeats} (load {loadavg()})")
+            reads = [read_topic(target, "bench-txn", isolation) for _ in range(args.read_repeats)]
+            offsets = sum(r["offsets"] for r in reads)
+            seconds = sum(r["seconds"] for r in reads)
+            cpu = sum(r["broker_cpu_s"] for r in reads)
+            result[isolation] = {"records": reads[0]["records"], "offsets": offsets, "seconds": seconds,
+                                 "offsets_per_s": offsets / seconds, "broker_cpu_s": cpu,
+                                 "broker_cpu_s_per_m": cpu / offsets * 1e6}
     finally:
         target.stop()
     return result
@@ -226,7 +232,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
     rows: list[tuple[str, ...]] = []
 
     def row(label: str, unit: str, get: Any) -> None:
-        rows.append((label, *[f"{get(results[b]):,.1f}" for b in names], unit))
+        rows.append((label, *[f"{v:,.1f}" if abs(v := get(results[b])) >= 10 else f"{v:.3f}" for b in names], unit))
 
     row("idempotent produce", "records/s", lambda r: r["idempotent"]["records_per_s"])
     row("transactional produce", "records/s", lambda r: r["transactional"]["records_per_s"])
@@ -248,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records-per-txn", type=int, default=100)
     ap.add_argument("--record-size", type=int, default=100)
     ap.add_argument("--abort-every", type=int, default=10, help="abort every N-th transaction (0: none)")
+    ap.add_argument("--read-repeats", type=int, default=3, help="reads of the topic per isolation level")
     ap.add_argument("--skip-kafka", action="store_true", help="Odradek only")
     ap.add_argument("--skip-odradek", action="store_true", help="Apache Kafka only")
     ap.add_argument("--json", action="store_true", help="JSON on stdout")
