@@ -24,7 +24,15 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from .support import unique_name
-from .txn_support import Lines, Target, committed_offsets, create_topic, read_all, watermarks
+from .txn_support import (
+    Lines,
+    Target,
+    Watcher,
+    committed_offsets,
+    create_topic,
+    read_all,
+    watermarks,
+)
 
 PARTITIONS = 3
 RECORDS = 3000
@@ -51,6 +59,7 @@ def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_
     rng = random.Random(SEED)
     log = open(tmp_path / "worker.log", "a")
     cmd = [sys.executable, str(WORKER), bootstrap, source, sink, group, txid, str(PARTITIONS), str(BATCH), str(PACE_S)]
+    watcher = Watcher(bootstrap, sink, PARTITIONS)
     kills = 0
     committed_before_kills = 0  # transactions the killed runs committed
     kills_mid_work = 0  # kills with input left to process
@@ -97,6 +106,10 @@ def test_consume_transform_produce_killed_and_restarted(txn_target: Target, tmp_
 
     assert committed_offsets(bootstrap, group, source, PARTITIONS) == input_ends
     out = read_all(bootstrap, sink, PARTITIONS, "read_committed", timeout=90)
+    # A read_committed consumer of the output during the kills saw only what is committed.
+    final = {(r.partition, r.offset): r.value for r in out}
+    seen = watcher.stop()
+    assert seen and all(final.get((r.partition, r.offset)) == r.value for r in seen), "an aborted read"
     seen = Counter(((r.value or b"").decode().split(":", 2)[0], (r.value or b"").decode().split(":", 2)[1])
                    for r in out)
     duplicates = {k: n for k, n in seen.items() if n > 1}

@@ -14,7 +14,8 @@ Two such rounds per case, the victims chosen anew once transactions commit again
 Then, as the 2024 Jepsen analyses asked: every transaction is visible ``read_committed`` as a
 whole or not at all (no torn transaction), each record at most once; every transaction whose
 commit the client saw succeed is visible (no lost commit) and every one whose abort it saw succeed
-is not (no aborted read); the last stable offset of every partition reaches the high watermark
+is not, and a ``read_committed`` consumer reading all along was shown nothing that is not
+committed in the end (no aborted read); the last stable offset of every partition reaches the high watermark
 (not stuck) within a bounded wait; and transactions commit again after the fault.
 """
 
@@ -38,7 +39,7 @@ from .kafka_reference import find_kafka_tools
 from .support import unique_name, wait_until
 from .test_mixed_kafka_cluster import KafkaNode, Node, OdradekNode, _broker_props, _controller_props
 from .test_raft_quorum import _free_ports
-from .txn_support import Lines, read_all, txn_server_kinds, watermarks
+from .txn_support import Lines, Watcher, read_all, txn_server_kinds, watermarks
 
 PARTITIONS = 3
 RECORDS = 6
@@ -185,6 +186,7 @@ def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) ->
             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
         )
     fault_at: list[int] = []
+    watcher = Watcher(cluster.bootstrap, topic, PARTITIONS)
     try:
         out = Lines(proc)
         after = out.wait_for(r"COMMITTED 3", 120)
@@ -222,6 +224,13 @@ def test_kill_during_commit(cluster: TxnCluster, victim: str, tmp_path: Path) ->
                == watermarks(cluster.bootstrap, topic, PARTITIONS, "read_uncommitted"),
                timeout=90, interval=0.5, what="the last stable offsets to reach the high watermarks")
     reads = read_all(cluster.bootstrap, topic, PARTITIONS, "read_committed", timeout=90)
+    # What a read_committed consumer saw during the faults is what is committed in the end, at
+    # the same offsets: nothing it was shown was aborted later.
+    final = {(r.partition, r.offset): r.value for r in reads}
+    seen = watcher.stop()
+    shown_then_gone = [(r.partition, r.offset, r.value) for r in seen if final.get((r.partition, r.offset)) != r.value]
+    assert not shown_then_gone, f"read_committed showed records that are not committed: {shown_then_gone[:10]}"
+    assert seen, "the read_committed consumer saw nothing during the run"
     records = Counter((r.value or b"").decode() for r in reads)
     twice = [v for v, n in records.items() if n > 1]
     assert not twice, f"records read twice: {twice[:10]}"

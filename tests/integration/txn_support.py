@@ -239,3 +239,37 @@ class Lines:
                 break
             time.sleep(0.02)
         raise AssertionError(f"no line {pattern!r} in {timeout}s: {self.lines[-20:]}")
+
+
+class Watcher:
+    """A ``read_committed`` consumer reading ``topic`` in a thread while a test runs its faults:
+    what a consumer saw along the way, to check against the final state (an aborted read is a
+    record shown and later found aborted). Bounded: it stops after ``limit_s`` at most."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, limit_s: float = 400.0) -> None:
+        self.seen: list[Read] = []
+        self._stop = threading.Event()
+        self._args = (bootstrap, topic, partitions, limit_s)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        bootstrap, topic, partitions, limit_s = self._args
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"watcher-{time.monotonic_ns()}",
+            "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+        })
+        try:
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+            deadline = time.monotonic() + limit_s
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                for m in consumer.consume(500, 0.2):
+                    if m.error() is None:  # errors (brokers killed on purpose) are the client's to retry
+                        self.seen.append(Read(m.partition(), m.offset(), m.key(), m.value()))
+        finally:
+            consumer.close()
+
+    def stop(self) -> list[Read]:
+        self._stop.set()
+        self.thread.join(30)
+        return self.seen
