@@ -186,16 +186,21 @@ class ProducerAppend:
                 return b
         return None
 
+    def _refuse(self, error: type[Exception], message: str) -> None:
+        """A leader refuses the append (``error``); a follower takes what its leader wrote, with
+        a warning (Kafka's ``AppendOrigin.REPLICATION`` checks)."""
+        if self.origin is AppendOrigin.REPLICATION:
+            logger.warning("%s", message)
+        else:
+            raise error(message)
+
     def _check_epoch(self, entry: ProducerStateEntry, pid: int, epoch: int, offset: int) -> None:
         if epoch < entry.epoch:
             message = (
                 f"Epoch of producer {pid} at offset {offset} in {self.name} is {epoch}, which is "
                 f"smaller than the last seen epoch {entry.epoch}"
             )
-            if self.origin is AppendOrigin.REPLICATION:
-                logger.warning("%s", message)
-            else:
-                raise InvalidProducerEpochError(message)
+            self._refuse(InvalidProducerEpochError, message)
 
     def _check_sequence(self, entry: ProducerStateEntry, pid: int, epoch: int, first_seq: int,
                         offset: int) -> None:
@@ -252,10 +257,7 @@ class ProducerAppend:
                 f"Expected transactional write from producer {pid} at offset {h.base_offset} "
                 f"in partition {self.name}"
             )
-            if self.origin is AppendOrigin.REPLICATION:
-                logger.warning("%s", message)
-            else:
-                raise InvalidTxnStateError(message)
+            self._refuse(InvalidTxnStateError, message)
         elif entry.current_txn_first_offset < 0 and h.is_transactional:
             entry.current_txn_first_offset = h.base_offset
             self.started.append((h.base_offset, pid))

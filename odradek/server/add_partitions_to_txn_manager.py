@@ -298,11 +298,14 @@ class TransactionVerifier:
         producer_epoch: int,
         partitions: list[TopicPartition],
         add: bool = False,
+        transaction_abortable: bool = False,
     ) -> dict[TopicPartition, tuple[Errors, str | None]]:
         """Verify ``partitions`` (those that need it) for this producer, or with ``add`` (a
         transactions-version-2 producer) have the coordinator add them, which
         ``transaction.partition.verification.enable`` does not turn off (Kafka's addPartition
-        operation); the produce errors of those that failed."""
+        operation); the produce errors of those that failed. ``transaction_abortable``: the
+        request knows TRANSACTION_ABORTABLE (Produce v11+, Kafka's ``genericError``), which a
+        partition not in the transaction then gets instead of INVALID_TXN_STATE."""
         todo = [tp for tp in partitions if self.needs_verification(tp, producer_id, producer_epoch)]
         if not todo or self.manager is None or not (add or self.enabled()):
             return {}
@@ -324,7 +327,10 @@ class TransactionVerifier:
         out: dict[TopicPartition, tuple[Errors, str | None]] = {}
         for tp in todo:
             if tp in failed:
-                out[tp] = produce_error(failed[tp])
+                if transaction_abortable and failed[tp] == Errors.INVALID_TXN_STATE:
+                    out[tp] = (Errors.TRANSACTION_ABORTABLE, None)
+                else:
+                    out[tp] = produce_error(failed[tp])
                 log.info(
                     "Transactional produce of %r (producer id %d, epoch %d) to %s-%d refused: %s",
                     transactional_id, producer_id, producer_epoch, tp[0], tp[1], failed[tp].name,

@@ -197,15 +197,7 @@ class GroupApis:
     # ------------------------------------------------------------------------ OffsetCommit
 
     async def handle_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        offsets: dict[tuple[str, int], CommitRequest] = {}
-        order: list[tuple[str, int]] = []
-        for t in req["topics"]:
-            for p in t["partitions"]:
-                tp = (t["name"], p["partition_index"])
-                order.append(tp)
-                offsets[tp] = CommitRequest(
-                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
-                )
+        offsets, order = _commit_requests(req)
         results = await self.coordinator.commit_offsets(
             req["group_id"],
             req["member_id"],
@@ -214,30 +206,23 @@ class GroupApis:
             offsets,
             api_version=ctx.version,
         )
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp in order:
-            by_topic.setdefault(tp[0], []).append(
-                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
-            )
-        return {
-            "throttle_time_ms": 0,
-            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
-        }
+        return _commit_response(order, results)
 
     # ------------------------------------------------------------------------ TxnOffsetCommit
 
     async def handle_txn_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        offsets: dict[tuple[str, int], CommitRequest] = {}
-        order: list[tuple[str, int]] = []
-        for t in req["topics"]:
-            for p in t["partitions"]:
-                tp = (t["name"], p["partition_index"])
-                order.append(tp)
-                offsets[tp] = CommitRequest(
-                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
-                )
+        offsets, order = _commit_requests(req)
         producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
-        if producer_id < 0 or producer_epoch < 0:
+        # As KafkaApis: partitions the metadata does not know are UNKNOWN_TOPIC_OR_PARTITION
+        # before the group (and its id) is looked at; only the others go to the coordinator.
+        exists = self.coordinator.metadata_cache.contains_partition
+        unknown = {tp for tp in offsets if not exists(*tp)}
+        for tp in unknown:
+            del offsets[tp]
+        results: dict[tuple[str, int], Errors]
+        if not offsets:
+            results = {}
+        elif producer_id < 0 or producer_epoch < 0:
             log.warning(
                 "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
                 "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
@@ -257,15 +242,8 @@ class GroupApis:
                 req.get("group_instance_id"),
                 offsets,
             )
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp in order:
-            by_topic.setdefault(tp[0], []).append(
-                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
-            )
-        return {
-            "throttle_time_ms": 0,
-            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
-        }
+        results.update(dict.fromkeys(unknown, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+        return _commit_response(order, results)
 
     async def _add_offsets_partition(self, ctx: RequestContext, req: dict[str, Any]) -> Errors:
         """TxnOffsetCommit v5 with transaction.version 2: the offsets partition of the group is
@@ -445,3 +423,32 @@ def _host(ctx: RequestContext) -> str:
         return str(peer[0])
     text = str(peer)
     return text.rsplit(":", 1)[0] if ":" in text else text
+
+
+def _commit_requests(
+    req: dict[str, Any],
+) -> tuple[dict[tuple[str, int], CommitRequest], list[tuple[str, int]]]:
+    """The offsets of an OffsetCommit or TxnOffsetCommit, and their partitions in request order."""
+    offsets: dict[tuple[str, int], CommitRequest] = {}
+    order: list[tuple[str, int]] = []
+    for t in req["topics"]:
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            order.append(tp)
+            offsets[tp] = CommitRequest(
+                p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+            )
+    return offsets, order
+
+
+def _commit_response(order: list[tuple[str, int]], results: dict[tuple[str, int], Errors]) -> dict[str, Any]:
+    """The OffsetCommit / TxnOffsetCommit response: each partition's error, in request order."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        by_topic.setdefault(tp[0], []).append(
+            {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+        )
+    return {
+        "throttle_time_ms": 0,
+        "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+    }

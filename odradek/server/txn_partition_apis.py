@@ -170,14 +170,20 @@ class TxnPartitionApis:
     # -- Produce (the transactional part) -------------------------------------------------------
 
     def check_produce(
-        self, transactional_id: str | None, entries: dict[TopicPartition, Any], add: bool = False
+        self,
+        transactional_id: str | None,
+        entries: dict[TopicPartition, Any],
+        add: bool = False,
+        produce_version: int = 0,
     ) -> Errors | Awaitable[ProduceErrors] | None:
         """Before a Produce appends ``entries``: an error for the whole request (a transactional
         batch without a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED; batches of more
         than one transactional producer: INVALID_PRODUCER_ID_MAPPING, as Kafka), or an awaitable
         of the per-partition errors of the KIP-890 verification, or None (nothing to check).
         ``add``: a transactions-version-2 produce (v12+ with transaction.version 2 finalized),
-        whose partitions the coordinator adds to the transaction (KIP-890 part 2)."""
+        whose partitions the coordinator adds to the transaction (KIP-890 part 2). From Produce
+        v11 a partition not in the transaction is TRANSACTION_ABORTABLE (Kafka: apiVersion > 10
+        is ``genericError``), INVALID_TXN_STATE before."""
         producers: set[tuple[int, int]] = set()
         to_verify: list[TopicPartition] = []
         for tp, records in entries.items():
@@ -204,4 +210,8 @@ class TxnPartitionApis:
         (pid, epoch), = producers
         if not mine or not any(self.verifier.needs_verification(tp, pid, epoch) for tp in mine):
             return None
-        return asyncio.ensure_future(self.verifier.verify(transactional_id, pid, epoch, mine, add))
+        return asyncio.ensure_future(
+            self.verifier.verify(
+                transactional_id, pid, epoch, mine, add, transaction_abortable=produce_version >= 11
+            )
+        )

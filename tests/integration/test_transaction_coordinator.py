@@ -22,7 +22,14 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 
 from .kafka_reference import TOOL_CLASSES, find_kafka_tools
-from .support import RawConnection, ServerProcess, unique_name, wait_until
+from .support import (
+    RawConnection,
+    ServerProcess,
+    open_transaction,
+    read_committed,
+    unique_name,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -108,25 +115,6 @@ def test_confluent_transactions_fencing_and_restart(tmp_path: Path) -> None:
         server.kill()
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    """Every record a read_committed consumer gets from ``topic`` (bounded wait for ``expected``
-    of them, then a short wait for any more)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[bytes] = []
-        for _ in range(60):  # at most ~30 s
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg.value())
-            elif len(got) >= expected:
-                break
-        return got
-    finally:
-        c.close()
-
-
 def watermarks(bootstrap: str, topic: str, isolation: str) -> int:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "isolation.level": isolation})
     try:
@@ -167,13 +155,8 @@ def test_abandoned_transaction_is_aborted_after_its_timeout(tmp_path: Path) -> N
         admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         tid = unique_name("tx")
-        p = Producer({"bootstrap.servers": server.bootstrap_servers, "transactional.id": tid,
-                      "transaction.timeout.ms": 1500})
-        p.init_transactions(30)
-        p.begin_transaction()
-        for j in range(5):
-            p.produce(topic, f"lost-{j}".encode(), partition=0)
-        assert p.flush(30) == 0
+        p = open_transaction(server.bootstrap_servers, tid, topic, [f"lost-{j}".encode() for j in range(5)],
+                             **{"transaction.timeout.ms": 1500})
         # The producer goes silent: the open transaction holds the last stable offset at 0.
         assert watermarks(server.bootstrap_servers, topic, "read_uncommitted") == 5
         assert watermarks(server.bootstrap_servers, topic, "read_committed") == 0

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 
 from .replication_cluster import ReplicationCluster
-from .support import unique_name
+from .support import read_committed, unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -38,24 +38,6 @@ def _coordinator(cluster: ReplicationCluster, tid: str, via: int, not_node: int 
             return int(c["node_id"])
         assert time.monotonic() < deadline, f"no transaction coordinator for {tid}: {c}\n{cluster.logs()}"
         time.sleep(0.2)
-
-
-def _read_committed(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                got.append(msg.value())
-            elif len(got) >= expected:
-                break
-        return got
-    finally:
-        c.close()
 
 
 @pytest.mark.timeout(400)
@@ -93,7 +75,7 @@ def test_coordinator_killed_with_a_transaction_open(tmp_path: Path) -> None:
         p.commit_transaction(120)
 
         bootstrap = ",".join(b.bootstrap for i, b in cluster.brokers.items() if i != coordinator)
-        got = _read_committed(bootstrap, topic, 3, 60)
+        got = read_committed(bootstrap, topic, 3, 60, timeout=60)
         expected = [f"first-{i}".encode() for i in range(30)] + [f"second-{i}".encode() for i in range(30)]
         assert sorted(got) == sorted(expected)
         d = cluster.send(m.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]}, broker=new_coordinator)

@@ -16,28 +16,21 @@ from confluent_kafka.admin import NewTopic
 
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.records.builder import build_batch
 
 from .replication_cluster import ReplicationCluster
+from .support import produce_request, transactional_batch, write_txn_markers_request
 
 TOPIC = "txn-failover"
 
 
-def _txn_batch(pid: int, values: list[str]) -> bytes:
-    return build_batch([(None, v.encode(), [], int(time.time() * 1000)) for v in values],
-                       producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
-
-
 def _produce(cluster: ReplicationCluster, broker: int, pid: int, values: list[str]) -> None:
-    r = cluster.send(m.PRODUCE, 9, {"transactional_id": f"tx-{pid}", "acks": -1, "timeout_ms": 10000, "topic_data": [
-        {"name": TOPIC, "partition_data": [{"index": 0, "records": _txn_batch(pid, values)}]}]}, broker)
+    batch = transactional_batch(pid, [v.encode() for v in values])
+    r = cluster.send(m.PRODUCE, 9, produce_request(TOPIC, 0, batch, transactional_id=f"tx-{pid}"), broker)
     assert r["responses"][0]["partition_responses"][0]["error_code"] == Errors.NONE, r
 
 
 def _marker(cluster: ReplicationCluster, broker: int, pid: int, commit: bool) -> int:
-    r = cluster.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
-        "producer_id": pid, "producer_epoch": 0, "transaction_result": commit, "coordinator_epoch": 0,
-        "topics": [{"name": TOPIC, "partition_indexes": [0]}]}]}, broker)
+    r = cluster.send(m.WRITE_TXN_MARKERS, 1, write_txn_markers_request(pid, commit, TOPIC), broker)
     return int(r["markers"][0]["topics"][0]["partitions"][0]["error_code"])
 
 

@@ -243,11 +243,7 @@ def test_follower_takes_a_zombie_marker_without_refusing(tmp_path: Path) -> None
     epoch)."""
     follower = _log(tmp_path)
     follower.append_as_follower(build_end_txn_marker(PID, 0, 5, True, 1), 1000)
-    old = build_end_txn_marker(PID, 0, 4, True, 1)
-    struct.pack_into(">q", old, 0, 1)
-    follower.append_as_follower(bytearray(build_batch(
-        [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 4), [], 1)], base_offset=1,
-        producer_id=PID, producer_epoch=0, is_control=True, is_transactional=True)), 1000)
+    follower.append_as_follower(build_end_txn_marker(PID, 0, 4, True, 1, base_offset=1), 1000)
     assert follower.log_end_offset == 2
 
 

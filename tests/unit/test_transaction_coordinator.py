@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from odradek.coordinator.transaction.transaction_coordinator import (
+    InitResult,
     TransactionConfig,
     TransactionCoordinator,
 )
@@ -254,6 +255,12 @@ class Env:
             markers=make_markers, clock_ms=lambda: self.now,
         )
 
+    async def begin(self, tid: str = "tx", timeout_ms: int = 10000) -> InitResult:
+        """InitProducerId, then AddPartitionsToTxn of t-0: an Ongoing transaction."""
+        r = await self.coord.handle_init_producer_id(tid, timeout_ms)
+        assert await self.coord.handle_add_partitions(tid, r.producer_id, r.producer_epoch, {("t", 0)}) == Errors.NONE
+        return r
+
     def last_value(self, tid: str) -> TxnTransitMetadata | None:
         recs = [v for _, k, v in self.rm.appended if k == key_to_bytes(tid)]
         assert recs
@@ -377,8 +384,7 @@ def test_init_while_ongoing_fences_the_old_producer_and_aborts() -> None:
     async def go() -> None:
         env = Env()
         c = env.coord
-        old = await c.handle_init_producer_id("tx", 10000)
-        assert await c.handle_add_partitions("tx", old.producer_id, old.producer_epoch, {("t", 0)}) == Errors.NONE
+        old = await env.begin()
         # A second producer with the same transactional id.
         r = await c.handle_init_producer_id("tx", 10000)
         assert r.error == Errors.CONCURRENT_TRANSACTIONS
@@ -431,8 +437,7 @@ def test_expired_transactional_ids_are_removed_with_a_tombstone() -> None:
         env = Env(transactional_id_expiration_ms=1000)
         c = env.coord
         await c.handle_init_producer_id("idle", 500)
-        busy = await c.handle_init_producer_id("busy", 500)
-        assert await c.handle_add_partitions("busy", busy.producer_id, busy.producer_epoch, {("t", 0)}) == Errors.NONE
+        await env.begin("busy", 500)
         env.now += 999
         assert await c.remove_expired_transactional_ids() == 0
         env.now += 1
@@ -571,9 +576,8 @@ def test_unload_drops_the_partitions_ids_and_their_marker_sending() -> None:
     async def go() -> None:
         env = Env()
         c = env.coord
-        r = await c.handle_init_producer_id("tx", 10000)
-        assert await c.handle_add_partitions("tx", r.producer_id, r.producer_epoch, {("t", 0)}) == Errors.NONE
-        assert await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, False) == Errors.NONE
+        r = await env.begin()
+        assert (await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, False)).error == Errors.NONE
         assert env.markers is not None and len(env.markers.sent) == 1
         p = env.sm.partition_for("tx")
         env.sm.on_leadership_change("some-topic", p, False, 4)  # other topics are ignored

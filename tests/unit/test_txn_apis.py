@@ -102,8 +102,10 @@ def test_transaction_apis_over_the_wire_and_reload_after_restart(tmp_path: Path)
                 "transactional_id": "tx", "producer_id": pid, "producer_epoch": 1, "verify_only": True,
                 "topics": [{"name": "t", "partitions": [0, 5]}]}]})
             (res,) = r["results_by_transaction"]
+            # Partition 5 does not exist: as Kafka (metadataCache.contains, verify_only too), it is
+            # UNKNOWN_TOPIC_OR_PARTITION and the others are not attempted.
             assert {p["partition_index"]: p["partition_error_code"] for p in res["topic_results"][0]["results_by_partition"]} == {
-                0: Errors.NONE, 5: Errors.INVALID_TXN_STATE}
+                0: Errors.OPERATION_NOT_ATTEMPTED, 5: Errors.UNKNOWN_TOPIC_OR_PARTITION}
             d = await describe(c, "tx")
             assert d["transaction_state"] == "Ongoing" and d["producer_epoch"] == 1
             parts = {(x["topic"], p) for x in d["topics"] for p in x["partitions"]}

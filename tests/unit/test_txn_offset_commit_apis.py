@@ -7,7 +7,6 @@ one to a group this broker does not coordinate are refused."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.records.batch import iter_batches
-from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
 
 PID, EPOCH = 4242, 3
 
@@ -77,9 +76,7 @@ def test_txn_offset_commit_pending_until_the_marker(tmp_path: Path) -> None:
             headers = [(h.producer_id, h.producer_epoch, h.is_transactional) for h in iter_batches(data)]
             assert headers[-2:] == [(PID, EPOCH, True), (PID, EPOCH, True)]
             # A COMMIT marker is appended and acknowledged: the broker tells the listeners.
-            marker = bytearray(build_batch(
-                [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 0), [], 1)], producer_id=PID,
-                producer_epoch=EPOCH, is_control=True, is_transactional=True))
+            marker = build_end_txn_marker(PID, EPOCH, 0, True, 1)
             status = rm.append_records(5000, -1, {(OFFSETS_TOPIC, 0): marker}, AppendOrigin.COORDINATOR)
             if not isinstance(status, dict):
                 status = await status

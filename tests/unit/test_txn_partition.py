@@ -25,6 +25,7 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
 from odradek.server.delayed_fetch import FetchPartitionRequest
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.txn_partition_apis import TxnPartitionApis
@@ -170,8 +171,7 @@ def test_transactional_produce_checks(tmp_path: Path) -> None:
             plain = build_batch([(b"k", b"v", [], 1_000)])
             assert (await txn_produce(c, "t", plain, txn_id="tx"))["error_code"] == Errors.NONE
             # A client may not write markers: control batches are the coordinator's.
-            ctl = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [], 1_000)], producer_id=pid,
-                              producer_epoch=0, is_control=True, is_transactional=True)
+            ctl = build_end_txn_marker(pid, 0, 0, True, 1_000)
             assert (await txn_produce(c, "t", ctl))["error_code"] != Errors.NONE
             # Transactional batches of two producers in one request.
             p2 = await producer_id(c)

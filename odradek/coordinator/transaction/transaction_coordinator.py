@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -258,14 +257,21 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------ AddPartitionsToTxn
 
-    def _check_producer(
-        self, meta: TransactionMetadata | None, producer_id: int, producer_epoch: int
-    ) -> Errors:
+    def _producers_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[Errors, int, TransactionMetadata | None]:
+        """(error, coordinator epoch, metadata) of the transactional id, the error NONE only if
+        the producer (id and epoch) is its current one."""
+        if not transactional_id:
+            return Errors.INVALID_REQUEST, -1, None
+        err, cepoch, meta = self.state.get(transactional_id)
+        if err != Errors.NONE:
+            return err, cepoch, meta
         if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
+            return Errors.INVALID_PRODUCER_ID_MAPPING, cepoch, meta
         if meta.producer_epoch != producer_epoch:
-            return Errors.PRODUCER_FENCED
-        return Errors.NONE
+            return Errors.PRODUCER_FENCED, cepoch, meta
+        return Errors.NONE, cepoch, meta
 
     async def handle_add_partitions(
         self,
@@ -277,12 +283,7 @@ class TransactionCoordinator:
     ) -> Errors:
         """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions.
         ``client_transaction_version`` 2: added by a broker for a transactions-version-2 producer."""
-        if not transactional_id:
-            return Errors.INVALID_REQUEST
-        err, cepoch, meta = self.state.get(transactional_id)
-        if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
+        err, cepoch, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err != Errors.NONE:
             return err
         assert meta is not None
@@ -304,11 +305,7 @@ class TransactionCoordinator:
         """KIP-890 verification (AddPartitionsToTxn v4+ with verify_only, sent by brokers):
         whether each partition is part of the ongoing transaction. A partition that is not gets
         TRANSACTION_ABORTABLE (INVALID_TXN_STATE for a request older than v5)."""
-        if not transactional_id:
-            return dict.fromkeys(partitions, Errors.INVALID_REQUEST)
-        err, _, meta = self.state.get(transactional_id)
-        if err == Errors.NONE:
-            err = self._check_producer(meta, producer_id, producer_epoch)
+        err, _, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err == Errors.NONE and meta is not None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             err = Errors.CONCURRENT_TRANSACTIONS
         if err != Errors.NONE or meta is None:
@@ -560,115 +557,3 @@ class TransactionCoordinator:
             out.append(meta)
         return Errors.NONE, unknown, out
 
-
-# ---------------------------------------------------------------------------------------------
-# The topic and the lookup (FindCoordinator key type 1)
-
-
-class TransactionTopicManager:
-    """Creates ``__transaction_state`` on the first lookup and answers where a transactional id's
-    coordinator is (the leader of its partition)."""
-
-    def __init__(
-        self,
-        *,
-        node_id: int,
-        config: TransactionConfig,
-        kafka_config: Any,
-        state_manager: TransactionStateManager,
-        metadata_cache: Any,
-        replica_manager: Any,
-        create_topic: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None,
-    ) -> None:
-        self.node_id = node_id
-        self.config = config
-        self.kafka_config = kafka_config
-        self.state = state_manager
-        self.metadata_cache = metadata_cache
-        self.replica_manager = replica_manager
-        self.create_topic = create_topic
-        self._topic_id: uuid.UUID | None = None
-        self._create_task: asyncio.Task[None] | None = None
-        self._rf_warned = False
-
-    def topic_exists(self) -> bool:
-        topic_id = self.metadata_cache.get_topic_id(TRANSACTION_STATE_TOPIC)
-        if topic_id is None:
-            return False
-        count = self.metadata_cache.num_partitions(TRANSACTION_STATE_TOPIC) or 0
-        if topic_id != self._topic_id and count:
-            self._topic_id = topic_id
-            if count != self.state.num_partitions:
-                log.warning(
-                    "%s has %d partition(s), not transaction.state.log.num.partitions=%d: "
-                    "transactional ids are spread over the %d it has",
-                    TRANSACTION_STATE_TOPIC, count, self.config.num_partitions, count,
-                )
-                self.state.num_partitions = count
-        return True
-
-    def replication_factor(self) -> int:
-        """As the group coordinator's offsets topic: a single-node cluster gets 1."""
-        rf = self.config.replication_factor
-        cfg = self.kafka_config
-        voters = cfg.controller_quorum_voters if cfg is not None else []
-        single = (
-            cfg is not None and "controller" in cfg.process_roles and len(voters) == 1
-            and voters[0].node_id == self.node_id
-            and set(self.metadata_cache.image.cluster.brokers) <= {self.node_id}
-        )
-        return 1 if single else max(1, rf)
-
-    def ensure_topic(self) -> None:
-        if self.topic_exists() or self.create_topic is None:
-            return
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        assert self.create_topic is not None
-        cfg = self.config
-        rf = self.replication_factor()
-        topic = {
-            "name": TRANSACTION_STATE_TOPIC,
-            "num_partitions": cfg.num_partitions,
-            "replication_factor": rf,
-            "configs": [
-                {"name": "cleanup.policy", "value": "compact"},
-                {"name": "min.insync.replicas", "value": str(min(cfg.min_isr, rf))},
-                {"name": "segment.bytes", "value": str(cfg.segment_bytes)},
-                {"name": "unclean.leader.election.enable", "value": "false"},
-                {"name": "compression.type", "value": "uncompressed"},
-            ],
-        }
-        try:
-            r = await self.create_topic(topic)
-        except Exception as e:
-            log.debug("Creating %s failed: %s", TRANSACTION_STATE_TOPIC, e)
-            return
-        error = Errors(r["error_code"])
-        if error == Errors.INVALID_REPLICATION_FACTOR:
-            level = logging.DEBUG if self._rf_warned else logging.WARNING
-            self._rf_warned = True
-            log.log(level, "Creating %s failed: %s; FindCoordinator answers COORDINATOR_NOT_AVAILABLE "
-                    "until %d brokers are up (transaction.state.log.replication.factor=%d)",
-                    TRANSACTION_STATE_TOPIC, r.get("error_message") or error.name, rf, cfg.replication_factor)
-        elif error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-            log.warning("Creating %s failed: %s %s", TRANSACTION_STATE_TOPIC, error.name,
-                        r.get("error_message") or "")
-
-    def coordinator_for(self, transactional_id: str, listener: str) -> tuple[Errors, int, str, int]:
-        if not self.topic_exists():
-            self.ensure_topic()
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        partition = self.state.partition_for(transactional_id)
-        reg = self.metadata_cache.get_partition_info(TRANSACTION_STATE_TOPIC, partition)
-        if reg is None or reg.leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        if reg.leader == self.node_id and self.replica_manager.is_loading((TRANSACTION_STATE_TOPIC, partition)):
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
-        if node is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return Errors.NONE, node.id, node.host, node.port
