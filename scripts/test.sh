@@ -30,6 +30,9 @@ if command -v apt-get >/dev/null 2>&1; then
     if ! command -v mvn >/dev/null 2>&1; then
         packages+=(maven)  # fetches Apache Kafka, the reference (scripts/kafka_reference.sh)
     fi
+    if ! command -v npm >/dev/null 2>&1; then
+        packages+=(nodejs npm)  # kafkajs, a Node.js client the transaction tests run
+    fi
     if ! java_ok; then
         packages+=(openjdk-17-jdk-headless)  # a JDK: tests run single-file Java clients
     fi
@@ -83,6 +86,9 @@ bash scripts/kafka_reference.sh || status=1
 # Spark's own Kafka connector, resolved once by Spark (Ivy) into ~/.cache/odradek/ivy.
 echo "== Spark's Kafka connector (spark-sql-kafka-0-10)"
 "$PYTHON" scripts/spark_kafka_connector.py || status=1
+# kafkajs (tests/integration/node/package.json), into node_modules there.
+echo "== Node.js clients (npm ci in tests/integration/node)"
+(cd tests/integration/node && npm ci --no-audit --no-fund) || status=1
 echo "== ruff check ." && "$PYTHON" -m ruff check . || status=1
 echo "== mypy odradek benchmarks" && "$PYTHON" -m mypy odradek benchmarks || status=1
 echo "== pytest"

@@ -15,6 +15,7 @@ import pytest
 from odradek.embedded import EmbeddedBroker
 
 from .support import ServerProcess, unique_name
+from .txn_support import Target, start_target, txn_server_kinds
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,3 +53,12 @@ def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module", params=txn_server_kinds())
+def txn_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """A single-node server for the transaction tests of one module: Odradek, or Apache Kafka
+    (``ODRADEK_TXN_SERVERS``, see txn_support.py); a module's ``TXN_SERVER_OVERRIDES`` adds
+    broker settings."""
+    overrides = getattr(request.module, "TXN_SERVER_OVERRIDES", None)
+    yield from start_target(request.param, tmp_path_factory.mktemp("txn"), overrides)
