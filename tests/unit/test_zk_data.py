@@ -15,9 +15,9 @@ from odradek.zk import zk_data as z
 from odradek.zk.jvm_order import (
     java_concurrent_hashmap_order,
     java_hashmap_order,
+    java_string_hash,
     scala_immutable_map_keys,
     scala_mutable_hash_order,
-    java_string_hash,
 )
 
 KAFKA_3_9: dict[str, bytes] = {
