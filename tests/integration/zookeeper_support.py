@@ -20,7 +20,8 @@ import pytest
 from .support import die_with_parent
 
 JARS = Path("/usr/share/java")
-CLASSPATH = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
+CLASSPATH = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar")
+LOGGING = "slf4j-simple.jar"  # the server's log lines, when libslf4j-java ships it
 
 
 def _missing() -> str | None:
@@ -73,7 +74,8 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}\ndataDir={self.dir / 'data'}\nclientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
             f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n")
-        cp = ":".join(str(JARS / j) for j in CLASSPATH)
+        jars = [*CLASSPATH, *([LOGGING] if (JARS / LOGGING).exists() else [])]
+        cp = ":".join(str(JARS / j) for j in jars)
         self._log = open(self.dir / "zookeeper.log", "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             ["java", "-Xmx128m", "-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain",
