@@ -26,12 +26,16 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
+    OperationTimeoutError,
     RolledBackError,
 )
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from . import zk_data as z
 
@@ -314,12 +318,25 @@ class KafkaZkClient:
             return []
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
+        """Run one request, retried while the connection is lost (Kafka's
+        retryRequestsUntilConnected) up to the session timeout; a request that fails for any other
+        reason raises ZkClientError (NoNode / NodeExists / BadVersion pass through)."""
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
+                           deadline=self.config.session_timeout_ms / 1000.0)
         try:
-            return fn()
+            return retry(fn)  # type: ignore[no-any-return]
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
-        except KazooException as e:
+        except (KazooException, RetryFailedError) as e:
             raise ZkClientError(f"ZooKeeper request on {what} failed: {e!r}") from e
+
+    def _commit(self, build: Callable[[Any], None], what: str) -> list[Any]:
+        """Build and commit a multi (a fresh one per attempt: a kazoo transaction commits once)."""
+        def attempt() -> list[Any]:
+            tx = self._kazoo.transaction()
+            build(tx)
+            return list(tx.commit())
+        return self._call(attempt, what)
 
     def create_recursive(self, path: str, data: bytes = b"", *, throw_if_exists: bool = True) -> None:
         try:
@@ -339,12 +356,48 @@ class KafkaZkClient:
                        what: str) -> list[Any]:
         """Commit ``ops`` in one multi; with an ``expected_epoch_zk_version`` other than
         MATCH_ANY_VERSION, a check of ``/controller_epoch``'s version goes first."""
-        tx = self._kazoo.transaction()
         checked = expected_epoch_zk_version != z.MATCH_ANY_VERSION
-        if checked:
-            tx.check(z.CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
-        ops(tx)
-        results = self._call(tx.commit, what)
+
+        def build(tx: Any) -> None:
+            if checked:
+                tx.check(z.CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
+            ops(tx)
+        return self._epoch_results(self._commit(build, what), checked, expected_epoch_zk_version)
+
+    def _epoch_checked_many(
+        self, ops: Mapping[Any, Callable[[Any], None]], expected_epoch_zk_version: int,
+    ) -> dict[Any, Any]:
+        """One multi per key, all sent before any answer is awaited (Kafka pipelines its batches
+        the same way); per key the op's result or exception. A lost connection retries that
+        key's multi on its own; a failed epoch check raises ControllerMovedError."""
+        checked = expected_epoch_zk_version != z.MATCH_ANY_VERSION
+        pending = []
+        for key, op in ops.items():
+            tx = self._kazoo.transaction()
+            if checked:
+                tx.check(z.CONTROLLER_EPOCH_PATH, expected_epoch_zk_version)
+            op(tx)
+            pending.append((key, op, tx.commit_async()))
+        out: dict[Any, Any] = {}
+        for key, op, answer in pending:
+            try:
+                results = list(answer.get(timeout=self.config.session_timeout_ms / 1000.0))
+            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
+                try:
+                    out[key] = self._epoch_checked(op, expected_epoch_zk_version, str(key))[0]
+                except ZkClientError as e:
+                    if isinstance(e, ControllerMovedError):
+                        raise
+                    out[key] = e
+                continue
+            except KazooException as e:
+                out[key] = ZkClientError(f"ZooKeeper multi for {key} failed: {e!r}")
+                continue
+            out[key] = self._epoch_results(results, checked, expected_epoch_zk_version)[0]
+        return out
+
+    @staticmethod
+    def _epoch_results(results: list[Any], checked: bool, expected_epoch_zk_version: int) -> list[Any]:
         if checked:
             head, results = results[0], results[1:]
             if isinstance(head, (BadVersionError, NoNodeError)):
@@ -441,10 +494,11 @@ class KafkaZkClient:
         epoch, epoch_version = self._maybe_create_controller_epoch()
         new_epoch = epoch + 1
         data = z.encode_controller(controller_id, int(time.time() * 1000))
-        tx = self._kazoo.transaction()
-        tx.create(z.CONTROLLER_PATH, data, ephemeral=True)
-        tx.set_data(z.CONTROLLER_EPOCH_PATH, z.encode_controller_epoch(new_epoch), epoch_version)
-        results = self._call(tx.commit, z.CONTROLLER_PATH)
+
+        def build(tx: Any) -> None:
+            tx.create(z.CONTROLLER_PATH, data, ephemeral=True)
+            tx.set_data(z.CONTROLLER_EPOCH_PATH, z.encode_controller_epoch(new_epoch), epoch_version)
+        results = self._commit(build, z.CONTROLLER_PATH)
         create_res, set_res = results[0], results[1]
         if isinstance(create_res, NodeExistsError) or isinstance(set_res, BadVersionError):
             # Maybe our own earlier attempt succeeded before a connection loss (Kafka's check).
@@ -503,11 +557,22 @@ class KafkaZkClient:
 
     def get_topic_partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, z.PartitionState]:
         out: dict[TopicPartition, z.PartitionState] = {}
-        for topic, p in partitions:
-            path = z.partition_state_path(topic, p)
-            got = self.get_data(path)
-            if got is not None:
-                out[(topic, p)] = z.decode_partition_state(got[0], int(got[1].version), path)
+        paths = {tp: z.partition_state_path(*tp) for tp in partitions}
+        answers = {tp: self._kazoo.get_async(path, watch=self._watch_data(path))
+                   for tp, path in paths.items()}  # pipelined, as Kafka's getDataRequests
+        for tp, answer in answers.items():
+            try:
+                data, stat = answer.get(timeout=self.config.session_timeout_ms / 1000.0)
+            except NoNodeError:
+                continue
+            except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError):
+                got = self.get_data(paths[tp])
+                if got is None:
+                    continue
+                data, stat = got
+            except KazooException as e:
+                raise ZkClientError(f"reading {paths[tp]} failed: {e!r}") from e
+            out[tp] = z.decode_partition_state(data, int(stat.version), paths[tp])
         return out
 
     def create_topic_partition_states(
@@ -530,17 +595,10 @@ class KafkaZkClient:
         puts the partition in ``partitions_to_retry``; the new state's ``zk_version`` is the
         znode's new version. ``states`` carry the controller epoch to write."""
         result = UpdateLeaderAndIsrResult()
-        for tp, state in states.items():
-            path = z.partition_state_path(*tp)
-            data = z.encode_partition_state(state)
-            try:
-                res = self._epoch_checked(_op("set_data", path, data, state.zk_version),
-                                          expected_epoch_zk_version, path)[0]
-            except ControllerMovedError:
-                raise
-            except ZkClientError as e:
-                result.finished[tp] = e
-                continue
+        ops = {tp: _op("set_data", z.partition_state_path(*tp), z.encode_partition_state(state),
+                       state.zk_version) for tp, state in states.items()}
+        for tp, res in self._epoch_checked_many(ops, expected_epoch_zk_version).items():
+            state = states[tp]
             if isinstance(res, BadVersionError):
                 result.partitions_to_retry.append(tp)
             elif isinstance(res, Exception):
