@@ -1,0 +1,599 @@
+"""Deterministic simulation of transactions: transactional producers, a transaction coordinator
+(its generations fail over and reload ``__transaction_state``), and partition leaders.
+
+The real cores run: ``TransactionCoordinator`` / ``TransactionStateManager`` /
+``TransactionMarkerChannelManager`` (asyncio code, on the virtual-time :class:`SimLoop`), the
+``__transaction_state`` serde and state machine, ``TxnPartitionApis.handle_write_txn_markers``,
+and :class:`~odradek.log.log.Log` with its producer state, last stable offset and transaction
+index (files in a temporary directory). Simulated: the network (loss, duplication, delay and so
+reordering), the ``__transaction_state`` replication (acks arrive late, fail, time out with the
+record written; a failover keeps any suffix of the unacknowledged records), the clock (jumps that
+time transactions out), and the clients, which follow the client protocol (InitProducerId,
+AddPartitionsToTxn / AddOffsetsToTxn, idempotent transactional produce with one request in flight
+per partition, EndTxn; retries; crashes; zombies that wake up after a newer producer took their
+transactional id).
+
+Invariants, checked after every loop step that changed a log (:class:`Violation`):
+
+* atomicity: every partition of a transaction gets the same marker (its records are tagged with
+  the transaction, so a marker closing the wrong records shows too); a transaction whose client
+  never asked to commit is never committed; one whose commit was acknowledged is never aborted,
+  one whose abort was acknowledged never committed;
+* a read_committed reader (fetching up to the LSO, filtering with the aborted-transactions list
+  exactly as the Java client does) sees only committed records, each once;
+* the LSO never decreases, never passes the high watermark nor the first offset of a transaction
+  still open in the log (found by scanning the log, not from the producer state);
+
+and once the faults stop (liveness): every transaction completes, the coordinator has nothing
+pending, every LSO reaches the log end, and the reader has seen every committed record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import tempfile
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from odradek.coordinator.transaction.transaction_coordinator import (
+    InitResult,
+    TransactionConfig,
+    TransactionCoordinator,
+)
+from odradek.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
+from odradek.coordinator.transaction.transaction_marker_channel_manager import (
+    TransactionMarkerChannelManager,
+)
+from odradek.coordinator.transaction.transaction_metadata import COMPLETED_STATES
+from odradek.coordinator.transaction.transaction_state_manager import TransactionStateManager
+from odradek.log.append_origin import AppendOrigin
+from odradek.log.log import Log
+from odradek.log.log_config import LogConfig
+from odradek.protocol.errors import Errors
+from odradek.records.batch import iter_batches
+from odradek.records.builder import build_batch
+from odradek.records.control_batch import parse_end_txn_marker
+from odradek.records.records import iter_batch_records
+from odradek.server.delayed_produce import ProducePartitionStatus
+from odradek.server.txn_partition_apis import TxnPartitionApis
+
+from .txn_world import MarkerReplicaManager, Network, PartitionLeader, SimLoop, TopicPartition, Violation
+
+__all__ = ["Result", "Violation", "run_schedule"]
+
+DATA_TPS: list[TopicPartition] = [("t", p) for p in range(4)]
+OFFSETS_TP: TopicPartition = ("__consumer_offsets", 0)
+ALL_TPS = DATA_TPS + [OFFSETS_TP]
+BROKERS = 3
+TXN_LOG_PARTITIONS = 2
+TXN_TIMEOUT_MS = 4000
+REQUEST_TIMEOUT_S = 1.0  # > the network's largest delay: an unanswered request is lost
+FAULT_PHASE_S = 25.0
+SETTLE_LIMIT_S = 120.0
+RETRIABLE = frozenset({
+    Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    Errors.CONCURRENT_TRANSACTIONS, Errors.REQUEST_TIMED_OUT, Errors.NOT_LEADER_OR_FOLLOWER,
+})
+FENCED = frozenset({Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH,
+                    Errors.INVALID_PRODUCER_ID_MAPPING, Errors.TRANSACTION_COORDINATOR_FENCED})
+TXN_CONFIG = TransactionConfig(
+    num_partitions=TXN_LOG_PARTITIONS, abort_timed_out_interval_ms=500, remove_expired_interval_ms=0,
+    request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000), retry_backoff_ms=50,
+)
+
+
+@dataclass
+class Result:
+    seed: int
+    steps: int = 0
+    committed: int = 0  # transactions committed
+    aborted: int = 0
+    coordinator_failovers: int = 0
+    fenced_producers: int = 0
+    timeouts: int = 0  # clock jumps
+    visible_records: int = 0
+    trace: list[str] = field(default_factory=list)
+
+
+class ProducerIds:
+    def __init__(self) -> None:
+        self.next = 1000
+
+    async def generate_producer_id(self) -> int:
+        self.next += 1
+        return self.next
+
+
+# -- the coordinator, one generation per failover --------------------------------------------------
+
+
+class TxnStateReplicaManager:
+    """``__transaction_state`` as one coordinator generation sees it: appends are written at
+    once and acknowledged (acks=-1) after a replication delay, or fail, or time out."""
+
+    def __init__(self, world: World, gen: CoordinatorGen) -> None:
+        self.world, self.gen = world, gen
+
+    @property
+    def partitions(self) -> dict[TopicPartition, Any]:
+        return {(TRANSACTION_STATE_TOPIC, p): SimpleNamespace(log=lg) for p, lg in enumerate(self.world.txn_logs)}
+
+    def append_records(self, timeout_ms: int, acks: int, entries: dict[TopicPartition, bytearray]) -> Any:
+        world, gen, rng = self.world, self.gen, self.world.rng
+        written: dict[TopicPartition, tuple[Errors, int]] = {}
+        for tp, buf in entries.items():
+            if not (gen.alive and gen.leader):
+                written[tp] = (Errors.NOT_LEADER_OR_FOLLOWER, -1)
+            elif world.faulty and rng.random() < 0.03:
+                written[tp] = (Errors.NOT_ENOUGH_REPLICAS, -1)
+            else:
+                info = world.txn_logs[tp[1]].append_as_leader(buf, gen.epoch, world.clock_ms())
+                written[tp] = (Errors.NONE, info.last_offset + 1)
+
+        async def acked() -> dict[TopicPartition, ProducePartitionStatus]:
+            await asyncio.sleep(rng.randint(1, 40) / 1000.0)
+            out = {}
+            for tp, (err, end) in written.items():
+                if err == Errors.NONE:
+                    if not gen.leader:
+                        err = Errors.NOT_LEADER_OR_FOLLOWER
+                    elif world.faulty and rng.random() < 0.03:
+                        err = Errors.REQUEST_TIMED_OUT  # written, not (yet) durable
+                    else:
+                        world.txn_acked[tp[1]] = max(world.txn_acked[tp[1]], end)
+                out[tp] = ProducePartitionStatus(err)
+            return out
+
+        return acked()
+
+
+class MarkerClient:
+    """The marker sender's NetworkClient to one broker, over the simulated network."""
+
+    def __init__(self, world: World, broker: int) -> None:
+        self.world, self.broker = world, broker
+        self.host, self.port = "sim", broker
+
+    async def send(self, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        apis = self.world.marker_apis[self.broker]
+        m = body["markers"][0]
+        name = (f"WriteTxnMarkers({'COMMIT' if m['transaction_result'] else 'ABORT'} pid {m['producer_id']} "
+                f"epoch {m['producer_epoch']} coord {m['coordinator_epoch']} -> broker {self.broker})")
+        self.world.trace(name)
+        result: dict[str, Any] = await self.world.net.request(name, lambda: apis.handle_write_txn_markers(None, body))  # type: ignore[arg-type]
+        return result
+
+    async def close(self) -> None:
+        pass
+
+
+class SimMetadata:
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def contains_topic(self, topic: str) -> bool:
+        return topic in {t for t, _ in ALL_TPS}
+
+    def get_partition_info(self, topic: str, partition: int) -> Any:
+        tp = (topic, partition)
+        return SimpleNamespace(leader=self.world.broker_of(tp)) if tp in self.world.leaders else None
+
+    def get_alive_broker_node(self, broker_id: int, listener: str) -> Any:
+        return SimpleNamespace(id=broker_id, host="sim", port=broker_id)
+
+
+class CoordinatorGen:
+    """One incarnation of the coordinator of every ``__transaction_state`` partition; its
+    coordinator epoch is its generation number."""
+
+    def __init__(self, world: World, epoch: int) -> None:
+        self.world, self.epoch = world, epoch
+        self.alive = True
+        self.leader = True
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.state = TransactionStateManager(
+            replica_manager=TxnStateReplicaManager(world, self),  # type: ignore[arg-type]
+            num_partitions=TXN_LOG_PARTITIONS, clock_ms=world.clock_ms,
+            append_timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
+        )
+        self.markers: TransactionMarkerChannelManager | None = None
+
+        def markers(on_complete: Any) -> TransactionMarkerChannelManager:
+            self.markers = TransactionMarkerChannelManager(
+                metadata_cache=SimMetadata(world), listener_name=lambda: "SIM", on_complete=on_complete,
+                client_factory=lambda host, port: MarkerClient(world, port),  # type: ignore[arg-type,return-value]
+                retry_backoff_ms=50, request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
+            )
+            return self.markers
+
+        self.coord = TransactionCoordinator(
+            config=TXN_CONFIG, state_manager=self.state, producer_ids=world.pids, markers=markers,
+            clock_ms=world.clock_ms,
+        )
+
+    def start(self) -> None:
+        for p in range(TXN_LOG_PARTITIONS):
+            self.state.schedule_load(p, self.epoch)
+        self.coord.startup()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = self.world.loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def crash(self) -> None:
+        self.alive = self.leader = False
+        doomed = list(self.tasks) + list(self.coord._tasks) + list(self.state._load_tasks.values())
+        if self.markers is not None:
+            doomed += [t for t, _ in self.markers._tasks.values()]
+            self.markers._closed = True
+        for t in doomed:
+            t.cancel()
+
+    def resign(self) -> None:
+        """The zombie hears that it lost the leadership of its partitions."""
+        for p in range(TXN_LOG_PARTITIONS):
+            self.state.on_leadership_change(TRANSACTION_STATE_TOPIC, p, False, self.epoch)
+        self.crash()
+
+
+# -- the clients ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Instance:
+    tid: str
+    number: int
+    task: asyncio.Task[None] | None = None
+    paused_until: float = -1.0  # a zombie: sleeps, then goes on with its old epoch
+    done: bool = False
+
+
+class World:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.result = Result(seed)
+        self.loop = SimLoop()
+        self.loop.after_step = self.after_step
+        self.dir = tempfile.mkdtemp(prefix="odradek-txnsim-")
+        self.jump_ms = 0
+        self.faulty = True
+        self.dirty = False
+        self.crashed: list[BaseException] = []
+        self.net = Network(self)
+        self.pids = ProducerIds()
+        self.leaders: dict[TopicPartition, PartitionLeader] = {
+            tp: PartitionLeader(self, f"{self.dir}/{tp[0]}-{tp[1]}", tp) for tp in ALL_TPS
+        }
+        self.marker_apis = {
+            b: TxnPartitionApis(MarkerReplicaManager(self, b), lambda: 1000)  # type: ignore[arg-type]
+            for b in range(BROKERS)
+        }
+        self.txn_logs = [
+            Log.load(f"{self.dir}/{TRANSACTION_STATE_TOPIC}-{p}", LogConfig(), now_ms=self.clock_ms())
+            for p in range(TXN_LOG_PARTITIONS)
+        ]
+        self.txn_acked = [0] * TXN_LOG_PARTITIONS
+        self.gens: list[CoordinatorGen] = []
+        self.current: CoordinatorGen | None = None
+        self.tids = [f"txn-{i}" for i in range(self.rng.randint(2, 4))]
+        self.txns_per_tid = self.rng.randint(3, 6)
+        self.attempts: dict[str, int] = dict.fromkeys(self.tids, 0)
+        self.instances: dict[str, Instance] = {}
+        self.zombies: list[Instance] = []
+        self.oracle = Oracle(self)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def clock_ms(self) -> int:
+        return 1_000_000 + int(self.loop.time() * 1000) + self.jump_ms
+
+    def broker_of(self, tp: TopicPartition) -> int:
+        return ALL_TPS.index(tp) % BROKERS
+
+    def trace(self, text: str) -> None:
+        trace = self.result.trace
+        trace.append(f"{self.loop.time():9.3f} {text}")
+        if len(trace) > 400:
+            del trace[:200]
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self.loop.create_task(coro)
+
+    def after_step(self) -> None:
+        self.result.steps += 1
+        if self.crashed:
+            if isinstance(self.crashed[0], Violation):
+                raise self.crashed[0]
+            raise Violation(f"a handler crashed: {self.crashed[0]!r}") from self.crashed[0]
+        if self.dirty:
+            self.dirty = False
+            self.oracle.check()
+
+    # -- the coordinator ------------------------------------------------------------------------
+
+    def start_generation(self) -> None:
+        for p, lg in enumerate(self.txn_logs):  # the new leader has any suffix of the unacked records
+            keep = self.rng.randint(self.txn_acked[p], lg.log_end_offset)
+            if keep < lg.log_end_offset:
+                self.trace(f"__transaction_state-{p}: unacknowledged records from {keep} lost in the failover")
+                lg.truncate_to(keep)
+            lg.high_watermark = lg.log_end_offset
+            self.txn_acked[p] = lg.log_end_offset
+        gen = CoordinatorGen(self, len(self.gens) + 1)
+        self.gens.append(gen)
+        self.current = gen
+        self.trace(f"coordinator generation {gen.epoch} loads __transaction_state")
+        gen.start()
+
+    async def failover(self, zombie: bool) -> None:
+        old = self.current
+        assert old is not None
+        self.result.coordinator_failovers += 1
+        if zombie:  # the old one still runs (sends markers) until it hears it lost leadership
+            old.leader = False
+            self.trace(f"coordinator generation {old.epoch} loses leadership (zombie for a while)")
+            self.loop.call_later(self.rng.uniform(0.1, 3.0), old.resign)
+        else:
+            self.trace(f"coordinator generation {old.epoch} crashes")
+            old.crash()
+            self.current = None
+            await asyncio.sleep(self.rng.uniform(0.05, 1.5))
+        self.start_generation()
+
+    async def call_coordinator(self, name: str, method: str, *args: Any) -> Any:
+        gen = self.current
+        if self.zombies_gen() is not None and self.rng.random() < 0.3:
+            gen = self.zombies_gen()  # stale metadata: the client still talks to the old one
+        if gen is None or not gen.alive:
+            await asyncio.sleep(0.05)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        g = gen
+        fut = self.net.request(f"{name} -> coordinator {g.epoch}", lambda: g.spawn(getattr(g.coord, method)(*args)),
+                               alive=lambda: g.alive)
+        try:
+            return await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            return Errors.REQUEST_TIMED_OUT
+
+    def zombies_gen(self) -> CoordinatorGen | None:
+        for g in self.gens:
+            if g.alive and not g.leader:
+                return g
+        return None
+
+    # -- producers ----------------------------------------------------------------------------
+
+    def start_instance(self, tid: str) -> None:
+        inst = Instance(tid, self.oracle.instances.get(tid, 0))
+        self.oracle.instances[tid] = inst.number + 1
+        self.instances[tid] = inst
+        inst.task = self.spawn(Producer(self, inst).run())
+
+    async def produce(self, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[str]) -> Errors:
+        now = self.clock_ms()
+        buf = build_batch([(None, v.encode(), [], now) for v in values], producer_id=pid,
+                          producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+        async def handle(data: bytearray) -> Errors:
+            err, offset = self.leaders[tp].append(data, AppendOrigin.CLIENT)
+            if err == Errors.NONE:
+                await self.leaders[tp].replicated(offset)
+            return err
+
+        fut = self.net.request(f"Produce {tp[0]}-{tp[1]} pid {pid} epoch {epoch} seq {seq}",
+                               lambda: self.spawn(handle(bytearray(buf))))
+        try:
+            result: Errors = await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
+            return result
+        except TimeoutError:
+            return Errors.REQUEST_TIMED_OUT
+
+    # -- the schedule -------------------------------------------------------------------------
+
+    async def main(self) -> None:
+        rng = self.rng
+        self.net.faults.loss = rng.choice([0.0, 0.02, 0.08])
+        self.net.faults.duplicate = rng.choice([0.0, 0.05, 0.15])
+        self.start_generation()
+        for tid in self.tids:
+            self.start_instance(tid)
+        while self.loop.time() < FAULT_PHASE_S:
+            await asyncio.sleep(rng.uniform(0.02, 0.4))
+            self.restart_finished_instances()
+            fault = rng.random()
+            if fault < 0.012 and self.current is not None and self.zombies_gen() is None:
+                await self.failover(zombie=rng.random() < 0.5)
+            elif fault < 0.03:
+                self.kill_producer(zombie=rng.random() < 0.4)
+            elif fault < 0.036:
+                self.result.timeouts += 1
+                self.jump_ms += TXN_TIMEOUT_MS + rng.randint(0, 2000)
+                self.trace(f"clock jumps to {self.clock_ms()}")
+            elif fault < 0.04:
+                tp = rng.choice(ALL_TPS)
+                self.trace(f"leader of {tp[0]}-{tp[1]} restarts")
+                self.leaders[tp].restart()
+        # Heal: the faults stop; every transaction must complete.
+        self.faulty = False
+        self.net.faults.loss = self.net.faults.duplicate = 0.0
+        self.trace("faults stop")
+        if self.current is None:
+            self.start_generation()
+        while self.loop.time() < FAULT_PHASE_S + SETTLE_LIMIT_S:
+            await asyncio.sleep(0.5)
+            self.restart_finished_instances()
+            if all(i.done and self.attempts[t] >= self.txns_per_tid for t, i in self.instances.items()) \
+                    and not self.zombies and self.settled():
+                break
+        await asyncio.sleep((TXN_TIMEOUT_MS + 2000) / 1000.0)
+        self.oracle.check_liveness()
+
+    def settled(self) -> bool:
+        gen = self.current
+        if gen is None or gen.state.loading or gen.zombie_pending():
+            return False
+        return all(m.state in COMPLETED_STATES and m.pending_state is None for m in gen.state.txns.values())
+
+    def restart_finished_instances(self) -> None:
+        for tid, inst in self.instances.items():
+            if inst.done and self.attempts[tid] < self.txns_per_tid:
+                self.start_instance(tid)
+
+    def kill_producer(self, zombie: bool) -> None:
+        live = [i for i in self.instances.values() if not i.done]
+        if not live:
+            return
+        inst = self.rng.choice(live)
+        if zombie:
+            self.trace(f"producer {inst.tid}#{inst.number} pauses (a zombie); a new one takes its id")
+            inst.paused_until = self.loop.time() + self.rng.uniform(1.0, 8.0)
+            self.zombies.append(inst)
+        else:
+            self.trace(f"producer {inst.tid}#{inst.number} crashes")
+            assert inst.task is not None
+            inst.task.cancel()
+            inst.done = True
+        self.start_instance(inst.tid)
+
+
+def _zombie_pending(self: CoordinatorGen) -> bool:
+    return self.markers is not None and bool(self.markers._tasks)
+
+
+CoordinatorGen.zombie_pending = _zombie_pending  # type: ignore[attr-defined]
+
+
+class Producer:
+    """A transactional producer as the clients implement it (transactions version 1)."""
+
+    def __init__(self, world: World, inst: Instance) -> None:
+        self.world, self.inst = world, inst
+        self.rng = world.rng
+        self.pid = -1
+        self.epoch = -1
+        self.seq: dict[TopicPartition, int] = {}
+        self.name = f"{inst.tid}#{inst.number}"
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        except Violation as e:
+            self.world.crashed.append(e)
+        finally:
+            self.inst.done = True
+            if self.inst in self.world.zombies:
+                self.world.zombies.remove(self.inst)
+
+    async def checkpoint(self) -> None:
+        """Where a zombie sleeps."""
+        if self.inst.paused_until > self.world.loop.time():
+            await asyncio.sleep(self.inst.paused_until - self.world.loop.time())
+            self.world.trace(f"zombie producer {self.name} wakes up (pid {self.pid} epoch {self.epoch})")
+
+    async def _retry(self, name: str, method: str, *args: Any) -> Errors:
+        for _ in range(400):
+            await self.checkpoint()
+            r = await self.world.call_coordinator(f"{name} {self.name}", method, *args)
+            err = r.error if isinstance(r, InitResult) else r
+            if err not in RETRIABLE:
+                if isinstance(r, InitResult) and err == Errors.NONE:
+                    self.pid, self.epoch = r.producer_id, r.producer_epoch
+                return Errors(err)
+            await asyncio.sleep(0.05)
+        raise Violation(f"{name} of {self.name} still retried after 400 attempts")
+
+    async def _run(self) -> None:
+        w, tid = self.world, self.inst.tid
+        err = await self._retry("InitProducerId", "handle_init_producer_id", tid, TXN_TIMEOUT_MS)
+        if err != Errors.NONE:
+            w.trace(f"producer {self.name}: InitProducerId {err.name}")
+            return
+        w.trace(f"producer {self.name}: pid {self.pid} epoch {self.epoch}")
+        while w.attempts[tid] < w.txns_per_tid:
+            if self.inst.paused_until < 0 and w.instances.get(tid) is not self.inst:
+                return
+            w.attempts[tid] += 1
+            tag = f"{self.name}.{w.attempts[tid]}"
+            if not await self.transaction(tag):
+                return
+
+    async def transaction(self, tag: str) -> bool:
+        w, rng, tid = self.world, self.rng, self.inst.tid
+        oracle = w.oracle
+        parts = sorted(rng.sample(DATA_TPS, rng.randint(1, 3)))
+        err = await self._retry("AddPartitionsToTxn", "handle_add_partitions", tid, self.pid, self.epoch, set(parts))
+        if err != Errors.NONE:
+            return self._fatal(tag, "AddPartitionsToTxn", err)
+        if rng.random() < 0.3:  # AddOffsetsToTxn: the group's __consumer_offsets partition joins
+            err = await self._retry("AddOffsetsToTxn", "handle_add_partitions", tid, self.pid, self.epoch, {OFFSETS_TP})
+            if err != Errors.NONE:
+                return self._fatal(tag, "AddOffsetsToTxn", err)
+            parts.append(OFFSETS_TP)
+        for tp in parts:
+            for b in range(rng.randint(1, 2)):
+                values = [f"{tag}/{tp[0]}-{tp[1]}/{b}/{i}" for i in range(rng.randint(1, 3))]
+                err = await self.produce(tp, values)
+                if err != Errors.NONE:
+                    return self._fatal(tag, f"Produce to {tp[0]}-{tp[1]}", err)
+                oracle.acked.setdefault(tag, []).extend(values)
+                await self.checkpoint()
+        commit = rng.random() < 0.7
+        oracle.end_sent.setdefault(tag, set()).add(commit)
+        for copy in range(2 if rng.random() < 0.2 else 1):  # a duplicated EndTxn (a retry)
+            err = await self._retry("EndTxn", "handle_end_txn", tid, self.pid, self.epoch, commit)
+            if err != Errors.NONE:
+                return self._fatal(tag, "EndTxn", err)
+            oracle.end_acked[tag] = commit
+            w.trace(f"producer {self.name}: {tag} {'committed' if commit else 'aborted'}" + (" again" if copy else ""))
+        return True
+
+    async def produce(self, tp: TopicPartition, values: list[str]) -> Errors:
+        seq = self.seq.get(tp, 0)
+        for _ in range(400):
+            await self.checkpoint()
+            err = await self.world.produce(tp, self.pid, self.epoch, seq, values)
+            if err == Errors.NONE:
+                self.seq[tp] = seq + len(values)
+                return err
+            if err not in RETRIABLE:
+                return err
+            await asyncio.sleep(0.05)
+        raise Violation(f"Produce of {self.name} still retried after 400 attempts")
+
+    def _fatal(self, tag: str, what: str, err: Errors) -> bool:
+        if err not in FENCED:
+            raise Violation(f"producer {self.name} ({tag}): {what} answered {err.name}")
+        self.world.result.fenced_producers += 1
+        self.world.trace(f"producer {self.name}: {what} {err.name}: fenced")
+        return False
+
+
+from .txn_oracle import Oracle  # noqa: E402  (it imports this module's constants)
+
+
+def run_schedule(seed: int) -> Result:
+    world = World(seed)
+    try:
+        world.loop.run_until_complete(world.main())
+    except Violation as e:
+        raise Violation(f"{e}\ntrace (last events):\n" + "\n".join(world.result.trace[-60:])) from None
+    finally:
+        for task in asyncio.all_tasks(world.loop):
+            task.cancel()
+        try:
+            world.loop.run_until_complete(asyncio.sleep(0))
+        except Exception:
+            pass
+        world.loop.close()
+        for p in world.leaders.values():
+            p.log.close()
+        for lg in world.txn_logs:
+            lg.close()
+        shutil.rmtree(world.dir, ignore_errors=True)
+    return world.result
