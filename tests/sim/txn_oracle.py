@@ -31,12 +31,13 @@ class PartitionView:
     open: dict[int, tuple[int, list[str]]] = field(default_factory=dict)  # pid -> (first offset, values)
     outcome: dict[str, bool] = field(default_factory=dict)  # value -> committed
     lso: int = 0
+    closed: list[tuple[int, int]] = field(default_factory=list)  # (first offset, marker offset)
     reader_pos: int = 0
     seen: set[str] = field(default_factory=set)
 
 
 def _batches(log: Any, start: int, end: int, isolation: int | None = None) -> list[tuple[RecordBatchHeader, bytes]]:
-    out = []
+    out: list[tuple[RecordBatchHeader, bytes]] = []
     pos = start
     while pos < end:
         data = log.read(pos, READ_BYTES, isolation_max_offset=isolation).to_bytes()
@@ -107,7 +108,9 @@ class Oracle:
                 marker = parse_end_txn_marker(batch, h._replace(position=0))
                 if marker is None:
                     continue
-                _, values = v.open.pop(h.producer_id, (-1, []))
+                first, values = v.open.pop(h.producer_id, (-1, []))
+                if first >= 0:
+                    v.closed.append((first, h.base_offset))
                 for value in values:
                     v.outcome[value] = marker.commit
                     self.tag_outcomes.setdefault(_tag(value), {}).setdefault(v.tp, set()).add(marker.commit)
@@ -116,8 +119,7 @@ class Oracle:
                                      f"{h.base_offset} closes {sorted({_tag(x) for x in values})} "
                                      f"(coordinator epoch {marker.coordinator_epoch})")
             elif h.is_transactional:
-                first, values = v.open.setdefault(h.producer_id, (h.base_offset, []))
-                values.extend(_values(batch))
+                v.open.setdefault(h.producer_id, (h.base_offset, []))[1].extend(_values(batch))
 
     def _check_atomicity(self) -> None:
         for tag, by_tp in self.tag_outcomes.items():
@@ -144,6 +146,12 @@ class Oracle:
             first = min(f for f, _ in v.open.values())
             if lso > first:
                 raise Violation(f"{name}: the LSO {lso} passed the open transaction starting at {first}")
+        # A transaction is decided once its marker is below the high watermark (replicated).
+        v.closed = [(f, m) for f, m in v.closed if m >= hw]
+        for first, marker in v.closed:
+            if lso > first:
+                raise Violation(f"{name}: the LSO {lso} passed the transaction starting at {first} whose "
+                                f"marker at {marker} is not below the high watermark {hw}")
         v.lso = lso
 
     def _read(self, v: PartitionView, log: Any) -> None:

@@ -54,14 +54,18 @@ from odradek.log.append_origin import AppendOrigin
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
-from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
-from odradek.records.control_batch import parse_end_txn_marker
-from odradek.records.records import iter_batch_records
 from odradek.server.delayed_produce import ProducePartitionStatus
 from odradek.server.txn_partition_apis import TxnPartitionApis
 
-from .txn_world import MarkerReplicaManager, Network, PartitionLeader, SimLoop, TopicPartition, Violation
+from .txn_world import (
+    MarkerReplicaManager,
+    Network,
+    PartitionLeader,
+    SimLoop,
+    TopicPartition,
+    Violation,
+)
 
 __all__ = ["Result", "Violation", "run_schedule"]
 
@@ -94,6 +98,7 @@ class Result:
     aborted: int = 0
     coordinator_failovers: int = 0
     fenced_producers: int = 0
+    fenced_markers: int = 0  # markers of a zombie coordinator refused (TRANSACTION_COORDINATOR_FENCED)
     timeouts: int = 0  # clock jumps
     visible_records: int = 0
     trace: list[str] = field(default_factory=list)
@@ -146,6 +151,7 @@ class TxnStateReplicaManager:
                     else:
                         world.txn_acked[tp[1]] = max(world.txn_acked[tp[1]], end)
                 out[tp] = ProducePartitionStatus(err)
+            await gen.thawed()  # a frozen coordinator handles the acknowledgement when it wakes up
             return out
 
         return acked()
@@ -154,17 +160,22 @@ class TxnStateReplicaManager:
 class MarkerClient:
     """The marker sender's NetworkClient to one broker, over the simulated network."""
 
-    def __init__(self, world: World, broker: int) -> None:
-        self.world, self.broker = world, broker
+    def __init__(self, world: World, gen: CoordinatorGen, broker: int) -> None:
+        self.world, self.gen, self.broker = world, gen, broker
         self.host, self.port = "sim", broker
 
     async def send(self, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        world = self.world
+        if world.faulty and world.current is self.gen and world.zombies_gen() is None and world.rng.random() < 0.03:
+            world.failover_now(freeze=True)  # the worst moment: the markers are about to go out
+        await self.gen.thawed()
         apis = self.world.marker_apis[self.broker]
         m = body["markers"][0]
         name = (f"WriteTxnMarkers({'COMMIT' if m['transaction_result'] else 'ABORT'} pid {m['producer_id']} "
                 f"epoch {m['producer_epoch']} coord {m['coordinator_epoch']} -> broker {self.broker})")
         self.world.trace(name)
         result: dict[str, Any] = await self.world.net.request(name, lambda: apis.handle_write_txn_markers(None, body))  # type: ignore[arg-type]
+        await self.gen.thawed()
         return result
 
     async def close(self) -> None:
@@ -194,6 +205,7 @@ class CoordinatorGen:
         self.world, self.epoch = world, epoch
         self.alive = True
         self.leader = True
+        self.paused_until = -1.0  # a frozen zombie (a long GC pause, a stopped VM)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.state = TransactionStateManager(
             replica_manager=TxnStateReplicaManager(world, self),  # type: ignore[arg-type]
@@ -205,7 +217,7 @@ class CoordinatorGen:
         def markers(on_complete: Any) -> TransactionMarkerChannelManager:
             self.markers = TransactionMarkerChannelManager(
                 metadata_cache=SimMetadata(world), listener_name=lambda: "SIM", on_complete=on_complete,
-                client_factory=lambda host, port: MarkerClient(world, port),  # type: ignore[arg-type,return-value]
+                client_factory=lambda host, port: MarkerClient(world, self, port),  # type: ignore[arg-type,return-value]
                 retry_backoff_ms=50, request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
             )
             return self.markers
@@ -214,6 +226,12 @@ class CoordinatorGen:
             config=TXN_CONFIG, state_manager=self.state, producer_ids=world.pids, markers=markers,
             clock_ms=world.clock_ms,
         )
+
+    async def thawed(self) -> None:
+        """Returns once the generation is not frozen."""
+        pause = self.paused_until - self.world.loop.time()
+        if pause > 0:
+            await asyncio.sleep(pause)
 
     def start(self) -> None:
         for p in range(TXN_LOG_PARTITIONS):
@@ -227,6 +245,7 @@ class CoordinatorGen:
         return task
 
     def crash(self) -> None:
+        """The process dies: nothing it was doing goes on (what it sent is still delivered)."""
         self.alive = self.leader = False
         doomed = list(self.tasks) + list(self.coord._tasks) + list(self.state._load_tasks.values())
         if self.markers is not None:
@@ -300,8 +319,8 @@ class World:
     def trace(self, text: str) -> None:
         trace = self.result.trace
         trace.append(f"{self.loop.time():9.3f} {text}")
-        if len(trace) > 400:
-            del trace[:200]
+        if len(trace) > 4000:
+            del trace[:2000]
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         return self.loop.create_task(coro)
@@ -332,25 +351,53 @@ class World:
         self.trace(f"coordinator generation {gen.epoch} loads __transaction_state")
         gen.start()
 
-    async def failover(self, zombie: bool) -> None:
+    def failover_now(self, freeze: bool) -> None:
+        """The current generation loses leadership but still runs (a zombie: it sends markers)
+        until it hears of it; frozen meanwhile, maybe (a long GC pause), so that what it was
+        doing goes out late."""
         old = self.current
         assert old is not None
         self.result.coordinator_failovers += 1
-        if zombie:  # the old one still runs (sends markers) until it hears it lost leadership
-            old.leader = False
-            self.trace(f"coordinator generation {old.epoch} loses leadership (zombie for a while)")
-            self.loop.call_later(self.rng.uniform(0.1, 3.0), old.resign)
-        else:
-            self.trace(f"coordinator generation {old.epoch} crashes")
-            old.crash()
-            self.current = None
-            await asyncio.sleep(self.rng.uniform(0.05, 1.5))
+        old.leader = False
+        pause = self.rng.uniform(0.5, 4.0) if freeze else 0.0
+        old.paused_until = self.loop.time() + pause
+        self.trace(f"coordinator generation {old.epoch} loses leadership (zombie for a while"
+                   + (f", frozen for {pause:.3f} s)" if pause else ")"))
+        self.loop.call_later(pause + self.rng.uniform(0.1, 3.0), old.resign)
         self.start_generation()
 
-    async def call_coordinator(self, name: str, method: str, *args: Any) -> Any:
+    async def failover(self, zombie: bool) -> None:
+        old = self.current
+        assert old is not None
+        if zombie:
+            self.failover_now(freeze=self.rng.random() < 0.5)
+            return
+        self.result.coordinator_failovers += 1
+        self.trace(f"coordinator generation {old.epoch} crashes")
+        old.crash()
+        self.current = None
+        await asyncio.sleep(self.rng.uniform(0.05, 1.5))
+        self.start_generation()
+
+    def find_coordinator(self, known: CoordinatorGen | None) -> CoordinatorGen | None:
+        """FindCoordinator: the current generation, or (a broker with stale metadata answers)
+        the zombie one; never older than the one the client already knows (clients do not go
+        back: a transactions-version-1 client that did could be told by a zombie that an
+        EndTxn it retried is done, as with Kafka)."""
         gen = self.current
-        if self.zombies_gen() is not None and self.rng.random() < 0.3:
-            gen = self.zombies_gen()  # stale metadata: the client still talks to the old one
+        zombie = self.zombies_gen()
+        if zombie is not None and self.rng.random() < 0.3:
+            gen = zombie
+        if gen is not None and known is not None and gen.epoch < known.epoch:
+            gen = known
+        return gen
+
+    async def call_coordinator(self, client: Any, name: str, method: str, *args: Any) -> Any:
+        """A request to the client's coordinator; a connection error or NOT_COORDINATOR makes
+        it look the coordinator up again."""
+        gen = client.coordinator
+        if gen is None or not gen.alive:
+            client.coordinator = gen = self.find_coordinator(gen)
         if gen is None or not gen.alive:
             await asyncio.sleep(0.05)
             return Errors.COORDINATOR_NOT_AVAILABLE
@@ -358,9 +405,13 @@ class World:
         fut = self.net.request(f"{name} -> coordinator {g.epoch}", lambda: g.spawn(getattr(g.coord, method)(*args)),
                                alive=lambda: g.alive)
         try:
-            return await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
+            r = await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
         except TimeoutError:
-            return Errors.REQUEST_TIMED_OUT
+            r = Errors.REQUEST_TIMED_OUT
+        err = r.error if isinstance(r, InitResult) else r
+        if err in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT):
+            client.coordinator = self.find_coordinator(g)
+        return r
 
     def zombies_gen(self) -> CoordinatorGen | None:
         for g in self.gens:
@@ -436,7 +487,7 @@ class World:
 
     def settled(self) -> bool:
         gen = self.current
-        if gen is None or gen.state.loading or gen.zombie_pending():
+        if gen is None or gen.state.loading or (gen.markers is not None and gen.markers._tasks):
             return False
         return all(m.state in COMPLETED_STATES and m.pending_state is None for m in gen.state.txns.values())
 
@@ -462,13 +513,6 @@ class World:
         self.start_instance(inst.tid)
 
 
-def _zombie_pending(self: CoordinatorGen) -> bool:
-    return self.markers is not None and bool(self.markers._tasks)
-
-
-CoordinatorGen.zombie_pending = _zombie_pending  # type: ignore[attr-defined]
-
-
 class Producer:
     """A transactional producer as the clients implement it (transactions version 1)."""
 
@@ -479,6 +523,7 @@ class Producer:
         self.epoch = -1
         self.seq: dict[TopicPartition, int] = {}
         self.name = f"{inst.tid}#{inst.number}"
+        self.coordinator: CoordinatorGen | None = None
 
     async def run(self) -> None:
         try:
@@ -499,7 +544,7 @@ class Producer:
     async def _retry(self, name: str, method: str, *args: Any) -> Errors:
         for _ in range(400):
             await self.checkpoint()
-            r = await self.world.call_coordinator(f"{name} {self.name}", method, *args)
+            r = await self.world.call_coordinator(self, f"{name} {self.name}", method, *args)
             err = r.error if isinstance(r, InitResult) else r
             if err not in RETRIABLE:
                 if isinstance(r, InitResult) and err == Errors.NONE:
@@ -584,12 +629,11 @@ def run_schedule(seed: int) -> Result:
     except Violation as e:
         raise Violation(f"{e}\ntrace (last events):\n" + "\n".join(world.result.trace[-60:])) from None
     finally:
-        for task in asyncio.all_tasks(world.loop):
+        tasks = asyncio.all_tasks(world.loop)
+        for task in tasks:
             task.cancel()
-        try:
-            world.loop.run_until_complete(asyncio.sleep(0))
-        except Exception:
-            pass
+        world.loop.after_step = lambda: None
+        world.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         world.loop.close()
         for p in world.leaders.values():
             p.log.close()

@@ -158,7 +158,11 @@ class Network:
                 return
             if lose_answer or not alive():
                 return
-            loop.call_later(answer_delay, lambda: fut.done() or fut.set_result(result))
+            def resolve() -> None:
+                if not fut.done():
+                    fut.set_result(result)
+
+            loop.call_later(answer_delay, resolve)
 
         loop.call_later(self._delay(), deliver)
         return fut
@@ -251,6 +255,9 @@ class MarkerReplicaManager:
         for tp, buf in entries.items():
             assert buf is not None
             results[tp] = self.world.leaders[tp].append(buf, origin)
+            if results[tp][0] == Errors.TRANSACTION_COORDINATOR_FENCED:
+                self.world.result.fenced_markers += 1
+                self.world.trace(f"{tp[0]}-{tp[1]}: a marker from an old coordinator epoch is fenced")
 
         async def acked() -> dict[TopicPartition, ProducePartitionStatus]:
             out = {}
@@ -260,4 +267,4 @@ class MarkerReplicaManager:
                 out[tp] = ProducePartitionStatus(err)
             return out
 
-        return acked()
+        return self.world.loop.create_task(acked())
