@@ -96,7 +96,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "a marker skips the coordinator epoch check": (
         lambda mp: mp.setattr(ps.ProducerAppend, "append_marker", _marker_without_coordinator_epoch),
-        [28, 30],  # a frozen zombie coordinator's marker closes the next transaction
+        [56, 178],  # a frozen zombie coordinator's marker closes the next transaction
     ),
     "a loaded coordinator does not send the markers of prepared transactions again": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", lambda self, p, e, metas: None),
@@ -104,7 +104,7 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "a coordinator abort (timeout, new producer) does not bump the epoch": (
         lambda mp: mp.setattr(tm.TransactionMetadata, "prepare_fence_producer_epoch_abort", _fence_without_bump),
-        [0],
+        [7],
     ),
 }
 

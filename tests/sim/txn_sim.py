@@ -55,6 +55,7 @@ from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.protocol.errors import Errors
 from odradek.records.builder import build_batch
+from odradek.server.add_partitions_to_txn_manager import TransactionVerifier
 from odradek.server.delayed_produce import ProducePartitionStatus
 from odradek.server.txn_partition_apis import TxnPartitionApis
 
@@ -81,11 +82,14 @@ SETTLE_LIMIT_S = 120.0
 RETRIABLE = frozenset({
     Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
     Errors.CONCURRENT_TRANSACTIONS, Errors.REQUEST_TIMED_OUT, Errors.NOT_LEADER_OR_FOLLOWER,
+    Errors.NOT_ENOUGH_REPLICAS,  # a verification that could not reach the coordinator
 })
+ABORTABLE = frozenset({Errors.TRANSACTION_ABORTABLE, Errors.INVALID_TXN_STATE})
 FENCED = frozenset({Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH,
                     Errors.INVALID_PRODUCER_ID_MAPPING, Errors.TRANSACTION_COORDINATOR_FENCED})
 TXN_CONFIG = TransactionConfig(
-    num_partitions=TXN_LOG_PARTITIONS, abort_timed_out_interval_ms=500, remove_expired_interval_ms=0,
+    num_partitions=TXN_LOG_PARTITIONS, abort_timed_out_interval_ms=500, remove_expired_interval_ms=700,
+    transactional_id_expiration_ms=3 * TXN_TIMEOUT_MS // 2,  # clock jumps expire idle ids
     request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000), retry_backoff_ms=50,
 )
 
@@ -180,6 +184,33 @@ class MarkerClient:
 
     async def close(self) -> None:
         pass
+
+
+class VerifyManager:
+    """The partition leader's AddPartitionsToTxn (verify_only) to the coordinator, as
+    ``AddPartitionsToTxnManager.verify`` answers: the partitions that failed."""
+
+    def __init__(self, world: World, broker: int) -> None:
+        self.world, self.broker = world, broker
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, Errors]:
+        gen = self.world.find_coordinator(None)  # this broker's metadata: maybe a zombie
+        if gen is None or not gen.alive:
+            return dict.fromkeys(partitions, Errors.COORDINATOR_NOT_AVAILABLE)
+        g = gen
+        fut = self.world.net.request(
+            f"AddPartitionsToTxn(verify {transactional_id} pid {producer_id} epoch {producer_epoch}) "
+            f"-> coordinator {g.epoch}",
+            lambda: g.coord.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions, True),
+            alive=lambda: g.alive,
+        )
+        try:
+            answer: dict[TopicPartition, Errors] = await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            return dict.fromkeys(partitions, Errors.NETWORK_EXCEPTION)
+        return {tp: e for tp, e in answer.items() if e != Errors.NONE}
 
 
 class SimMetadata:
@@ -290,8 +321,14 @@ class World:
         self.leaders: dict[TopicPartition, PartitionLeader] = {
             tp: PartitionLeader(self, f"{self.dir}/{tp[0]}-{tp[1]}", tp) for tp in ALL_TPS
         }
+        # KIP-890 part 1 (transaction.partition.verification.enable, Kafka's default) in most
+        # schedules: the partition leaders verify a transactional producer's first append.
+        self.verification = self.rng.random() < 0.7
         self.marker_apis = {
-            b: TxnPartitionApis(MarkerReplicaManager(self, b), lambda: 1000)  # type: ignore[arg-type]
+            b: TxnPartitionApis(
+                MarkerReplicaManager(self, b), lambda: 1000,  # type: ignore[arg-type]
+                TransactionVerifier(VerifyManager(self, b), lambda: True) if self.verification else None,  # type: ignore[arg-type]
+            )
             for b in range(BROKERS)
         }
         self.txn_logs = [
@@ -427,11 +464,21 @@ class World:
         self.instances[tid] = inst
         inst.task = self.spawn(Producer(self, inst).run())
 
-    async def produce(self, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[str]) -> Errors:
+    async def produce(
+        self, tid: str, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[str]
+    ) -> Errors:
         now = self.clock_ms()
         buf = build_batch([(None, v.encode(), [], now) for v in values], producer_id=pid,
                           producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+
         async def handle(data: bytearray) -> Errors:
+            check = self.marker_apis[self.broker_of(tp)].check_produce(tid, {tp: data})
+            if isinstance(check, Errors):
+                return check
+            if check is not None:
+                refused = await check
+                if tp in refused:
+                    return refused[tp][0]
             err, offset = self.leaders[tp].append(data, AppendOrigin.CLIENT)
             if err == Errors.NONE:
                 await self.leaders[tp].replicated(offset)
@@ -580,15 +627,22 @@ class Producer:
             if err != Errors.NONE:
                 return self._fatal(tag, "AddOffsetsToTxn", err)
             parts.append(OFFSETS_TP)
+        abortable = False
         for tp in parts:
             for b in range(rng.randint(1, 2)):
                 values = [f"{tag}/{tp[0]}-{tp[1]}/{b}/{i}" for i in range(rng.randint(1, 3))]
                 err = await self.produce(tp, values)
+                if err in ABORTABLE:  # the verification refused it: the transaction must abort
+                    w.trace(f"producer {self.name}: Produce to {tp[0]}-{tp[1]} {err.name}: aborting {tag}")
+                    abortable = True
+                    break
                 if err != Errors.NONE:
                     return self._fatal(tag, f"Produce to {tp[0]}-{tp[1]}", err)
                 oracle.acked.setdefault(tag, []).extend(values)
                 await self.checkpoint()
-        commit = rng.random() < 0.7
+            if abortable:
+                break
+        commit = not abortable and rng.random() < 0.7
         oracle.end_sent.setdefault(tag, set()).add(commit)
         for copy in range(2 if rng.random() < 0.2 else 1):  # a duplicated EndTxn (a retry)
             err = await self._retry("EndTxn", "handle_end_txn", tid, self.pid, self.epoch, commit)
@@ -596,13 +650,22 @@ class Producer:
                 return self._fatal(tag, "EndTxn", err)
             oracle.end_acked[tag] = commit
             w.trace(f"producer {self.name}: {tag} {'committed' if commit else 'aborted'}" + (" again" if copy else ""))
+        if abortable:
+            # A refused batch may or may not be in the log: the sequences are reset with an
+            # epoch bump (KIP-360: InitProducerId with the current producer id and epoch).
+            err = await self._retry("InitProducerId", "handle_init_producer_id", tid, TXN_TIMEOUT_MS,
+                                    self.pid, self.epoch)
+            if err != Errors.NONE:
+                return self._fatal(tag, "InitProducerId (epoch bump)", err)
+            self.seq.clear()
+            w.trace(f"producer {self.name}: epoch bumped to {self.epoch}")
         return True
 
     async def produce(self, tp: TopicPartition, values: list[str]) -> Errors:
         seq = self.seq.get(tp, 0)
         for _ in range(400):
             await self.checkpoint()
-            err = await self.world.produce(tp, self.pid, self.epoch, seq, values)
+            err = await self.world.produce(self.inst.tid, tp, self.pid, self.epoch, seq, values)
             if err == Errors.NONE:
                 self.seq[tp] = seq + len(values)
                 return err

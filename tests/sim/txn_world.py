@@ -182,6 +182,7 @@ class PartitionLeader:
         self.log = Log.load(directory, LogConfig(), now_ms=world.clock_ms())
         self.waiting: list[tuple[int, asyncio.Future[None]]] = []
         self.leader_epoch = 0
+        self.leader_id = world.broker_of(tp)
 
     def append(self, buf: bytearray, origin: AppendOrigin) -> tuple[Errors, int]:
         """(error, offset to wait for: the HW must pass it)."""
@@ -227,6 +228,10 @@ class PartitionLeader:
         for _, fut in self.waiting:
             fut.cancel()
         self.waiting = []
+        self.leader_epoch += 1
+        apis = self.world.marker_apis[self.leader_id]
+        for listener in apis.replica_manager.leadership_listeners:  # the verifier forgets
+            listener(self.tp[0], self.tp[1], True, self.leader_epoch)
         self.world.dirty = True
 
 
@@ -237,6 +242,7 @@ class MarkerReplicaManager:
     def __init__(self, world: Any, broker: int) -> None:
         self.world = world
         self.broker = broker
+        self.node_id = broker
         self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self.leadership_listeners: list[Any] = []
 
