@@ -84,6 +84,13 @@ def _fence_without_bump(self: tm.TransactionMetadata, now_ms: int) -> tm.TxnTran
     return self._prepare(tm.S.PREPARE_ABORT, now_ms=now_ms)  # the old producer is not fenced
 
 
+def _reload_flips_outcome(self: tc.TransactionCoordinator, partition: int, cepoch: int,
+                          metas: list[tm.TransactionMetadata]) -> None:
+    for meta in metas:
+        if meta.state in (tm.S.PREPARE_COMMIT, tm.S.PREPARE_ABORT):
+            self._send_markers(meta, cepoch, meta.state != tm.S.PREPARE_COMMIT)  # the wrong marker
+
+
 MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     # name: (how to break a rule, seeds to try first)
     "the LSO ignores open transactions": (
@@ -100,6 +107,10 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "a loaded coordinator does not send the markers of prepared transactions again": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", lambda self, p, e, metas: None),
+        [0],
+    ),
+    "a loaded coordinator sends the opposite markers of prepared transactions": (
+        lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", _reload_flips_outcome),
         [0],
     ),
     "a coordinator abort (timeout, new producer) does not bump the epoch": (

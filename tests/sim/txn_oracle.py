@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from odradek.coordinator.transaction.transaction_metadata import COMPLETED_STATES
+from odradek.coordinator.transaction.transaction_log import read_value
+from odradek.coordinator.transaction.transaction_metadata import COMPLETED_STATES, TransactionState
 from odradek.records.batch import RecordBatchHeader, iter_batches
 from odradek.records.control_batch import parse_end_txn_marker
 from odradek.records.records import iter_batch_records
@@ -90,8 +91,29 @@ class Oracle:
         self.end_sent: dict[str, set[bool]] = {}  # tag -> the outcomes the client asked for
         self.end_acked: dict[str, bool] = {}  # tag -> the outcome EndTxn acknowledged
         self.tag_outcomes: dict[str, dict[TopicPartition, set[bool]]] = {}
+        # What the coordinator decided, from the __transaction_state records: (producer id,
+        # producer epoch, partition, commit) of every PrepareCommit/PrepareAbort.
+        self.decisions: set[tuple[int, int, TopicPartition, bool]] = set()
+        self.txn_log_pos = [0] * len(world.txn_logs)
+
+    def txn_log_truncated(self, partition: int, offset: int) -> None:
+        self.txn_log_pos[partition] = min(self.txn_log_pos[partition], offset)
+
+    def _scan_decisions(self) -> None:
+        for p, lg in enumerate(self.world.txn_logs):
+            for h, batch in _batches(lg, self.txn_log_pos[p], lg.log_end_offset):
+                self.txn_log_pos[p] = h.next_offset
+                for rec in iter_batch_records(batch):
+                    if rec.value is None:
+                        continue
+                    m = read_value(bytes(rec.value)).metadata
+                    if m.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+                        commit = m.state == TransactionState.PREPARE_COMMIT
+                        for tp in m.topic_partitions:
+                            self.decisions.add((m.producer_id, m.producer_epoch, tp, commit))
 
     def check(self) -> None:
+        self._scan_decisions()
         for tp, leader in self.world.leaders.items():
             self._scan(self.views[tp], leader.log)
         self._check_atomicity()
@@ -108,6 +130,12 @@ class Oracle:
                 marker = parse_end_txn_marker(batch, h._replace(position=0))
                 if marker is None:
                     continue
+                if (h.producer_id, h.producer_epoch, v.tp, marker.commit) not in self.decisions:
+                    raise Violation(
+                        f"{v.tp[0]}-{v.tp[1]}: {'COMMIT' if marker.commit else 'ABORT'} marker at {h.base_offset} "
+                        f"(producer id {h.producer_id}, epoch {h.producer_epoch}) that no PrepareCommit/"
+                        f"PrepareAbort record of __transaction_state decided"
+                    )
                 first, values = v.open.pop(h.producer_id, (-1, []))
                 if first >= 0:
                     v.closed.append((first, h.base_offset))

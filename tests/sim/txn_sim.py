@@ -11,10 +11,14 @@ record written; a failover keeps any suffix of the unacknowledged records), the 
 time transactions out), and the clients, which follow the client protocol (InitProducerId,
 AddPartitionsToTxn / AddOffsetsToTxn, idempotent transactional produce with one request in flight
 per partition, EndTxn; retries; crashes; zombies that wake up after a newer producer took their
-transactional id).
+transactional id; an epoch bump after a refused batch). In most schedules the partition leaders
+verify transactional produce with the coordinator (KIP-890 part 1, the real ``TransactionVerifier``
+and ``TxnPartitionApis.check_produce``). Transactional ids expire when the clock jumps.
 
 Invariants, checked after every loop step that changed a log (:class:`Violation`):
 
+* markers follow decisions: every COMMIT/ABORT marker matches a PrepareCommit/PrepareAbort
+  record of ``__transaction_state`` for that producer id, epoch and partition;
 * atomicity: every partition of a transaction gets the same marker (its records are tagged with
   the transaction, so a marker closing the wrong records shows too); a transaction whose client
   never asked to commit is never committed; one whose commit was acknowledged is never aborted,
@@ -380,6 +384,7 @@ class World:
             if keep < lg.log_end_offset:
                 self.trace(f"__transaction_state-{p}: unacknowledged records from {keep} lost in the failover")
                 lg.truncate_to(keep)
+                self.oracle.txn_log_truncated(p, keep)
             lg.high_watermark = lg.log_end_offset
             self.txn_acked[p] = lg.log_end_offset
         gen = CoordinatorGen(self, len(self.gens) + 1)
