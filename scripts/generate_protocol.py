@@ -19,7 +19,8 @@ Where the reference is older than a version Odradek speaks, :data:`ADDITIONS` ex
 before translation: written here from Kafka's published protocol (the KIP), never copied from
 Kafka's JSON, and applied only while the reference stops below that version (a newer reference
 that has it is used as it is). Today: Vote v2, whose request carries ``PreVote`` (KIP-996, Kafka
-4.0); its response is v1's.
+4.0); its response is v1's. Produce v12 and TxnOffsetCommit v5 (KIP-890 part 2, Kafka 4.0): the
+previous version on the wire, sent by producers of transactions version 2.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ ADDITIONS: dict[str, Addition] = {
         "VoteRequest v2 adds PreVote (KIP-996)",
     ),
     "VoteResponse": Addition(2, {}, "VoteResponse v2 is v1 (KIP-996)"),
+    "ProduceRequest": Addition(12, {}, "ProduceRequest v12 is v11 (KIP-890: transactions version 2)"),
+    "ProduceResponse": Addition(12, {}, "ProduceResponse v12 is v11 (KIP-890)"),
+    "TxnOffsetCommitRequest": Addition(
+        5, {}, "TxnOffsetCommitRequest v5 is v4 (KIP-890: transactions version 2)"
+    ),
+    "TxnOffsetCommitResponse": Addition(5, {}, "TxnOffsetCommitResponse v5 is v4 (KIP-890)"),
 }
 
 

@@ -35,7 +35,10 @@ from typing import Any, TextIO
 from odradek.java_order import java_hash_map_order
 from odradek.log.errors import CorruptIndexError
 from odradek.log.index import OffsetIndex, TimeIndex, read_offset_index_file, read_time_index_file
+from odradek.log.log_transactions import MAX_SNAPSHOT_BYTES
 from odradek.log.producer_state import last_sequence
+from odradek.log.producer_state_snapshot import CorruptSnapshotError, read_snapshot
+from odradek.log.transaction_index import TransactionIndex
 from odradek.metadata.records import (
     RECORD_NAMES,
     RECORD_TYPES,
@@ -406,6 +409,10 @@ class LogDumper:
                     self.dump_index(path)
                 elif suffix == ".timeindex":
                     self.dump_time_index(path)
+                elif suffix == ".snapshot":
+                    self.dump_producer_snapshot(path)
+                elif suffix == ".txnindex":
+                    self.dump_txn_index(path)
                 else:
                     self.out.flush()
                     self.err.write(f"Ignoring unknown file {path}\n")
@@ -542,6 +549,40 @@ class LogDumper:
             return None
         finally:
             window.release()
+
+    def dump_txn_index(self, path: str) -> None:
+        """The aborted transactions of a `.txnindex` (Kafka's dumpTxnIndex)."""
+        for t in TransactionIndex(path, 0):
+            self._print(
+                f"version: 0 producerId: {t.producer_id} firstOffset: {t.first_offset} "
+                f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}"
+            )
+
+    def dump_producer_snapshot(self, path: str) -> None:
+        """The producers of a `.snapshot` (Kafka's dumpProducerIdSnapshot; a corrupt one is
+        reported on stderr)."""
+        try:
+            entries = read_snapshot(path, MAX_SNAPSHOT_BYTES)
+        except CorruptSnapshotError as exc:
+            self.out.flush()
+            self.err.write(f"{exc}\n")
+            return
+        for pid, e in entries.items():
+            txn = e.current_txn_first_offset
+            line = (
+                f"producerId: {pid} producerEpoch: {e.epoch} coordinatorEpoch: "
+                f"{e.coordinator_epoch} currentTxnFirstOffset: "
+                f"{f'OptionalLong[{txn}]' if txn >= 0 else 'OptionalLong.empty'} "
+                f"lastTimestamp: {e.last_timestamp} "
+            )
+            if e.batches:
+                b = e.batches[0]
+                line += (
+                    f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: "
+                    f"{b.last_offset} offsetDelta: {b.last_offset - b.first_offset} "
+                    f"timestamp: {b.max_timestamp}"
+                )
+            self._print(line)
 
     def dump_time_index(self, path: str) -> None:
         base = _base_offset(path)

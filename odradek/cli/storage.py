@@ -12,8 +12,9 @@ defaults apply to what it leaves out). Output, messages and exit codes are Kafka
 success, 1 on a refused format or a problem found; usage errors exit 2 as every ``odradek``
 command does (Kafka's tool exits 1).
 
-SCRAM credentials (``--add-scram``) and ``--feature`` are not supported: Odradek has no SCRAM
-and runs no feature but ``metadata.version``.
+``--feature name=level`` (repeatable) finalizes another feature at bootstrap; Odradek runs
+``transaction.version`` (0-2, default 0 as Kafka's at 3.9-IV0) and ``kraft.version`` (set by
+the quorum options). SCRAM credentials (``--add-scram``) are not supported.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ import os
 import sys
 from typing import Any
 
-from odradek.controller.feature_control_manager import METADATA_VERSION
+from odradek.controller.feature_control_manager import (
+    KRAFT_VERSION_FEATURE,
+    METADATA_VERSION,
+    SUPPORTED_FEATURES,
+)
 from odradek.server.formatter import (
     Formatter,
     FormatterError,
     InitialVoter,
     metadata_version_name,
+    parse_feature_flags,
     parse_initial_controllers,
     parse_release_version,
 )
@@ -66,6 +72,14 @@ def add_parser(sub: Any) -> None:
         "-r",
         help="The release version to use for the initial feature settings. The minimum "
         f"is 3.3-IV3; the default is {metadata_version_name(METADATA_VERSION)}",
+    )
+    fmt.add_argument(
+        "--feature",
+        "-f",
+        action="append",
+        default=[],
+        help="The setting to use for a specific feature, in feature=level format. For "
+        "example: `transaction.version=2`.",
     )
     quorum = fmt.add_mutually_exclusive_group()
     quorum.add_argument(
@@ -144,6 +158,12 @@ def run_format(args: argparse.Namespace) -> int:
         # As Kafka: --release-version, else inter.broker.protocol.version, else the newest.
         version = args.release_version or config.get("inter.broker.protocol.version")
         release = parse_release_version(str(version), METADATA_VERSION) if version else METADATA_VERSION
+        features = parse_feature_flags(args.feature, SUPPORTED_FEATURES)
+        if KRAFT_VERSION_FEATURE in features:
+            raise FormatterError(
+                "Odradek sets kraft.version from --standalone / --initial-controllers: "
+                "remove --feature kraft.version"
+            )
         initial: list[InitialVoter] | None = None
         if args.initial_controllers:
             initial = parse_initial_controllers(args.initial_controllers)
@@ -178,6 +198,7 @@ def run_format(args: argparse.Namespace) -> int:
             controller_listener_name=names[0] if names else "CONTROLLER",
             ignore_formatted=args.ignore_formatted,
             initial_controllers=initial,
+            features=features,
         ).run()
     except ConfigError as e:
         print(f"odradek: invalid configuration: {e}", file=sys.stderr)

@@ -6,6 +6,11 @@ it is the Raft layer's (``KRaftVersionRecord`` in the quorum's own control recor
 the controller passes the level Raft reports. Together they are the finalized features a
 registering broker must support (Kafka's ``FinalizedControllerFeatures``).
 
+``transaction.version`` (KIP-890; levels 0-2, no dependency on metadata.version: Kafka's
+``TransactionVersion``) is finalized only when the bootstrap metadata asks for it
+(``odradek storage format --feature transaction.version=2``): Kafka's own default at
+Odradek's metadata.version (3.9-IV0) is 0, as TV_1/TV_2 bootstrap from 4.0-IV2.
+
 UpdateFeatures is not implemented (nor advertised): the levels change only at bootstrap.
 """
 
@@ -18,6 +23,10 @@ from odradek.metadata.image import MetadataImage
 
 METADATA_VERSION_FEATURE = "metadata.version"
 KRAFT_VERSION_FEATURE = "kraft.version"
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+# 1: flexible __transaction_state values (ClientTransactionVersion ...); 2: an epoch bump per
+# transaction (EndTxn v5, partitions added by the brokers on the first produce).
+MAX_TRANSACTION_VERSION = 2
 
 METADATA_VERSION = 21  # 3.9-IV0: the feature level this controller writes at bootstrap
 MIN_METADATA_VERSION = 7  # 3.3-IV3, the oldest metadata.version Kafka 4.x runs
@@ -27,6 +36,7 @@ MINIMUM_KRAFT_METADATA_VERSION = 1
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     KRAFT_VERSION_FEATURE: (0, 1),  # 1: KIP-853 dynamic quorums
     METADATA_VERSION_FEATURE: (MIN_METADATA_VERSION, METADATA_VERSION),
+    TRANSACTION_VERSION_FEATURE: (0, MAX_TRANSACTION_VERSION),
 }
 
 
@@ -51,9 +61,15 @@ class FeatureControlManager:
         *,
         bootstrap_metadata_version: int = METADATA_VERSION,
         kraft_version: Callable[[], int] = lambda: 0,
+        bootstrap_features: Mapping[str, int] | None = None,
     ) -> None:
         self.image = image
         self.bootstrap_metadata_version = bootstrap_metadata_version
+        # Other features the formatted bootstrap metadata finalizes (name -> level > 0).
+        self.bootstrap_features = {
+            k: v for k, v in (bootstrap_features or {}).items()
+            if v > 0 and k not in (METADATA_VERSION_FEATURE, KRAFT_VERSION_FEATURE)
+        }
         self._kraft_version = kraft_version
 
     def metadata_version(self) -> int:
@@ -78,9 +94,12 @@ class FeatureControlManager:
         """What the first active controller of a new log writes before anything else."""
         if METADATA_VERSION_FEATURE in self.image.features.levels:
             return []
-        return [
+        records: list[MetadataRecord] = [
             (
                 "FeatureLevelRecord",
                 {"name": METADATA_VERSION_FEATURE, "feature_level": self.bootstrap_metadata_version},
             )
         ]
+        for name, level in sorted(self.bootstrap_features.items()):
+            records.append(("FeatureLevelRecord", {"name": name, "feature_level": level}))
+        return records

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from odradek.controller.alter_partition import alter_partition
@@ -112,6 +112,7 @@ class QuorumController(Listener[MetadataRecord]):
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         clock_ms: Callable[[], int] = _monotonic_ms,
         bootstrap_metadata_version: int = METADATA_VERSION,
+        bootstrap_features: Mapping[str, int] | None = None,
         colocated_broker: bool = False,
         replication_options: dict[str, Any] | None = None,
     ) -> None:
@@ -147,7 +148,10 @@ class QuorumController(Listener[MetadataRecord]):
         self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
         # metadata.version written when a new log is activated: the formatted release version
         # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
-        self.features = FeatureControlManager(self.image, bootstrap_metadata_version=bootstrap_metadata_version)
+        self.features = FeatureControlManager(
+            self.image, bootstrap_metadata_version=bootstrap_metadata_version,
+            bootstrap_features=bootstrap_features,
+        )
         self.cluster = ClusterControlManager(
             cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
         )

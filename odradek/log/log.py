@@ -3,7 +3,8 @@
 It owns the log start offset, high watermark, recovery point, leader epochs and producer state;
 the segments are a :class:`~odradek.log.log_segments.LogSegments`, opening and recovery are
 :class:`~odradek.log.log_loader.LogLoader`'s, and reads return a
-:class:`~odradek.log.fetch_data_info.FetchDataInfo`.
+:class:`~odradek.log.fetch_data_info.FetchDataInfo`. Transactions (producer state with its
+`.snapshot` files, last stable offset, `.txnindex`) are :mod:`odradek.log.log_transactions`'.
 
 Synchronous and clock-free: every time-dependent method takes ``now_ms``. One writer thread plus
 concurrent flushes/reads are safe: segment-list mutation, appends and reads hold ``self._lock``;
@@ -36,7 +37,7 @@ from odradek.log.log_transactions import (
     apply_append,
 )
 from odradek.log.partition_metadata import write_partition_metadata
-from odradek.log.producer_state import BatchMetadata, ProducerStateManager
+from odradek.log.producer_state import BatchMetadata, ProducerStateManager, VerificationGuard
 from odradek.log.record_validation import check_batch_timestamps, check_records
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -49,6 +50,7 @@ from odradek.log.segment import (
 )
 from odradek.log.storage_health import STORAGE_HEALTH
 from odradek.log.storage_health import describe as describe_os_error
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX
 from odradek.records.batch import (
     AppendInfo,
     validate,
@@ -244,6 +246,7 @@ class Log(LogTransactionsMixin):
         leader_epoch: int,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Validate a produce buffer, assign offsets in place and append it.
 
@@ -255,7 +258,9 @@ class Log(LogTransactionsMixin):
         returned info carries the original offsets and ``num_batches == 0``.
 
         ``origin``: see :class:`AppendOrigin`; only ``COORDINATOR`` appends COMMIT/ABORT
-        markers (a client's control batch is INVALID_RECORD).
+        markers (a client's control batch is INVALID_RECORD). ``verification_guard`` (KIP-890,
+        None: not verified): a transactional batch opening a transaction must carry the guard
+        of :meth:`maybe_start_transaction_verification` (else INVALID_TXN_STATE).
         """
         with self._lock:
             config = self.config
@@ -283,7 +288,9 @@ class Log(LogTransactionsMixin):
                 check_records(
                     buf, info, config, now_ms, tp, keys=True, timestamps=not config.log_append_time
                 )
-            staged = analyze_append(self.producer_state, buf, info, origin, tp)
+            staged = analyze_append(
+                self.producer_state, buf, info, origin, tp, verification_guard
+            )
             if isinstance(staged, BatchMetadata):
                 return AppendInfo(
                     first_offset=staged.first_offset,
@@ -601,7 +608,9 @@ class Log(LogTransactionsMixin):
         Returns the new segment, or None (the `.cleaned` files removed) when ``old`` is no longer
         what the log holds (retention, DeleteRecords or truncation ran meanwhile)."""
         prefix = os.path.join(self.dir, filename_prefix(new_base))
-        suffixes = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX)
+        suffixes: tuple[str, ...] = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX)
+        if os.path.exists(prefix + TXN_INDEX_FILE_SUFFIX + CLEANED_FILE_SUFFIX):
+            suffixes = (TXN_INDEX_FILE_SUFFIX, *suffixes)
         with self._lock:
             segs = self._segments
             first = old[0][0] if old else None

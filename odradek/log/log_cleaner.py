@@ -48,11 +48,16 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-
-from crc32c import crc32c
+from dataclasses import dataclass, field
 
 from odradek.log.checkpoint import OffsetCheckpointFile
+from odradek.log.cleaner_batches import empty_batch, rebuild_batch
+from odradek.log.cleaner_transactions import (
+    CleanedTransactionMetadata,
+    LastRecord,
+    has_delete_horizon,
+    is_last_record_of_producer,
+)
 from odradek.log.log import Log
 from odradek.log.segment import (
     CLEANED_FILE_SUFFIX,
@@ -64,25 +69,16 @@ from odradek.log.segment import (
     filename_prefix,
 )
 from odradek.log.storage_health import STORAGE_HEALTH
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX
 from odradek.records.batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
-    CRC_OFFSET,
     DELETE_HORIZON_FLAG_MASK,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG_MASK,
     BatchInfo,
     RecordBatchHeader,
     is_batch_crc_valid,
     iter_batches,
     parse_header,
 )
-from odradek.records.builder import encode_record
-from odradek.records.compression import compress, decompressed_limit
+from odradek.records.compression import decompressed_limit
 from odradek.records.errors import CorruptRecordError
 from odradek.records.records import Record, iter_batch_records
 
@@ -165,11 +161,12 @@ class _Pass:
 
     log: Log
     offset_map: dict[bytes, int]
-    producer_last: dict[int, int]
+    producer_last: dict[int, LastRecord]
     now_ms: int
     delete_retention_ms: int
     stats: CleanerStats
     min_horizon: int | None = None
+    txn: CleanedTransactionMetadata = field(default_factory=CleanedTransactionMetadata)
 
     def note_horizon(self, horizon: int) -> None:
         if self.min_horizon is None or horizon < self.min_horizon:
@@ -258,7 +255,8 @@ class LogCleaner:
         log_dir = os.path.dirname(log.dir.rstrip(os.sep))
         segs = log.segments
         start = log.log_start_offset
-        hw = log.high_watermark
+        # Never past the last stable offset: undecided transactions are not compacted.
+        hw = min(log.high_watermark, log.last_stable_offset)
         active = segs[-1]
         checkpoint = self.checkpoint_offset(tp, log_dir)
         first_dirty = start
@@ -273,7 +271,7 @@ class LogCleaner:
         min_lag = config.min_compaction_lag_ms
         for seg in dirty:
             if seg.next_offset > hw:
-                break  # not all replicated: a truncation could still remove its records
+                break  # not all replicated (a truncation could remove its records) or stable
             if min_lag > 0 and seg.largest_timestamp > now_ms - min_lag:
                 break
             cleanable.append(seg)
@@ -417,7 +415,7 @@ class LogCleaner:
         ctx = _Pass(
             log=log,
             offset_map=offset_map,
-            producer_last=log.producer_last_offsets(),
+            producer_last=log.producer_last_records(),
             now_ms=now_ms,
             delete_retention_ms=log.config.delete_retention_ms,
             stats=stats,
@@ -446,12 +444,20 @@ class LogCleaner:
         used = 0
         offset_map: dict[bytes, int] = {}
         mapped = 0
+        # Records of aborted transactions never enter the map (nor shadow committed ones).
+        txn = CleanedTransactionMetadata()
+        if ltc.cleanable_segments:
+            txn.add_aborted(ltc.log.collect_aborted_transactions(
+                ltc.cleanable_segments[0].base_offset, ltc.first_uncleanable_offset))
         for seg in ltc.cleanable_segments:
             if mapped and used >= budget:
                 break
             for h, raw in _iter_segment_batches(seg):
                 self._check_abort(ltc.log)
                 if h.is_control:
+                    txn.on_control_batch(h, raw)
+                    continue
+                if txn.on_batch(h):
                     continue
                 for rec in iter_batch_records(raw, limit):
                     key = rec.key
@@ -496,17 +502,20 @@ class LogCleaner:
             file_suffix=CLEANED_FILE_SUFFIX,
         )
         consumed = 0
+        ctx.txn.cleaned_index = writer.txn_index  # the ABORT markers kept, with their entries
         try:
             for src in group:
                 self._check_abort(log)
                 had_data = writer.size > 0
                 horizons_before = ctx.min_horizon
+                txn_before = ctx.txn.snapshot()
                 overflow = self._clean_into(
                     src, writer, ctx, config.segment_bytes if had_data else None
                 )
                 if overflow:
                     writer.truncate_to(src.base_offset)
                     ctx.min_horizon = horizons_before
+                    ctx.txn = txn_before
                     break
                 consumed += 1
             writer.on_become_inactive()
@@ -535,6 +544,7 @@ class LogCleaner:
         buf = bytearray()
         infos: list[BatchInfo] = []
         stats = ctx.stats
+        ctx.txn.add_aborted(ctx.log.collect_aborted_transactions(src.base_offset, src.next_offset))
 
         def flush() -> bool:
             nonlocal buf, infos
@@ -575,11 +585,15 @@ class LogCleaner:
     ) -> bytes | memoryview | None:
         """The batch to write in place of ``raw``: itself, a rebuilt batch holding the records
         to keep, an empty header (a producer's last batch), or None (drop it)."""
+        is_last_of_producer = is_last_record_of_producer(h, ctx.producer_last)
         if h.is_control:
-            return raw  # transaction markers: kept as they are (no transactions yet)
-        is_last_of_producer = (
-            h.producer_id >= 0 and ctx.producer_last.get(h.producer_id) == h.last_offset
-        )
+            return self._clean_marker(h, raw, ctx, is_last_of_producer)
+        if ctx.txn.on_batch(h):  # an aborted transaction's records all go
+            ctx.stats.records_read += h.records_count
+            ctx.stats.records_removed += h.records_count
+            if not is_last_of_producer:
+                return None
+            return empty_batch(h) if h.records_count else raw
         if h.records_count == 0:  # an emptied batch: kept while it is its producer's last
             return raw if is_last_of_producer else None
         flagged = bool(h.attributes & DELETE_HORIZON_FLAG_MASK)
@@ -625,6 +639,30 @@ class LogCleaner:
         ctx.stats.batches_rewritten += 1
         return rebuild_batch(h, retained, new_horizon)
 
+    @staticmethod
+    def _clean_marker(
+        h: RecordBatchHeader, raw: memoryview, ctx: _Pass, is_last_of_producer: bool
+    ) -> bytes | memoryview | None:
+        """A control batch: kept while its transaction has records; then kept
+        ``delete.retention.ms`` more (a delete horizon is set) and removed (emptied if it is
+        its producer's last batch)."""
+        discardable = ctx.txn.on_control_batch(h, raw)
+        horizon = h.base_timestamp if has_delete_horizon(h) else None
+        if discardable and horizon is not None and horizon <= ctx.now_ms:
+            if not is_last_of_producer:
+                return None
+            return empty_batch(h) if h.records_count else raw
+        if not discardable or h.records_count == 0:
+            return raw
+        if horizon is None:
+            horizon = ctx.now_ms + ctx.delete_retention_ms
+            limit = decompressed_limit(ctx.log.config.max_message_bytes)
+            ctx.note_horizon(horizon)
+            ctx.stats.batches_rewritten += 1
+            return rebuild_batch(h, list(iter_batch_records(raw, limit)), horizon)
+        ctx.note_horizon(horizon)
+        return raw
+
     # ===================================================================== checkpoints
     def _read_checkpoint(self, log_dir: str) -> dict[TopicPartition, int]:
         offsets = self._checkpoints.get(log_dir)
@@ -652,81 +690,6 @@ class LogCleaner:
             for stale in [t for t in offsets if t not in live and t != tp]:
                 del offsets[stale]
             self._write_checkpoint(log_dir, offsets)
-
-
-# ========================================================================= batch building
-def rebuild_batch(h: RecordBatchHeader, records: list[Record], delete_horizon: int | None) -> bytes:
-    """A v2 batch holding ``records`` (a subset of the batch ``h``) that keeps what
-    ``build_batch`` cannot: the original base offset and lastOffsetDelta with each record's
-    offset delta (so offsets and producer sequences are unchanged), the header's producer
-    fields, leader epoch, attributes and codec. With ``delete_horizon`` the delete-horizon bit
-    is set and the base timestamp holds it (KIP-534); record timestamps stay as they were."""
-    log_append = bool(h.attributes & TIMESTAMP_TYPE_MASK)
-    attributes = h.attributes & ~DELETE_HORIZON_FLAG_MASK
-    if delete_horizon is not None:
-        base_ts = delete_horizon
-        attributes |= DELETE_HORIZON_FLAG_MASK
-    else:
-        base_ts = records[0].timestamp
-    max_ts = h.max_timestamp if log_append else max(r.timestamp for r in records)
-    body = bytearray()
-    for rec in records:
-        encode_record(
-            body,
-            rec.offset - h.base_offset,
-            rec.timestamp - base_ts,
-            rec.key,
-            rec.value,
-            rec.headers,
-        )
-    payload = compress(h.compression, body) if h.compression else bytes(body)
-    size = RECORD_BATCH_OVERHEAD + len(payload)
-    buf = bytearray(size)
-    HEADER_STRUCT.pack_into(
-        buf,
-        0,
-        h.base_offset,
-        size - LOG_OVERHEAD,
-        h.partition_leader_epoch,
-        MAGIC_V2,
-        0,
-        attributes,
-        h.last_offset_delta,
-        base_ts,
-        max_ts,
-        h.producer_id,
-        h.producer_epoch,
-        h.base_sequence,
-        len(records),
-    )
-    buf[RECORD_BATCH_OVERHEAD:] = payload
-    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
-
-
-def empty_batch(h: RecordBatchHeader) -> bytes:
-    """The records-less header Kafka keeps for a producer's last batch (writeEmptyHeader)."""
-    attributes = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
-    buf = bytearray(RECORD_BATCH_OVERHEAD)
-    HEADER_STRUCT.pack_into(
-        buf,
-        0,
-        h.base_offset,
-        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
-        h.partition_leader_epoch,
-        MAGIC_V2,
-        0,
-        attributes,
-        h.last_offset_delta,
-        h.max_timestamp,
-        h.max_timestamp,
-        h.producer_id,
-        h.producer_epoch,
-        h.base_sequence,
-        0,
-    )
-    _UINT32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-    return bytes(buf)
 
 
 def _iter_segment_batches(seg: LogSegment) -> Iterator[tuple[RecordBatchHeader, memoryview]]:
@@ -762,7 +725,7 @@ def _checked(view: memoryview, position: int, size: int, base: int) -> memoryvie
 
 def _remove_cleaned_files(directory: str, base: int) -> None:
     prefix = os.path.join(directory, filename_prefix(base))
-    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+    for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX):
         try:
             os.unlink(prefix + suffix + CLEANED_FILE_SUFFIX)
         except FileNotFoundError:

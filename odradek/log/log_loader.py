@@ -35,6 +35,7 @@ from odradek.log.segment import (
     LogSegment,
     filename_prefix,
 )
+from odradek.log.transaction_index import TXN_INDEX_FILE_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,8 @@ class LogLoader:
             bases.discard(b)
         prefix = os.path.join(directory, filename_prefix(base))
         os.utime(prefix + LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX, ns=(mtime, mtime))
+        if os.path.exists(prefix + TXN_INDEX_FILE_SUFFIX + SWAP_FILE_SUFFIX):
+            os.replace(prefix + TXN_INDEX_FILE_SUFFIX + SWAP_FILE_SUFFIX, prefix + TXN_INDEX_FILE_SUFFIX)
         for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX):
             os.replace(prefix + suffix + SWAP_FILE_SUFFIX, prefix + suffix)
         fsync_dir(directory)

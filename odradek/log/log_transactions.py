@@ -12,6 +12,7 @@ import threading
 from collections.abc import Container, Iterable, Sequence
 
 from odradek.log.append_origin import AppendOrigin
+from odradek.log.cleaner_transactions import LastRecord, last_records_of_producers
 from odradek.log.log_config import LogConfig
 from odradek.log.log_segments import LogSegments, remove_quietly
 from odradek.log.producer_state import (
@@ -20,6 +21,7 @@ from odradek.log.producer_state import (
     ProducerAppend,
     ProducerInfo,
     ProducerStateManager,
+    VerificationGuard,
 )
 from odradek.log.producer_state_snapshot import (
     CorruptSnapshotError,
@@ -43,11 +45,12 @@ def analyze_append(
     info: AppendInfo,
     origin: AppendOrigin,
     name: str,
+    verification_guard: VerificationGuard | None = None,
 ) -> ProducerAppend | BatchMetadata:
     """Check every batch of a validated (offsets assigned) buffer against the producer state.
     Returns the staged changes, or for a client's retry the batch already in the log. Raises
     the log errors of a refused append (nothing is changed then)."""
-    append = psm.begin(origin, name)
+    append = psm.begin(origin, name, verification_guard)
     for b in info.batches:
         h = parse_header(buf, b.position)
         if origin is AppendOrigin.CLIENT:
@@ -224,6 +227,30 @@ class LogTransactionsMixin:
         with self._lock:
             return self.producer_state.active_producers()
 
+    def producer_last_records(self) -> dict[int, LastRecord]:
+        """Per producer, the batch the cleaner must keep (see cleaner_transactions)."""
+        with self._lock:
+            return last_records_of_producers(self.producer_state)
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        with self._lock:
+            return self.producer_state.has_ongoing_transaction(producer_id)
+
+    def maybe_start_transaction_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard:
+        """KIP-890: the guard to pass to ``append_as_leader(verification_guard=...)`` once the
+        coordinator confirmed the partition is in the producer's transaction (SENTINEL_GUARD
+        when the transaction is already ongoing here: no verification needed)."""
+        with self._lock:
+            return self.producer_state.maybe_start_verification(
+                producer_id, sequence, epoch, now_ms
+            )
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        with self._lock:
+            return self.producer_state.verification_guard(producer_id)
+
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms without an ongoing transaction."""
         with self._lock:
@@ -267,7 +294,11 @@ class ProducerStateStore:
             if (o in strays and o != keep) or o > log_end or o < log_start:
                 remove_quietly(snaps.pop(o))
         self.snapshots = snaps
-        self._reload(segments, log_start, log_end, now_ms, expiration_ms, recovered)
+        start = self._reload(segments, log_start, log_end, now_ms, expiration_ms, recovered)
+        if segments and start < segments[-1].base_offset:
+            # Replayed more than the active segment: the next start need not (Kafka also
+            # snapshots the end of a load).
+            self.take_snapshot(log_end, sync=False)
 
     def _reload(
         self,
@@ -277,7 +308,9 @@ class ProducerStateStore:
         now_ms: int | None,
         expiration_ms: int,
         recovered: frozenset[int] | set[int] = frozenset(),
-    ) -> None:
+    ) -> int:
+        """Load the latest usable snapshot and replay after it; returns where the replay
+        started."""
         limit = min([log_end, *recovered])
         start = log_start
         self.psm.clear(log_start)
@@ -301,6 +334,7 @@ class ProducerStateStore:
             break
         replay_segments(self.psm, segments, start, log_end, self.name,
                         rebuild_txn_index=recovered)
+        return start
 
     def take_snapshot(self, offset: int, *, sync: bool) -> None:
         """Write the state (which must be as of ``offset``) to `<offset>.snapshot`."""

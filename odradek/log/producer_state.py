@@ -98,6 +98,36 @@ class ProducerInfo:
     current_txn_start_offset: int  # -1: none
 
 
+class VerificationGuard:
+    """KIP-890: a token the broker gets from :meth:`Log.maybe_start_transaction_verification`
+    before asking the transaction coordinator whether the partition is in the producer's
+    transaction, and hands back with the append. Compared by identity: a guard from before an
+    abort marker (the ABA race) no longer verifies."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SENTINEL" if self is SENTINEL_GUARD else f"VerificationGuard({id(self):#x})"
+
+
+SENTINEL_GUARD = VerificationGuard()  # never verifies
+
+
+@dataclass
+class VerificationStateEntry:
+    timestamp: int
+    guard: VerificationGuard
+    lowest_sequence: int
+    epoch: int
+
+    def maybe_update(self, sequence: int, epoch: int) -> None:
+        """Keep the lowest sequence seen at the current epoch (no out-of-order loop)."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
+
+
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     """Sequence numbers wrap from INT32_MAX to 0."""
     s = base_sequence + last_offset_delta
@@ -118,10 +148,19 @@ class ProducerAppend:
     """The producer-state changes of one append, checked batch by batch against the staged
     state; :meth:`ProducerStateManager.commit` applies them."""
 
-    def __init__(self, manager: ProducerStateManager, origin: AppendOrigin, name: str) -> None:
+    def __init__(
+        self,
+        manager: ProducerStateManager,
+        origin: AppendOrigin,
+        name: str,
+        verification_guard: VerificationGuard | None = None,
+    ) -> None:
         self.manager = manager
         self.origin = origin
         self.name = name  # topic-partition, for messages
+        # None: the broker does not verify (no KIP-890 check); else the request's guard.
+        self.verification_guard = verification_guard
+        self.transactional: set[int] = set()  # producers that wrote transactional batches
         self.entries: dict[int, ProducerStateEntry] = {}
         self._orig_epoch: dict[int, int] = {}
         self.started: list[tuple[int, int]] = []  # (first offset, producer id)
@@ -147,19 +186,31 @@ class ProducerAppend:
                 return b
         return None
 
+    def _refuse(self, error: type[Exception], message: str) -> None:
+        """A leader refuses the append (``error``); a follower takes what its leader wrote, with
+        a warning (Kafka's ``AppendOrigin.REPLICATION`` checks)."""
+        if self.origin is AppendOrigin.REPLICATION:
+            logger.warning("%s", message)
+        else:
+            raise error(message)
+
     def _check_epoch(self, entry: ProducerStateEntry, pid: int, epoch: int, offset: int) -> None:
         if epoch < entry.epoch:
             message = (
                 f"Epoch of producer {pid} at offset {offset} in {self.name} is {epoch}, which is "
                 f"smaller than the last seen epoch {entry.epoch}"
             )
-            if self.origin is AppendOrigin.REPLICATION:
-                logger.warning("%s", message)
-            else:
-                raise InvalidProducerEpochError(message)
+            self._refuse(InvalidProducerEpochError, message)
 
     def _check_sequence(self, entry: ProducerStateEntry, pid: int, epoch: int, first_seq: int,
                         offset: int) -> None:
+        verifying = self.manager.verification.get(pid)
+        if verifying is not None and first_seq > verifying.lowest_sequence:
+            raise OutOfOrderSequenceError(
+                f"Out of order sequence number for producer {pid} at offset {offset} in "
+                f"partition {self.name}: {first_seq} (incoming seq. number), "
+                f"{verifying.lowest_sequence} (earliest seen sequence)"
+            )
         if epoch != entry.epoch:
             if first_seq != 0 and entry.epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
@@ -179,6 +230,16 @@ class ProducerAppend:
 
     def append_data(self, h: RecordBatchHeader) -> None:
         pid, epoch = h.producer_id, h.producer_epoch
+        if (
+            self.verification_guard is not None
+            and h.is_transactional
+            and self.origin is not AppendOrigin.REPLICATION
+            and not self.manager.has_ongoing_transaction(pid)
+            and not self.manager.verifies(pid, self.verification_guard)
+        ):
+            raise InvalidTxnStateError("Record was not part of an ongoing transaction")
+        if h.is_transactional:
+            self.transactional.add(pid)
         entry = self._entry(pid)
         self._check_epoch(entry, pid, epoch, h.base_offset)
         if self.origin is AppendOrigin.CLIENT:
@@ -196,16 +257,14 @@ class ProducerAppend:
                 f"Expected transactional write from producer {pid} at offset {h.base_offset} "
                 f"in partition {self.name}"
             )
-            if self.origin is AppendOrigin.REPLICATION:
-                logger.warning("%s", message)
-            else:
-                raise InvalidTxnStateError(message)
+            self._refuse(InvalidTxnStateError, message)
         elif entry.current_txn_first_offset < 0 and h.is_transactional:
             entry.current_txn_first_offset = h.base_offset
             self.started.append((h.base_offset, pid))
 
     def append_marker(self, h: RecordBatchHeader, marker: EndTxnMarker) -> None:
         pid, epoch = h.producer_id, h.producer_epoch
+        self.transactional.add(pid)
         entry = self._entry(pid)
         self._check_epoch(entry, pid, epoch, h.base_offset)
         if entry.coordinator_epoch > marker.coordinator_epoch:
@@ -241,16 +300,53 @@ class ProducerStateManager:
         # Completed, marker not yet below the high watermark: (first, last offset, pid), sorted.
         self._unreplicated: list[tuple[int, int, int]] = []
         self.map_end_offset = 0  # the offset up to which the log has been applied
+        self.verification: dict[int, VerificationStateEntry] = {}  # KIP-890, by producer id
 
     # ----------------------------------------------------------------------------- updates
-    def begin(self, origin: AppendOrigin, name: str = "") -> ProducerAppend:
-        return ProducerAppend(self, origin, name)
+    def begin(
+        self,
+        origin: AppendOrigin,
+        name: str = "",
+        verification_guard: VerificationGuard | None = None,
+    ) -> ProducerAppend:
+        return ProducerAppend(self, origin, name, verification_guard)
+
+    # ------------------------------------------------------------------ KIP-890 verification
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
+    def maybe_start_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard:
+        """The guard of the producer's verification (created if need be); the sentinel when
+        its transaction is already ongoing here (nothing to verify)."""
+        if self.has_ongoing_transaction(producer_id):
+            return SENTINEL_GUARD
+        entry = self.verification.get(producer_id)
+        if entry is None:
+            entry = VerificationStateEntry(now_ms, VerificationGuard(), sequence, epoch)
+            self.verification[producer_id] = entry
+        entry.maybe_update(sequence, epoch)
+        return entry.guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        entry = self.verification.get(producer_id)
+        return entry.guard if entry is not None else SENTINEL_GUARD
+
+    def verifies(self, producer_id: int, guard: VerificationGuard) -> bool:
+        entry = self.verification.get(producer_id)
+        return guard is not SENTINEL_GUARD and entry is not None and entry.guard is guard
 
     def commit(self, append: ProducerAppend, end_offset: int | None = None) -> list[tuple[CompletedTxn, int]]:
         """Apply a staged append. Returns each completed transaction with the last stable
         offset to record with it in the transaction index (the first offset of the next
         ongoing transaction of another producer, else the marker's offset + 1)."""
         self.producers.update(append.entries)
+        # A transactional batch or a marker: the transaction started or ended, verification
+        # is over for this producer.
+        for pid in append.transactional:
+            self.verification.pop(pid, None)
         for started in append.started:
             bisect.insort(self._ongoing, started)
         done: list[tuple[CompletedTxn, int]] = []
@@ -279,6 +375,7 @@ class ProducerStateManager:
         self.producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
+        self.verification.clear()
         self.map_end_offset = end_offset
 
     # ------------------------------------------------------------------------ transactions
@@ -314,6 +411,8 @@ class ProducerStateManager:
         ]
         for pid in doomed:
             del self.producers[pid]
+        for pid in [p for p, v in self.verification.items() if now_ms - v.timestamp >= expiration_ms]:
+            del self.verification[pid]
         return len(doomed)
 
     def active_producers(self) -> list[ProducerInfo]:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from odradek.coordinator.group.group_metadata_manager import partition_for
+from odradek.coordinator.transaction.transaction_state_manager import partition_for
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol.errors import Errors
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 VERIFY_VERSION = 4  # the first AddPartitionsToTxn version with the broker's verify_only form
+ADD_VERSION = 5  # what a request carrying a KIP-890 part 2 add (verify_only false) is sent as
 
 # Coordinator answers a client would not retry correctly: answered NOT_ENOUGH_REPLICAS, which
 # every producer retries without refreshing its metadata (Kafka's postVerificationCallback).
@@ -70,6 +71,8 @@ class _Pending:
     producer_epoch: int
     partitions: set[TopicPartition]
     futures: list[asyncio.Future[dict[TopicPartition, Errors]]] = field(default_factory=list)
+    # KIP-890 part 2: add the partitions (a transactions-version-2 producer's first produce).
+    add: bool = False
 
 
 class AddPartitionsToTxnManager:
@@ -88,6 +91,7 @@ class AddPartitionsToTxnManager:
         self.client_factory = client_factory
         self._pending: dict[int, dict[str, _Pending]] = {}  # coordinator node -> txn id -> ...
         self._senders: dict[int, asyncio.Task[None]] = {}
+        self._in_flight: dict[int, dict[str, _Pending]] = {}  # the batch sent to each node
         self._clients: dict[SourceBroker, NetworkClient] = {}
         self._closed = False
 
@@ -103,18 +107,27 @@ class AddPartitionsToTxnManager:
         return source_broker(self.metadata_cache.image, reg.leader, self.listener)
 
     async def verify(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        add: bool = False,
     ) -> dict[TopicPartition, Errors]:
         """The partitions the coordinator did not confirm, with the reason (already mapped as
         Kafka's manager does: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH ...); {} when all are in
-        the transaction."""
+        the transaction. ``add``: have the coordinator add them (verify_only false, KIP-890
+        part 2) rather than only check them."""
         node = self.coordinator_for(transactional_id)
         if node is None or self._closed:
             return dict.fromkeys(partitions, Errors.COORDINATOR_NOT_AVAILABLE)
         fut: asyncio.Future[dict[TopicPartition, Errors]] = asyncio.get_running_loop().create_future()
         by_txn = self._pending.setdefault(node.broker_id, {})
         existing = by_txn.get(transactional_id)
-        if existing is not None and existing.producer_epoch == producer_epoch and existing.producer_id == producer_id:
+        if (
+            existing is not None and existing.producer_epoch == producer_epoch
+            and existing.producer_id == producer_id and existing.add == add
+        ):
             # The same producer verifying more partitions: one verification covers both.
             existing.partitions.update(partitions)
             existing.futures.append(fut)
@@ -123,9 +136,13 @@ class AddPartitionsToTxnManager:
                 if existing.producer_epoch > producer_epoch:
                     # Kafka: the lower epoch is fenced and not sent.
                     return dict.fromkeys(partitions, Errors.INVALID_PRODUCER_EPOCH)
+                if existing.producer_epoch == producer_epoch and existing.producer_id == producer_id:
+                    # The same producer once adding, once verifying (the produce versions
+                    # differ): answered retriable, the next attempt goes alone.
+                    return dict.fromkeys(partitions, Errors.CONCURRENT_TRANSACTIONS)
                 # A newer epoch (or another producer id) fences the one waiting.
                 self._answer(existing, Errors.INVALID_PRODUCER_EPOCH)
-            by_txn[transactional_id] = _Pending(producer_id, producer_epoch, set(partitions), [fut])
+            by_txn[transactional_id] = _Pending(producer_id, producer_epoch, set(partitions), [fut], add)
         if node.broker_id not in self._senders:
             task = asyncio.get_running_loop().create_task(self._send_loop(node))
             self._senders[node.broker_id] = task
@@ -141,10 +158,11 @@ class AddPartitionsToTxnManager:
     async def _send_loop(self, node: SourceBroker) -> None:
         try:
             while not self._closed and self._pending.get(node.broker_id):
-                batch = self._pending.pop(node.broker_id)
+                batch = self._in_flight[node.broker_id] = self._pending.pop(node.broker_id)
                 await self._send(node, batch)
         finally:
             self._senders.pop(node.broker_id, None)
+            self._in_flight.pop(node.broker_id, None)
 
     async def _send(self, node: SourceBroker, batch: dict[str, _Pending]) -> None:
         transactions = []
@@ -157,7 +175,7 @@ class AddPartitionsToTxnManager:
                     "transactional_id": txn_id,
                     "producer_id": p.producer_id,
                     "producer_epoch": p.producer_epoch,
-                    "verify_only": True,
+                    "verify_only": not p.add,
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
                 }
             )
@@ -166,7 +184,11 @@ class AddPartitionsToTxnManager:
             client = self._clients[node] = self.client_factory(node)
         try:
             resp = await asyncio.wait_for(
-                client.send(g.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, {"transactions": transactions}),
+                client.send(
+                    g.ADD_PARTITIONS_TO_TXN,
+                    ADD_VERSION if any(p.add for p in batch.values()) else VERIFY_VERSION,
+                    {"transactions": transactions},
+                ),
                 self.request_timeout_ms / 1000,
             )
         except (TimeoutError, ConnectionClosed, OSError) as e:
@@ -216,7 +238,7 @@ class AddPartitionsToTxnManager:
 
     async def close(self) -> None:
         self._closed = True
-        for by_txn in self._pending.values():
+        for by_txn in [*self._pending.values(), *self._in_flight.values()]:
             for p in by_txn.values():
                 self._answer(p, Errors.COORDINATOR_NOT_AVAILABLE)
         self._pending.clear()
@@ -270,18 +292,28 @@ class TransactionVerifier:
             self._size -= len(dropped)
 
     async def verify(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        add: bool = False,
+        transaction_abortable: bool = False,
     ) -> dict[TopicPartition, tuple[Errors, str | None]]:
-        """Verify ``partitions`` (those that need it) for this producer; the produce errors of
-        those that failed."""
+        """Verify ``partitions`` (those that need it) for this producer, or with ``add`` (a
+        transactions-version-2 producer) have the coordinator add them, which
+        ``transaction.partition.verification.enable`` does not turn off (Kafka's addPartition
+        operation); the produce errors of those that failed. ``transaction_abortable``: the
+        request knows TRANSACTION_ABORTABLE (Produce v11+, Kafka's ``genericError``), which a
+        partition not in the transaction then gets instead of INVALID_TXN_STATE."""
         todo = [tp for tp in partitions if self.needs_verification(tp, producer_id, producer_epoch)]
-        if not todo or self.manager is None or not self.enabled():
+        if not todo or self.manager is None or not (add or self.enabled()):
             return {}
         token = object()
         for tp in todo:
             self._guards.setdefault((tp, producer_id), set()).add(token)
         try:
-            failed = await self.manager.verify(transactional_id, producer_id, producer_epoch, todo)
+            failed = await self.manager.verify(transactional_id, producer_id, producer_epoch, todo, add)
         finally:
             void: set[TopicPartition] = set()
             for tp in todo:
@@ -295,7 +327,10 @@ class TransactionVerifier:
         out: dict[TopicPartition, tuple[Errors, str | None]] = {}
         for tp in todo:
             if tp in failed:
-                out[tp] = produce_error(failed[tp])
+                if transaction_abortable and failed[tp] == Errors.INVALID_TXN_STATE:
+                    out[tp] = (Errors.TRANSACTION_ABORTABLE, None)
+                else:
+                    out[tp] = produce_error(failed[tp])
                 log.info(
                     "Transactional produce of %r (producer id %d, epoch %d) to %s-%d refused: %s",
                     transactional_id, producer_id, producer_epoch, tp[0], tp[1], failed[tp].name,

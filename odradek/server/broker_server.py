@@ -28,6 +28,7 @@ from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.socket_server import SocketServer
+from odradek.protocol.errors import Errors
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -258,6 +259,17 @@ class BrokerServer:
             txn_apis=self._txn_partition_apis(cfg),
         )
         txn_apis.idempotent_init_producer_id = broker_apis.handle_init_producer_id
+        group_apis.transaction_version = txn_apis.transaction_version
+        manager = self.add_partitions_to_txn_manager
+        if manager is not None:
+            adder = manager
+
+            async def add_txn_partitions(
+                tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]
+            ) -> dict[tuple[str, int], Errors]:
+                return await adder.verify(tid, pid, epoch, tps, add=True)
+
+            group_apis.add_txn_partitions = add_txn_partitions
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         for server in self._servers:
             server.handler = broker_apis
@@ -464,6 +476,8 @@ class BrokerServer:
             cfg._int("transaction.state.log.num.partitions"),
         )
         verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
+        if self.group_coordinator is not None:  # TxnOffsetCommit verifies its offsets partition
+            self.group_coordinator.offset_manager.txn_verifier = verifier.verify
         return TxnPartitionApis(self.replica_manager, lambda: cfg.request_timeout_ms, verifier)
 
     async def shutdown(self) -> None:

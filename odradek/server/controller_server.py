@@ -25,7 +25,7 @@ from odradek.raft.record_batches import BatchCodec
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
-from odradek.server.formatter import read_bootstrap_metadata_version
+from odradek.server.formatter import read_bootstrap_features, read_bootstrap_metadata_version
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.raft_apis import RaftApis
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
@@ -88,6 +88,7 @@ class ControllerServer:
             broker_configs=DynamicBrokerConfigPolicy(cfg),
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
+            bootstrap_features=read_bootstrap_features(cfg.metadata_log_dir),
             colocated_broker="broker" in cfg.process_roles,
             replication_options={
                 "auto_leader_rebalance_enable": bool(cfg.get("auto.leader.rebalance.enable")),

@@ -187,6 +187,52 @@ def _write_atomically(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def read_bootstrap_features(directory: str) -> dict[str, int]:
+    """The levels of the features other than metadata.version in ``<directory>/bootstrap.checkpoint``
+    (``--feature`` at format time); {} without one."""
+    from odradek.raft.snapshot import SnapshotError, read_snapshot
+
+    path = os.path.join(directory, BOOTSTRAP_CHECKPOINT)
+    out: dict[str, int] = {}
+    if not os.path.exists(path):
+        return out
+    try:
+        for name, fields in read_snapshot(path, METADATA_RECORD_SERDE):
+            if name == "FeatureLevelRecord" and fields.get("name") != "metadata.version":
+                out[str(fields["name"])] = int(fields["feature_level"])
+    except SnapshotError:
+        return {}
+    return out
+
+
+def parse_feature_flags(flags: Sequence[str], supported: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """``--feature name=level`` flags (Kafka's ``StorageTool.featureNamesAndLevels`` and
+    ``Formatter.calculateEffectiveFeatureLevels`` checks) → {name: level}."""
+    out: dict[str, int] = {}
+    for flag in flags:
+        name, eq, text = flag.partition("=")
+        name = name.strip()
+        try:
+            level = int(text.strip())
+        except ValueError:
+            level = -1
+        if not eq or not name or not -32768 <= level <= 32767:
+            raise FormatterError(f"Can't parse feature={flag}. The format is <name>=<level>.")
+        if name == "metadata.version":
+            raise FormatterError(
+                "Use --release-version instead of --feature metadata.version=X to set the "
+                "metadata.version."
+            )
+        if name not in supported:
+            known = ", ".join(sorted(n for n in supported if n != "metadata.version"))
+            raise FormatterError(f"Unsupported feature: {name}. Supported features are: {known}")
+        lowest, highest = supported[name]
+        if not lowest <= level <= highest:
+            raise FormatterError(f"No feature:{name} with feature level {level}")
+        out[name] = level
+    return out
+
+
 def read_bootstrap_metadata_version(directory: str) -> int | None:
     """The metadata.version level in ``<directory>/bootstrap.checkpoint``, if there is one."""
     from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
@@ -214,6 +260,8 @@ class Formatter:
     controller_listener_name: str = "CONTROLLER"
     ignore_formatted: bool = False
     initial_controllers: list[InitialVoter] | None = None
+    # Other features finalized at bootstrap (--feature name=level); levels 0 are not written.
+    features: dict[str, int] = field(default_factory=dict)
     print_line: Callable[[str], None] = print
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
 
@@ -249,9 +297,20 @@ class Formatter:
             self.print_line("All of the log directories are already formatted.")
             return
         level = self.release_version
+        bootstrap: list[tuple[str, dict[str, Any]]] = [
+            ("FeatureLevelRecord", {"name": "metadata.version", "feature_level": level})
+        ] + [
+            ("FeatureLevelRecord", {"name": name, "feature_level": lvl})
+            for name, lvl in sorted(self.features.items())
+            if lvl > 0 and name not in ("metadata.version", "kraft.version")
+        ]
+        shown = ", ".join(
+            f"ApiMessageAndVersion(FeatureLevelRecord(name='{r['name']}', "
+            f"featureLevel={r['feature_level']}) at version 0)"
+            for _, r in bootstrap
+        )
         self.print_line(
-            "Bootstrap metadata: BootstrapMetadata(records=[ApiMessageAndVersion(FeatureLevelRecord("
-            f"name='metadata.version', featureLevel={level}) at version 0)], "
+            f"Bootstrap metadata: BootstrapMetadata(records=[{shown}], "
             f"metadataVersionLevel={level}, source=format command)"
         )
         used_ids = {p.get("directory.id") for p in formatted.values()}
@@ -266,15 +325,7 @@ class Formatter:
                 os.makedirs(d, exist_ok=True)
                 _write_atomically(
                     os.path.join(d, BOOTSTRAP_CHECKPOINT),
-                    snapshot_file_bytes(
-                        now,
-                        [
-                            (
-                                "FeatureLevelRecord",
-                                {"name": "metadata.version", "feature_level": level},
-                            )
-                        ],
-                    ),
+                    snapshot_file_bytes(now, bootstrap),
                 )
                 if kind.startswith("dynamic"):
                     self._write_dynamic_quorum_snapshot(d, now)

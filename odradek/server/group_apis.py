@@ -10,12 +10,13 @@ ConsumerGroupDescribe, for every version declared in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
 from odradek.coordinator.group.consumer_group import ConsumerGroup
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
+from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from odradek.coordinator.group.offset_metadata_manager import CommitRequest
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -35,6 +36,13 @@ class GroupApis:
         # FindCoordinator key type TRANSACTION: (transactional id, listener) -> (error, node, host,
         # port), from the transaction coordinator (TxnApis.coordinator_for).
         self.find_transaction_coordinator: Callable[[str, str], tuple[Errors, int, str, int]] | None = None
+        # KIP-890 part 2: TxnOffsetCommit v5 of a transactions-version-2 producer (which sent no
+        # AddOffsetsToTxn) adds the group's offsets partition to its transaction first:
+        # (transactional id, producer id, epoch, partitions) -> the partitions not added.
+        self.add_txn_partitions: (
+            Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], Errors]]] | None
+        ) = None
+        self.transaction_version: Callable[[], int] = lambda: 0
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -189,15 +197,7 @@ class GroupApis:
     # ------------------------------------------------------------------------ OffsetCommit
 
     async def handle_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        offsets: dict[tuple[str, int], CommitRequest] = {}
-        order: list[tuple[str, int]] = []
-        for t in req["topics"]:
-            for p in t["partitions"]:
-                tp = (t["name"], p["partition_index"])
-                order.append(tp)
-                offsets[tp] = CommitRequest(
-                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
-                )
+        offsets, order = _commit_requests(req)
         results = await self.coordinator.commit_offsets(
             req["group_id"],
             req["member_id"],
@@ -206,39 +206,35 @@ class GroupApis:
             offsets,
             api_version=ctx.version,
         )
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp in order:
-            by_topic.setdefault(tp[0], []).append(
-                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
-            )
-        return {
-            "throttle_time_ms": 0,
-            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
-        }
+        return _commit_response(order, results)
 
     # ------------------------------------------------------------------------ TxnOffsetCommit
 
     async def handle_txn_offset_commit(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        offsets: dict[tuple[str, int], CommitRequest] = {}
-        order: list[tuple[str, int]] = []
-        for t in req["topics"]:
-            for p in t["partitions"]:
-                tp = (t["name"], p["partition_index"])
-                order.append(tp)
-                offsets[tp] = CommitRequest(
-                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
-                )
+        offsets, order = _commit_requests(req)
         producer_id, producer_epoch = req["producer_id"], req["producer_epoch"]
-        if producer_id < 0 or producer_epoch < 0:
+        # As KafkaApis: partitions the metadata does not know are UNKNOWN_TOPIC_OR_PARTITION
+        # before the group (and its id) is looked at; only the others go to the coordinator.
+        exists = self.coordinator.metadata_cache.contains_partition
+        unknown = {tp for tp in offsets if not exists(*tp)}
+        for tp in unknown:
+            del offsets[tp]
+        results: dict[tuple[str, int], Errors]
+        if not offsets:
+            results = {}
+        elif producer_id < 0 or producer_epoch < 0:
             log.warning(
                 "TxnOffsetCommit of group %s (transactional id %r) from %s refused: no producer "
                 "id/epoch (%d/%d)", req["group_id"], req["transactional_id"], ctx.conn.peer,
                 producer_id, producer_epoch,
             )
             results = {tp: Errors.INVALID_PRODUCER_ID_MAPPING for tp in offsets}
+        elif (added := await self._add_offsets_partition(ctx, req)) != Errors.NONE:
+            results = dict.fromkeys(offsets, added)
         else:
             results = await self.coordinator.commit_txn_offsets(
                 req["group_id"],
+                req["transactional_id"],
                 producer_id,
                 producer_epoch,
                 req.get("member_id", ""),
@@ -246,15 +242,25 @@ class GroupApis:
                 req.get("group_instance_id"),
                 offsets,
             )
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for tp in order:
-            by_topic.setdefault(tp[0], []).append(
-                {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
-            )
-        return {
-            "throttle_time_ms": 0,
-            "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
-        }
+        results.update(dict.fromkeys(unknown, Errors.UNKNOWN_TOPIC_OR_PARTITION))
+        return _commit_response(order, results)
+
+    async def _add_offsets_partition(self, ctx: RequestContext, req: dict[str, Any]) -> Errors:
+        """TxnOffsetCommit v5 with transaction.version 2: the offsets partition of the group is
+        added to the transaction (Kafka's addPartition verification of the group coordinator)."""
+        if ctx.version < 5 or self.add_txn_partitions is None or self.transaction_version() < 2:
+            return Errors.NONE
+        tp = (OFFSETS_TOPIC, self.coordinator.partition_for(req["group_id"]))
+        failed = await self.add_txn_partitions(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], [tp]
+        )
+        err = failed.get(tp, Errors.NONE)
+        if err != Errors.NONE:
+            log.info("TxnOffsetCommit of group %s (transactional id %r): adding %s-%d to the "
+                     "transaction failed: %s", req["group_id"], req["transactional_id"], tp[0], tp[1], err.name)
+        if err in (Errors.NETWORK_EXCEPTION, Errors.COORDINATOR_NOT_AVAILABLE):
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS  # retriable for every producer
+        return err
 
     # ------------------------------------------------------------------------ OffsetFetch
 
@@ -417,3 +423,32 @@ def _host(ctx: RequestContext) -> str:
         return str(peer[0])
     text = str(peer)
     return text.rsplit(":", 1)[0] if ":" in text else text
+
+
+def _commit_requests(
+    req: dict[str, Any],
+) -> tuple[dict[tuple[str, int], CommitRequest], list[tuple[str, int]]]:
+    """The offsets of an OffsetCommit or TxnOffsetCommit, and their partitions in request order."""
+    offsets: dict[tuple[str, int], CommitRequest] = {}
+    order: list[tuple[str, int]] = []
+    for t in req["topics"]:
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            order.append(tp)
+            offsets[tp] = CommitRequest(
+                p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+            )
+    return offsets, order
+
+
+def _commit_response(order: list[tuple[str, int]], results: dict[tuple[str, int], Errors]) -> dict[str, Any]:
+    """The OffsetCommit / TxnOffsetCommit response: each partition's error, in request order."""
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        by_topic.setdefault(tp[0], []).append(
+            {"partition_index": tp[1], "error_code": results.get(tp, Errors.UNKNOWN_SERVER_ERROR)}
+        )
+    return {
+        "throttle_time_ms": 0,
+        "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()],
+    }

@@ -301,7 +301,10 @@ class KafkaApis(ApiDispatcher):
                     )
                 else:
                     entries[tp] = p["records"]
-        result = self._append_produce(req, acks, entries, statuses, order)
+        # KIP-890 part 2: a v12+ produce while transaction.version 2 is finalized adds its
+        # partitions to the producer's transaction (the client sent no AddPartitionsToTxn).
+        tv2 = ctx.version >= 12 and self.finalized_features().levels.get("transaction.version", 0) >= 2
+        result = self._append_produce(req, acks, entries, statuses, order, ctx.version, tv2)
 
         def body(appended: dict[tuple[str, int], ProducePartitionStatus]) -> dict[str, Any] | None:
             all_status = {**appended, **statuses}
@@ -354,12 +357,14 @@ class KafkaApis(ApiDispatcher):
         entries: dict[tuple[str, int], Any],
         statuses: dict[tuple[str, int], ProducePartitionStatus],
         order: list[tuple[str, int]],
+        version: int = 0,
+        add_partitions: bool = False,
     ) -> Any:
         """Append a Produce's ``entries`` after its transactional checks (the statuses, or an
         awaitable of them); partitions refused by the checks get their status in ``statuses``."""
         if not entries:
             return {}
-        check = self.txn_apis.check_produce(req["transactional_id"], entries)
+        check = self.txn_apis.check_produce(req["transactional_id"], entries, add_partitions, version)
         if isinstance(check, Errors):
             # As Kafka: the whole request fails (transactional records without a transactional
             # id, or of more than one producer).

@@ -245,6 +245,17 @@ class ReplicaManager:
             out[tp] = Errors.NONE
         return out
 
+    def shutdown_idle_fetchers(self) -> None:
+        """Stop the fetchers left without partitions (after ZooKeeper mode's LeaderAndIsr / StopReplica)."""
+        self._shutdown_idle_fetchers()
+
+    def retry_fetchers(self) -> None:
+        """Start the fetchers of followers whose leader had no known endpoint when they became
+        followers (ZooKeeper mode: after an UpdateMetadata brings it)."""
+        for tp, p in list(self.partitions.items()):
+            if p.log is not None and 0 <= p.leader_id != self.node_id:
+                self._maybe_add_fetcher(tp, p)
+
     def _shutdown_idle_fetchers(self) -> None:
         """Stop the fetchers left without partitions (Kafka's shutdownIdleFetcherThreads)."""
         fm = self.replica_fetcher_manager
@@ -696,7 +707,9 @@ class ReplicaManager:
         reg = self.metadata_cache.image.brokers.get(broker_id)
         if reg is None or reg.fenced or reg.in_controlled_shutdown:
             return False
-        return broker_epoch < 0 or reg.epoch == broker_epoch
+        # A registration without an epoch (ZooKeeper mode's UpdateMetadata carries none): alive
+        # is enough, as Kafka checks in ZooKeeper mode.
+        return broker_epoch < 0 or reg.epoch < 0 or reg.epoch == broker_epoch
 
     def _propose_isr(self, p: Partition, proposed: tuple[int, ...]) -> None:
         """Send the ISR ``proposed`` (marked pending on ``p``) to the controller."""

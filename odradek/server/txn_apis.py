@@ -2,7 +2,8 @@
 
 InitProducerId (with a transactional id; without one the idempotent path of KafkaApis answers),
 AddPartitionsToTxn (v0-v3 from clients, v4+ batches from brokers incl. KIP-890 ``verify_only``),
-AddOffsetsToTxn, EndTxn (v0-v4: transactions version 1), DescribeTransactions and
+AddOffsetsToTxn, EndTxn (v5 with ``transaction.version`` 2 finalized: transactions version 2,
+see the coordinator; else version 1), DescribeTransactions and
 ListTransactions. FindCoordinator with key type TRANSACTION is answered through
 :meth:`coordinator_for` (GroupApis serves FindCoordinator and asks here for that key type).
 Handlers translate between request/response dicts and
@@ -16,12 +17,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from odradek.controller.feature_control_manager import TRANSACTION_VERSION_FEATURE
 from odradek.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
+from odradek.coordinator.internal_topic import InternalTopic
 from odradek.coordinator.transaction.transaction_coordinator import (
     ProducerIdGenerator,
     TransactionConfig,
     TransactionCoordinator,
-    TransactionTopicManager,
 )
 from odradek.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from odradek.coordinator.transaction.transaction_marker_channel_manager import (
@@ -35,11 +37,14 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
 from odradek.server.api_dispatcher import Handler, RequestContext
-from odradek.server.controller_channel import ControllerChannel, ControllerRequest
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+# Kafka's Topic.isInternal: topics a client may not add to a transaction.
+CLIENT_INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, "__share_group_state"})
 
 def _fenced(error: Errors, version: int, first_version_with_fenced: int) -> Errors:
     """KIP-588: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH for requests older than it."""
@@ -52,12 +57,15 @@ class TxnApis:
     def __init__(
         self,
         coordinator: TransactionCoordinator,
-        topics: TransactionTopicManager,
+        topics: InternalTopic,
         *,
         offsets_partition_for: Callable[[str], int],
         topic_exists: Callable[[str, int], bool],
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.coordinator = coordinator
+        # The finalized transaction.version (KIP-890 part 2 needs level 2).
+        self.transaction_version = transaction_version
         self.topics = topics
         self.offsets_partition_for = offsets_partition_for
         self.topic_exists = topic_exists
@@ -84,6 +92,14 @@ class TxnApis:
 
     def handle_init_producer_id(self, ctx: RequestContext, req: dict[str, Any]) -> Any:
         tid = req["transactional_id"]
+        pid, epoch = req.get("producer_id", -1), req.get("producer_epoch", -1)
+        if (pid == -1) != (epoch == -1):
+            # As KafkaApis: a producer id without an epoch (or an epoch without an id) is no
+            # KIP-360 request; refused before the coordinator (or the idempotent path) is asked.
+            log.info("InitProducerId (transactional id %r) from %s with producer id %d and epoch %d: "
+                     "INVALID_REQUEST", tid, ctx.conn.peer, pid, epoch)
+            return {"throttle_time_ms": 0, "error_code": Errors.INVALID_REQUEST,
+                    "producer_id": -1, "producer_epoch": -1}
         if tid is None:
             if self.idempotent_init_producer_id is None:
                 return {"throttle_time_ms": 0, "error_code": Errors.COORDINATOR_NOT_AVAILABLE,
@@ -92,7 +108,7 @@ class TxnApis:
 
         async def run() -> dict[str, Any]:
             r = await self.coordinator.handle_init_producer_id(
-                tid, req["transaction_timeout_ms"], req.get("producer_id", -1), req.get("producer_epoch", -1)
+                tid, req["transaction_timeout_ms"], pid, epoch
             )
             if r.error != Errors.NONE:
                 log.debug("InitProducerId for transactional id %s from %s: %s", tid, ctx.conn.peer, r.error.name)
@@ -116,23 +132,35 @@ class TxnApis:
         topics: list[dict[str, Any]],
         verify_only: bool,
     ) -> list[dict[str, Any]]:
-        order: list[TopicPartition] = [(t["name"], p) for t in topics for p in t["partitions"]]
+        # A partition named twice is one partition with one answer (Kafka's results are a map).
+        order: list[TopicPartition] = list(dict.fromkeys((t["name"], p) for t in topics for p in t["partitions"]))
         results: dict[TopicPartition, Errors]
-        if verify_only:
+        refused: dict[TopicPartition, Errors] = {}
+        for tp in order:
+            if version < 4 and tp[0] in CLIENT_INTERNAL_TOPICS:
+                # Kafka leaves internal topics out of those a client (v0-v3) may write, with or
+                # without an authorizer.
+                refused[tp] = Errors.TOPIC_AUTHORIZATION_FAILED
+            elif not self.topic_exists(*tp):
+                refused[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if refused:
+            # As Kafka (verify_only as well): the refused partitions fail, the others are not
+            # attempted.
+            # Unknown partitions are routine (metadata catching up): debug; internal topics from
+            # a client are not.
+            level = logging.INFO if Errors.TOPIC_AUTHORIZATION_FAILED in refused.values() else logging.DEBUG
+            log.log(level, "AddPartitionsToTxn for transactional id %s: %d of %d partitions refused (%s)",
+                    tid, len(refused), len(order), ", ".join(sorted({e.name for e in refused.values()})))
+            results = {tp: refused.get(tp, Errors.OPERATION_NOT_ATTEMPTED) for tp in order}
+        elif verify_only:
             results = self.coordinator.handle_verify_partitions(
                 tid, producer_id, producer_epoch, order, abortable=version >= 5
             )
         else:
-            unknown = {tp for tp in order if not self.topic_exists(*tp)}
-            if unknown:
-                # As Kafka: the unknown partitions fail, the others are not attempted.
-                results = {
-                    tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED
-                    for tp in order
-                }
-            else:
-                err = await self.coordinator.handle_add_partitions(tid, producer_id, producer_epoch, set(order))
-                results = dict.fromkeys(order, _fenced(err, version, 2))
+            # A broker's (v4+) add on a producer's first produce: transactions version 2.
+            tv = 2 if version >= 4 and self.transaction_version() >= 2 else 0
+            err = await self.coordinator.handle_add_partitions(tid, producer_id, producer_epoch, set(order), tv)
+            results = dict.fromkeys(order, _fenced(err, version, 2))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp in order:
             by_topic.setdefault(tp[0], []).append(
@@ -173,10 +201,21 @@ class TxnApis:
         return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
 
     async def handle_end_txn(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-        err = await self.coordinator.handle_end_txn(
-            req["transactional_id"], req["producer_id"], req["producer_epoch"], bool(req["committed"])
+        # As Kafka: EndTxn v5 is a transactions-version-2 client's (here only while level 2 is
+        # finalized; an older level keeps version 1 semantics).
+        tv = 2 if ctx.version >= 5 and self.transaction_version() >= 2 else 0
+        r = await self.coordinator.handle_end_txn(
+            req["transactional_id"], req["producer_id"], req["producer_epoch"], bool(req["committed"]), tv
         )
-        return {"throttle_time_ms": 0, "error_code": _fenced(err, ctx.version, 2)}
+        if r.error != Errors.NONE:
+            log.debug("EndTxn of transactional id %s from %s: %s", req["transactional_id"], ctx.conn.peer,
+                      r.error.name)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": _fenced(r.error, ctx.version, 2),
+            "producer_id": r.producer_id,
+            "producer_epoch": r.producer_epoch,
+        }
 
     # ------------------------------------------------------------------------ admin
 
@@ -207,7 +246,7 @@ class TxnApis:
     def startup(self) -> None:
         """Follow the leadership of ``__transaction_state`` partitions (taking up those this
         node leads already) and start the timeout and expiry tasks."""
-        self.topics.topic_exists()  # takes up the partition count of an existing topic
+        self.topics.exists()  # takes up the partition count of an existing topic
         sm = self.coordinator.state
         rm = self.topics.replica_manager
         rm.leadership_listeners.append(sm.on_leadership_change)
@@ -236,14 +275,19 @@ def build_txn_apis(
     offsets_partition_for: Callable[[str], int],
 ) -> TxnApis:
     """The transaction coordinator of a broker, with its state manager, marker sender and
-    ``__transaction_state`` topic manager."""
+    ``__transaction_state`` :class:`~odradek.coordinator.internal_topic.InternalTopic`."""
     tc = TransactionConfig.from_config(config)
+
+    def transaction_version() -> int:
+        return int(metadata_cache.features().levels.get(TRANSACTION_VERSION_FEATURE, 0))
+
     sm = TransactionStateManager(
         replica_manager=replica_manager,
         num_partitions=tc.num_partitions,
         clock_ms=replica_manager.clock_ms,
         append_timeout_ms=tc.request_timeout_ms,
         load_buffer_size=tc.load_buffer_size,
+        transaction_version=transaction_version,
     )
 
     def markers(on_complete: Callable[[PendingCompletion], Awaitable[None]]) -> TransactionMarkerChannelManager:
@@ -259,23 +303,20 @@ def build_txn_apis(
         config=tc, state_manager=sm, producer_ids=producer_ids, markers=markers,
         clock_ms=replica_manager.clock_ms,
     )
-    create_topic = None
-    if controller_channel is not None:
-        channel = controller_channel
-
-        async def create_topic(topic: dict[str, Any]) -> dict[str, Any]:
-            request = ControllerRequest(
-                m.CREATE_TOPICS.api_key, 7,
-                {"topics": [topic], "timeout_ms": config.request_timeout_ms, "validate_only": False},
-            )
-            result: dict[str, Any] = (await channel.send(request))["topics"][0]
-            return result
-
-    topics = TransactionTopicManager(
-        node_id=node_id, config=tc, kafka_config=config, state_manager=sm,
-        metadata_cache=metadata_cache, replica_manager=replica_manager, create_topic=create_topic,
+    topics = InternalTopic(
+        name=TRANSACTION_STATE_TOPIC, config_prefix="transaction.state.log", keys="transactional ids",
+        num_partitions=tc.num_partitions, replication_factor=tc.replication_factor,
+        topic_configs=lambda rf: {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": str(min(tc.min_isr, rf)),
+            "segment.bytes": str(tc.segment_bytes),
+            "unclean.leader.election.enable": "false",
+            "compression.type": "uncompressed",
+        },
+        state=sm, node_id=node_id, config=config, metadata_cache=metadata_cache,
+        replica_manager=replica_manager, controller_channel=controller_channel,
     )
     return TxnApis(
         coordinator, topics, offsets_partition_for=offsets_partition_for,
-        topic_exists=metadata_cache.contains_partition,
+        topic_exists=metadata_cache.contains_partition, transaction_version=transaction_version,
     )

@@ -60,15 +60,19 @@ class TxnPartitionApis:
         rm = self.replica_manager
         now = rm.clock_ms()
         timeout = self.request_timeout_ms()
-        pending: list[tuple[dict[str, Any], dict[TopicPartition, Errors], Any]] = []
+        pending: list[tuple[dict[str, Any], dict[TopicPartition, Errors], list[TopicPartition], Any]] = []
         for marker in req["markers"]:
             pid = marker["producer_id"]
             commit = bool(marker["transaction_result"])
             errors: dict[TopicPartition, Errors] = {}
             entries: dict[TopicPartition, bytearray | None] = {}
+            order: list[TopicPartition] = []
             for t in marker["topics"]:
                 for index in t["partition_indexes"]:
                     tp = (t["name"], index)
+                    if tp in errors or tp in entries:
+                        continue  # named twice: one marker, one answer
+                    order.append(tp)
                     p = rm.partitions.get(tp)
                     if p is None:
                         # Kafka: a partition this broker does not host (getMagic is empty).
@@ -82,11 +86,11 @@ class TxnPartitionApis:
             # Every marker's append is started before any is awaited: appends to one partition
             # keep the order of the request.
             result = rm.append_records(timeout, -1, entries, AppendOrigin.COORDINATOR) if entries else {}
-            pending.append((marker, errors, result))
+            pending.append((marker, errors, order, result))
 
         async def answer() -> dict[str, Any]:
             out = []
-            for marker, errors, result in pending:
+            for marker, errors, order, result in pending:
                 statuses: dict[TopicPartition, ProducePartitionStatus] = (
                     result if isinstance(result, dict) else await result
                 )
@@ -101,8 +105,8 @@ class TxnPartitionApis:
                             "COMMIT" if commit else "ABORT", pid, tp[0], tp[1], st.error.name, st.message or "",
                         )
                 by_topic: dict[str, list[dict[str, Any]]] = {}
-                for (topic, index), err in errors.items():
-                    by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": err})
+                for topic, index in order:  # as the request named them
+                    by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": errors[(topic, index)]})
                 out.append(
                     {
                         "producer_id": marker["producer_id"],
@@ -166,12 +170,20 @@ class TxnPartitionApis:
     # -- Produce (the transactional part) -------------------------------------------------------
 
     def check_produce(
-        self, transactional_id: str | None, entries: dict[TopicPartition, Any]
+        self,
+        transactional_id: str | None,
+        entries: dict[TopicPartition, Any],
+        add: bool = False,
+        produce_version: int = 0,
     ) -> Errors | Awaitable[ProduceErrors] | None:
         """Before a Produce appends ``entries``: an error for the whole request (a transactional
         batch without a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED; batches of more
         than one transactional producer: INVALID_PRODUCER_ID_MAPPING, as Kafka), or an awaitable
-        of the per-partition errors of the KIP-890 verification, or None (nothing to check)."""
+        of the per-partition errors of the KIP-890 verification, or None (nothing to check).
+        ``add``: a transactions-version-2 produce (v12+ with transaction.version 2 finalized),
+        whose partitions the coordinator adds to the transaction (KIP-890 part 2). From Produce
+        v11 a partition not in the transaction is TRANSACTION_ABORTABLE (Kafka: apiVersion > 10
+        is ``genericError``), INVALID_TXN_STATE before."""
         producers: set[tuple[int, int]] = set()
         to_verify: list[TopicPartition] = []
         for tp, records in entries.items():
@@ -198,4 +210,8 @@ class TxnPartitionApis:
         (pid, epoch), = producers
         if not mine or not any(self.verifier.needs_verification(tp, pid, epoch) for tp in mine):
             return None
-        return asyncio.ensure_future(self.verifier.verify(transactional_id, pid, epoch, mine))
+        return asyncio.ensure_future(
+            self.verifier.verify(
+                transactional_id, pid, epoch, mine, add, transaction_abortable=produce_version >= 11
+            )
+        )

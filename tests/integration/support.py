@@ -34,6 +34,7 @@ from odradek.protocol.header import (
     encode_request_header,
 )
 from odradek.protocol.schema import Api
+from odradek.records.builder import build_batch
 
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 # Timestamps of generated records: fixed, recent enough to stay inside the default retention.
@@ -391,6 +392,36 @@ def metadata(conn: RawConnection, topics: list[str] | None = None, version: int 
     return conn.request(m.METADATA, version, body)
 
 
+def produce_request(
+    topic: str, partition: int, records: bytes, *, acks: int = -1, transactional_id: str | None = None,
+    timeout_ms: int = 10_000,
+) -> dict[str, Any]:
+    """The body of a one-partition Produce (v3+)."""
+    return {
+        "transactional_id": transactional_id,
+        "acks": acks,
+        "timeout_ms": timeout_ms,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+    }
+
+
+def transactional_batch(pid: int, values: list[bytes], *, epoch: int = 0, seq: int = 0,
+                        timestamp_ms: int | None = None) -> bytes:
+    """One transactional batch of producer ``pid`` (keys null, timestamps now by default)."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    return build_batch([(None, v, [], ts) for v in values], producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, is_transactional=True)
+
+
+def write_txn_markers_request(pid: int, commit: bool, topic: str, partitions: Sequence[int] = (0,), *,
+                              epoch: int = 0, coordinator_epoch: int = 0) -> dict[str, Any]:
+    """The body of a WriteTxnMarkers (v1) with one marker, as a transaction coordinator sends it."""
+    return {"markers": [{
+        "producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+        "coordinator_epoch": coordinator_epoch, "topics": [{"name": topic, "partition_indexes": list(partitions)}],
+    }]}
+
+
 def produce(
     conn: RawConnection,
     topic: str,
@@ -399,14 +430,10 @@ def produce(
     *,
     version: int = 9,
     acks: int = -1,
+    transactional_id: str | None = None,
 ) -> dict[str, Any]:
     """A one-partition Produce; returns that partition's response."""
-    body = {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout_ms": 10_000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
-    }
+    body = produce_request(topic, partition, records, acks=acks, transactional_id=transactional_id)
     resp = conn.request(m.PRODUCE, version, body)
     (t,) = resp["responses"]
     (p,) = t["partition_responses"]
@@ -463,3 +490,41 @@ def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.1, wha
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 30.0) -> list[bytes]:
+    """The values a ``read_committed`` consumer reads from the start of partitions 0 to
+    ``partitions - 1`` of ``topic``: until ``expected`` arrived and a poll brings nothing more,
+    or ``timeout`` s passed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append(msg.value() or b"")
+            elif len(got) >= expected:
+                break
+        return got
+    finally:
+        c.close()
+
+
+def open_transaction(bootstrap: str, transactional_id: str, topic: str, values: list[bytes], partition: int = 0,
+                     **config: Any) -> Any:
+    """A confluent-kafka producer whose transaction is left open after ``values`` were written to
+    ``topic``-``partition`` (flushed: on the broker's log)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **config})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for v in values:
+        p.produce(topic, v, partition=partition)
+    assert p.flush(60) == 0
+    return p

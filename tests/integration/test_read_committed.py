@@ -20,9 +20,8 @@ from odradek.embedded import EmbeddedBroker
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.records.builder import build_batch
 
-from .support import REQUIRES_KCAT
+from .support import REQUIRES_KCAT, produce_request, transactional_batch, write_txn_markers_request
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +51,14 @@ class HandWrittenTransactions:
 
     def produce(self, pid: int, values: list[str]) -> None:
         seq = self.sequences[pid]
-        data = build_batch([(None, v.encode(), [], int(time.time() * 1000)) for v in values],
-                           producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True)
+        data = transactional_batch(pid, [v.encode() for v in values], seq=seq)
         self.sequences[pid] = seq + len(values)
-        r = self._run(self.client.send(m.PRODUCE, 9, {
-            "transactional_id": f"tx-{pid}", "acks": -1, "timeout_ms": 5000,
-            "topic_data": [{"name": self.topic, "partition_data": [{"index": 0, "records": data}]}]}))
+        r = self._run(self.client.send(m.PRODUCE, 9, produce_request(
+            self.topic, 0, data, transactional_id=f"tx-{pid}", timeout_ms=5000)))
         assert r["responses"][0]["partition_responses"][0]["error_code"] == Errors.NONE
 
     def end(self, pid: int, commit: bool) -> None:
-        r = self._run(self.client.send(m.WRITE_TXN_MARKERS, 1, {"markers": [{
-            "producer_id": pid, "producer_epoch": 0, "transaction_result": commit, "coordinator_epoch": 0,
-            "topics": [{"name": self.topic, "partition_indexes": [0]}]}]}))
+        r = self._run(self.client.send(m.WRITE_TXN_MARKERS, 1, write_txn_markers_request(pid, commit, self.topic)))
         assert r["markers"][0]["topics"][0]["partitions"][0]["error_code"] == Errors.NONE
 
     def close(self) -> None:

@@ -463,3 +463,36 @@ def test_odradek_formatted_dir_is_served_by_odradek(tmp_path: Path, standalone: 
         assert server.terminate() == 0
     assert read_meta_properties(str(data / "meta.properties")) == before
     assert odradek("storage", "info", "-c", str(config)).returncode == 0
+
+
+def test_dump_log_of_txn_index_and_producer_snapshots_matches_kafka(
+    kafka: KafkaTools, tmp_path: Path
+) -> None:
+    """`.txnindex` and `.snapshot` files written by the project's Log read the same in Kafka's
+    tool (its formats), a corrupt snapshot included."""
+    from odradek.records.control_batch import build_end_txn_marker
+
+    d = tmp_path / "t-0"
+    log = Log.load(str(d), LogConfig(segment_bytes=400), now_ms=0)
+    for i in range(6):
+        pid = 100 + i % 3
+        log.append_as_leader(
+            bytearray(build_batch([(b"k", b"v" * 90, [], 1000 + i)], producer_id=pid,
+                                  producer_epoch=i // 3, base_sequence=0, is_transactional=True)),
+            0, 2000 + i,
+        )
+        if i % 3 != 2:
+            log.append_as_leader(
+                build_end_txn_marker(pid, i // 3, 7, i % 3 == 1, 3000 + i), 0, 3000 + i,
+                origin=AppendOrigin.COORDINATOR,
+            )
+    log.close()
+    names = sorted(p.name for p in d.iterdir())
+    txn = [d / n for n in names if n.endswith(".txnindex")]
+    snaps = [d / n for n in names if n.endswith(".snapshot")]
+    assert txn and len(snaps) > 1
+    assert_same_dump(kafka, txn + snaps)
+    with open(snaps[-1], "r+b") as f:
+        f.seek(12)
+        f.write(b"\xff")
+    assert_same_dump(kafka, snaps[-1:])

@@ -25,14 +25,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.protocol import messages as m
-from odradek.records.builder import build_batch
 
 from .kafka_reference import find_kafka_tools
-from .support import RawConnection, ServerProcess, unique_name, wait_until
+from .support import (
+    RawConnection,
+    ServerProcess,
+    open_transaction,
+    produce,
+    transactional_batch,
+    unique_name,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {
@@ -121,12 +128,8 @@ def write_unknown_transaction(server: ServerProcess, topic: str, partition: int)
                                                     "producer_id": -1, "producer_epoch": -1})
         assert init["error_code"] == 0, init
         pid, epoch = init["producer_id"], init["producer_epoch"]
-        batch = build_batch([(None, b"ghost", [], int(time.time() * 1000) - 1000)], producer_id=pid,
-                            producer_epoch=epoch, base_sequence=0, is_transactional=True)
-        resp = conn.request(m.PRODUCE, 9, {"transactional_id": unique_name("ghost"), "acks": -1, "timeout_ms": 10000,
-                                           "topic_data": [{"name": topic, "partition_data": [
-                                               {"index": partition, "records": batch}]}]})
-        [part] = resp["responses"][0]["partition_responses"]
+        batch = transactional_batch(pid, [b"ghost"], epoch=epoch, timestamp_ms=int(time.time() * 1000) - 1000)
+        part = produce(conn, topic, partition, batch, transactional_id=unique_name("ghost"))
         assert part["error_code"] == 0, part
     return int(pid)
 
@@ -139,12 +142,7 @@ def test_list_describe_find_hanging_and_abort(server: ServerProcess) -> None:
 
     # An open transaction: list, describe, describe-producers show it.
     live_id = unique_name("live")
-    live = Producer({"bootstrap.servers": bs, "transactional.id": live_id})
-    live.init_transactions(60)
-    live.begin_transaction()
-    for i in range(3):
-        live.produce(topic, partition=0, value=f"live-{i}".encode())
-    assert live.flush(60) == 0
+    live = open_transaction(bs, live_id, topic, [f"live-{i}".encode() for i in range(3)])
     [listed] = [r for r in rows(tool(bs, "list").stdout) if r["TransactionalId"] == live_id]
     assert listed["TransactionState"] == "Ongoing" and listed["Coordinator"] == "1"
     pid = listed["ProducerId"]
@@ -199,11 +197,7 @@ def test_same_output_as_kafkas_tool(server: ServerProcess) -> None:
     topic = unique_name("txn-cmp")
     create_topic(bs, topic, 1)
     txid = unique_name("cmp")
-    p = Producer({"bootstrap.servers": bs, "transactional.id": txid})
-    p.init_transactions(60)
-    p.begin_transaction()
-    p.produce(topic, partition=0, value=b"x")
-    assert p.flush(60) == 0
+    p = open_transaction(bs, txid, topic, [b"x"])
     try:
         for args in (["describe-producers", "--topic", topic, "--partition", "0"], ["list"],
                      ["find-hanging", "--topic", topic], ["describe", "--transactional-id", "nope"],

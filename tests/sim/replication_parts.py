@@ -82,6 +82,10 @@ class SimLog:
         self._hw = min(max(value, 0), self.log_end_offset)
 
     @property
+    def last_stable_offset(self) -> int:
+        return self._hw  # no transactions here (tests/sim/test_transaction_sim.py has them)
+
+    @property
     def latest_epoch(self) -> int:
         return self.leader_epoch_cache.latest_epoch
 
@@ -90,7 +94,7 @@ class SimLog:
             self.leader_epoch_cache.assign(epoch, len(self.entries))
         self.entries.append((epoch, value))
 
-    def append_as_leader(self, buf: Any, leader_epoch: int, now_ms: int) -> AppendResult:
+    def append_as_leader(self, buf: Any, leader_epoch: int, now_ms: int, origin: Any = None) -> AppendResult:
         first = len(self.entries)
         for value in buf:
             self._append(leader_epoch, value)

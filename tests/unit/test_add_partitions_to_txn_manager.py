@@ -22,7 +22,8 @@ NODE = SourceBroker(7, "127.0.0.1", 1)
 
 class FakeCoordinator:
     """Answers verify_only AddPartitionsToTxn: partitions in ``added[txn id]`` are in the
-    transaction, the others INVALID_TXN_STATE. Holds each request until ``release`` is set."""
+    transaction, the others INVALID_TXN_STATE; without verify_only (KIP-890 part 2) it adds
+    them. Holds each request until ``release`` is set."""
 
     def __init__(self) -> None:
         self.added: dict[str, set[tuple[str, int]]] = {}
@@ -41,8 +42,10 @@ class FakeCoordinator:
             raise self.fail
         results = []
         for t in body["transactions"]:
-            assert t["verify_only"] is True
-            added = self.added.get(t["transactional_id"], set())
+            added = self.added.setdefault(t["transactional_id"], set())
+            if not t["verify_only"]:
+                assert version >= 5
+                added.update((tp["name"], i) for tp in t["topics"] for i in tp["partitions"])
             results.append({"transactional_id": t["transactional_id"], "topic_results": [
                 {"name": tp["name"], "results_by_partition": [
                     {"partition_index": i, "partition_error_code":
@@ -173,3 +176,46 @@ def test_verifier_memory_is_bounded() -> None:
     assert verifier._size <= 3
     assert sum(len(v) for v in verifier._ongoing.values()) == verifier._size
     assert not verifier.needs_verification(("t", 9), 9, 0)  # the newest is kept
+
+
+def test_close_answers_verifications_waiting_and_in_flight() -> None:
+    async def main() -> None:
+        fake = FakeCoordinator()
+        fake.release.clear()  # the coordinator never answers
+        mgr = manager(fake)
+        in_flight = asyncio.ensure_future(mgr.verify("a", 1, 0, [("t", 0)]))
+        await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(mgr.verify("b", 2, 0, [("t", 1)]))
+        await asyncio.sleep(0)
+        await mgr.close()
+        assert await asyncio.wait_for(in_flight, 5) == {("t", 0): Errors.COORDINATOR_NOT_AVAILABLE}
+        assert await asyncio.wait_for(waiting, 5) == {("t", 1): Errors.COORDINATOR_NOT_AVAILABLE}
+        assert await mgr.verify("c", 3, 0, [("t", 2)]) == {("t", 2): Errors.COORDINATOR_NOT_AVAILABLE}
+
+
+def test_transactions_version_2_adds_instead_of_verifying() -> None:
+    async def main() -> None:
+        fake = FakeCoordinator()
+        mgr = manager(fake)
+        # Verification alone refuses a partition the coordinator does not know ...
+        assert await mgr.verify("tx", 1, 0, [("t", 0)]) == {("t", 0): Errors.INVALID_TXN_STATE}
+        assert fake.requests[-1][0] == 4 and fake.requests[-1][1]["transactions"][0]["verify_only"] is True
+        # ... the add form (v5, verify_only false) puts it in the transaction.
+        assert await mgr.verify("tx", 1, 0, [("t", 0)], add=True) == {}
+        version, body = fake.requests[-1]
+        assert version == 5 and body["transactions"][0]["verify_only"] is False
+        assert fake.added["tx"] == {("t", 0)}
+        # The verifier adds even with transaction.partition.verification.enable=false, and
+        # remembers the partition until its marker.
+        verifier = TransactionVerifier(mgr, lambda: False)
+        assert await verifier.verify("tx", 1, 0, [("t", 1)]) == {}  # disabled: nothing sent
+        n = len(fake.requests)
+        assert await verifier.verify("tx", 1, 0, [("t", 1)], add=True) == {}
+        assert len(fake.requests) == n + 1 and ("t", 1) in fake.added["tx"]
+        assert not verifier.needs_verification(("t", 1), 1, 0)
+        assert await verifier.verify("tx", 1, 0, [("t", 1)], add=True) == {}
+        assert len(fake.requests) == n + 1  # remembered
+        verifier.on_marker(("t", 1), 1)
+        assert verifier.needs_verification(("t", 1), 1, 1)  # the next transaction (bumped epoch)
+
+    asyncio.run(main())

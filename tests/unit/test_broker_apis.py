@@ -131,8 +131,11 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
             assert resp["error_code"] == 0
             advertised = {(a["api_key"], a["min_version"], a["max_version"]) for a in resp["api_keys"]}
             assert advertised == {(a.api_key, m.advertised_min_version(a), a.max_version) for a in m.ALL_APIS}
-            # The transaction coordinator's APIs are there, EndTxn up to v4 (transactions version 1).
-            assert (m.END_TXN.api_key, 0, 4) in advertised
+            # The transaction coordinator's APIs are there, EndTxn up to v5 (transactions version
+            # 2, KIP-890 part 2), Produce to v12 and TxnOffsetCommit to v5 (Kafka 4.0's).
+            assert (m.END_TXN.api_key, 0, 5) in advertised
+            assert (m.PRODUCE.api_key, 0, 12) in advertised
+            assert (m.TXN_OFFSET_COMMIT.api_key, 0, 5) in advertised
             # Produce is advertised from v0 (KAFKA-18659) though only v3+ is served
             assert (m.PRODUCE.api_key, 0, m.PRODUCE.max_version) in advertised
             # An ApiVersions version we do not know: answered in v0 with UNSUPPORTED_VERSION.

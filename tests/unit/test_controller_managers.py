@@ -414,6 +414,7 @@ def test_a_broker_on_a_log_kafka_finalized_further_registers_as_able_to_run_it()
     features = registration_features(c.image.features.levels)
     assert features == {
         "metadata.version": (7, 30), "eligible.leader.replicas.version": (0, 1), "kraft.version": (0, 1),
+        "transaction.version": (0, 2),  # Odradek's own range (KIP-890)
     }
     ranges = [{"name": n, "min_supported_version": lo, "max_supported_version": hi} for n, (lo, hi) in features.items()]
     assert c.register(1, features=ranges) >= 0

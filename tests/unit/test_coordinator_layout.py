@@ -39,6 +39,7 @@ SANS_IO = [
     "current_assignment_builder",
     "records",
     "target_assignment_builder",
+    "txn_offsets",
 ]
 FORBIDDEN = {"asyncio", "time", "os", "socket", "threading", "datetime"}
 

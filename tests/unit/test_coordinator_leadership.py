@@ -7,6 +7,7 @@
 - ``__consumer_offsets`` is created with ``offsets.topic.replication.factor`` as configured
   (Kafka's rule: the controller refuses it while fewer brokers are up, FindCoordinator answers
   COORDINATOR_NOT_AVAILABLE) — only a single-node cluster gets 1.
+- ``__transaction_state`` is created the same way, with its own configs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from odradek.coordinator.group.records import (
     offset_commit_key,
     offset_commit_value,
 )
+from odradek.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from odradek.log.log import Log
 from odradek.log.log_config import LogConfig
 from odradek.metadata.delta import MetadataDelta
@@ -37,6 +39,7 @@ from odradek.protocol.errors import Errors
 from odradek.records.builder import build_batch
 from odradek.server.controller_channel import ControllerRequest
 from odradek.server.kafka_config import KafkaConfig
+from odradek.server.txn_apis import TxnApis, build_txn_apis
 
 
 def _manager(rm: FakeReplicaManager) -> GroupMetadataManager:
@@ -146,7 +149,7 @@ def _coordinator(tmp_path: Path, props: dict[str, str], brokers: tuple[int, ...]
 
 async def _find_and_wait(gc: GroupCoordinator) -> tuple[Errors, int, str, int]:
     answer = gc.coordinator_for("g", "PLAINTEXT")
-    task = gc._create_task
+    task = gc.offsets_topic._create_task
     assert task is not None
     await task
     return answer
@@ -155,7 +158,7 @@ async def _find_and_wait(gc: GroupCoordinator) -> tuple[Errors, int, str, int]:
 def test_offsets_topic_gets_the_configured_replication_factor_even_with_fewer_brokers_up(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="odradek.coordinator.group.group_coordinator")
+    caplog.set_level(logging.DEBUG, logger="odradek.coordinator.internal_topic")
 
     async def run() -> None:
         # Broker-only node 1 of a cluster whose controller is node 9; two brokers are up.
@@ -190,5 +193,59 @@ def test_single_node_cluster_creates_offsets_topic_with_rf_1(tmp_path: Path) -> 
         gc, channel = _coordinator(tmp_path / "c", {"process.roles": "broker,controller", "controller.listener.names": "CONTROLLER"}, brokers=(1, 2, 3), live=3)
         await _find_and_wait(gc)
         assert channel.requests[0]["topics"][0]["replication_factor"] == 3
+
+    asyncio.run(run())
+
+
+def test_transaction_state_topic_is_created_with_its_configs_and_replication_factor(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``__transaction_state`` goes through the same creation as ``__consumer_offsets``, with its
+    own settings: min.insync.replicas capped at the replication factor it is created with."""
+    caplog.set_level(logging.DEBUG, logger="odradek.coordinator.internal_topic")
+
+    def txn_apis(path: Path, props: dict[str, str], brokers: tuple[int, ...], live: int) -> tuple[TxnApis, _RecordingChannel]:
+        gc, channel = _coordinator(path, props, brokers, live)
+        rm = gc.replica_manager
+        rm.clock_ms = lambda: 1000  # type: ignore[attr-defined]
+        apis = build_txn_apis(
+            node_id=1, config=gc.config, replica_manager=rm, metadata_cache=gc.metadata_cache,
+            controller_channel=channel, producer_ids=None,  # type: ignore[arg-type]
+            offsets_partition_for=gc.partition_for,
+        )
+        return apis, channel
+
+    async def find_and_wait(apis: TxnApis) -> Errors:
+        err, *_ = apis.topics.coordinator_for("tx", "PLAINTEXT")
+        task = apis.topics._create_task
+        assert task is not None
+        await task
+        return err
+
+    async def run() -> None:
+        apis, channel = txn_apis(tmp_path / "a", {
+            "process.roles": "broker,controller", "controller.listener.names": "CONTROLLER",
+            "transaction.state.log.num.partitions": "3"}, brokers=(1,), live=1)
+        assert await find_and_wait(apis) == Errors.COORDINATOR_NOT_AVAILABLE
+        [topic] = channel.requests[0]["topics"]
+        assert (topic["name"], topic["num_partitions"], topic["replication_factor"]) == (TRANSACTION_STATE_TOPIC, 3, 1)
+        assert {c["name"]: c["value"] for c in topic["configs"]} == {
+            "cleanup.policy": "compact", "min.insync.replicas": "1", "segment.bytes": "104857600",
+            "unclean.leader.election.enable": "false", "compression.type": "uncompressed",
+        }
+        # A broker of a larger cluster asks for the configured 3 (min.isr 2); with two brokers
+        # up the controller refuses it, said once at WARNING.
+        apis, channel = txn_apis(tmp_path / "b", {
+            "process.roles": "broker", "controller.quorum.voters": "9@127.0.0.1:9999",
+            "listeners": "PLAINTEXT://127.0.0.1:0", "controller.listener.names": "CONTROLLER",
+        }, brokers=(1, 2), live=2)
+        await find_and_wait(apis)
+        await find_and_wait(apis)
+        topic = channel.requests[0]["topics"][0]
+        assert topic["replication_factor"] == 3 and len(channel.requests) == 2
+        assert {c["name"]: c["value"] for c in topic["configs"]}["min.insync.replicas"] == "2"
+        refused = [r for r in caplog.records
+                   if "until 3 brokers are up (transaction.state.log.replication.factor=3)" in r.getMessage()]
+        assert [r.levelno for r in refused] == [logging.WARNING, logging.DEBUG]
 
     asyncio.run(run())

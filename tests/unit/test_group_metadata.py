@@ -280,12 +280,15 @@ def test_records_and_partitioning() -> None:
     assert r.parse_key(b"\x00\x05junk") is None  # a newer record type: skipped by this reader
     o = r.parse_offset_value(r.offset_commit_value(r.OffsetAndMetadata(42, 3, "meta", 1234)))
     assert (o.offset, o.leader_epoch, o.metadata, o.commit_timestamp) == (42, 3, "meta", 1234)
-    # Java's String.hashCode, and Utils.abs semantics (Integer.MIN_VALUE & 0x7fffffff == 0).
+    # Java's String.hashCode, and Utils.abs semantics (the absolute value; Integer.MIN_VALUE -> 0).
     assert java_string_hashcode("") == 0
     assert java_string_hashcode("hello") == 99162322
     assert java_string_hashcode("polygenelubricants") == -(2**31)
     assert partition_for("polygenelubricants", 50) == 0
-    assert partition_for("my-group", 50) == (java_string_hashcode("my-group") & 0x7FFFFFFF) % 50
+    # A negative hash code: Utils.abs(-1906497762) % 50 puts "my-group" on partition 12 of 50
+    # (& 0x7fffffff, Kafka 0.8's abs, gave 30).
+    assert java_string_hashcode("my-group") == -1906497762
+    assert partition_for("my-group", 50) == 12
 
 
 def test_consumer_protocol_codecs() -> None:

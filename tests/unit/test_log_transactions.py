@@ -243,11 +243,7 @@ def test_follower_takes_a_zombie_marker_without_refusing(tmp_path: Path) -> None
     epoch)."""
     follower = _log(tmp_path)
     follower.append_as_follower(build_end_txn_marker(PID, 0, 5, True, 1), 1000)
-    old = build_end_txn_marker(PID, 0, 4, True, 1)
-    struct.pack_into(">q", old, 0, 1)
-    follower.append_as_follower(bytearray(build_batch(
-        [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 4), [], 1)], base_offset=1,
-        producer_id=PID, producer_epoch=0, is_control=True, is_transactional=True)), 1000)
+    follower.append_as_follower(build_end_txn_marker(PID, 0, 4, True, 1, base_offset=1), 1000)
     assert follower.log_end_offset == 2
 
 
@@ -310,3 +306,76 @@ def test_truncation_below_marker_reopens_the_transaction(tmp_path: Path) -> None
     log.append_as_leader(_marker(True), 0, 2000, COORD)
     _advance(log)
     assert log.last_stable_offset == 3
+
+
+# ------------------------------------------------------------------- KIP-890 verification
+def test_verification_guard_required_to_open_a_transaction(tmp_path: Path) -> None:
+    from odradek.log.producer_state import SENTINEL_GUARD
+
+    log = _log(tmp_path)
+    # Without a verified guard a transactional batch opening a transaction is refused.
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(_txn(0), 0, 1000, verification_guard=SENTINEL_GUARD)
+    guard = log.maybe_start_transaction_verification(PID, 0, 0, 1000)
+    assert guard is not SENTINEL_GUARD
+    assert log.verification_guard(PID) is guard
+    # The ABA race: the guard of an earlier verification does not verify a later one.
+    stale = guard
+    log.append_as_leader(_txn(0), 0, 1000, verification_guard=guard)
+    assert log.has_ongoing_transaction(PID)
+    assert log.verification_guard(PID) is SENTINEL_GUARD  # verification over
+    # Ongoing: later batches need no verification.
+    assert log.maybe_start_transaction_verification(PID, 2, 0, 1000) is SENTINEL_GUARD
+    log.append_as_leader(_txn(2), 0, 1000, verification_guard=SENTINEL_GUARD)
+    log.append_as_leader(_marker(False), 0, 2000, COORD)
+    assert not log.has_ongoing_transaction(PID)
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(_txn(4), 0, 1000, verification_guard=stale)
+    # No guard at all (a broker that does not verify): accepted.
+    log.append_as_leader(_txn(4), 0, 1000)
+    assert log.has_ongoing_transaction(PID)
+
+
+def test_verification_blocks_sequences_above_the_lowest_seen(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    log.append_as_leader(_txn(0, transactional=False), 0, 1000)
+    log.maybe_start_transaction_verification(PID, 4, 0, 1000)
+    log.maybe_start_transaction_verification(PID, 2, 0, 1000)  # a lower one: the bound
+    guard = log.verification_guard(PID)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(_txn(4), 0, 1000, verification_guard=guard)
+    log.append_as_leader(_txn(2), 0, 1000, verification_guard=guard)
+
+
+# ------------------------------------------------------------------------------ hostile
+def test_compressed_marker_bomb_refused_with_bounded_memory(tmp_path: Path) -> None:
+    from odradek.records.batch import COMPRESSION_GZIP
+    from odradek.records.errors import RecordError
+
+    log = _log(tmp_path)
+    huge = bytearray(build_batch(
+        [(struct.pack(">hh", 0, 1), b"\x00" * (8 << 20), [], 0)], compression=COMPRESSION_GZIP,
+        producer_id=PID, producer_epoch=0, is_control=True, is_transactional=True))
+    assert len(huge) < 64 * 1024
+    with pytest.raises(RecordError):
+        log.append_as_leader(huge, 0, 1000, COORD)
+    assert log.log_end_offset == 0
+
+
+def test_coordinator_control_batch_without_producer_id_refused(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(build_end_txn_marker(-1, -1, 0, True, 1), 0, 1000, COORD)
+    assert log.log_end_offset == 0
+
+
+def test_many_producers_keep_bounded_state(tmp_path: Path) -> None:
+    """Each producer costs its last five batches' metadata, whatever it sends."""
+    log = _log(tmp_path)
+    for seq in range(0, 40, 2):
+        log.append_as_leader(_txn(seq, transactional=False), 0, 1000)
+    assert len(log.producer_state.producers[PID].batches) == 5
+    for pid in range(200):
+        log.append_as_leader(_txn(0, pid=10_000 + pid, transactional=False), 0, 1000)
+    assert len(log.active_producers()) == 201
+    assert log.remove_expired_producers(1000 + 86400000) == 201

@@ -235,3 +235,24 @@ def test_log_manager_expires_producers_of_every_log(tmp_path: Path) -> None:
     assert lm.remove_expired_producers() == 2
     assert a.active_producers() == b.active_producers() == []
     lm.shutdown()
+
+
+def test_load_without_snapshots_replays_once_then_snapshots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgraded log (no snapshot files): the first load replays it all and snapshots the
+    end, so the next load replays nothing."""
+    log = _load(tmp_path)
+    _fill(log)
+    producers = log.active_producers()
+    end = log.log_end_offset
+    log.close()
+    for path in list_snapshots(str(tmp_path)).values():
+        os.unlink(path)
+    starts = _replays(monkeypatch)
+    log = _load(tmp_path, high_watermark=end)
+    assert log.active_producers() == producers and log.last_stable_offset == 5
+    assert list(list_snapshots(str(tmp_path))) == [end]
+    log2 = _load(tmp_path, high_watermark=end)
+    assert starts == [0, end]
+    assert log2.active_producers() == producers

@@ -203,22 +203,30 @@ def test_cluster_apis_are_defined() -> None:
     }
 
 
-# Served below the newest generated version: EndTxn v5 is transactions version 2 (KIP-890 part 2).
-CAPPED_MAX_VERSIONS = {"EndTxn": 4}
-
-
 @pytest.mark.parametrize("api", m.ALL_APIS, ids=[a.name for a in m.ALL_APIS])
 def test_served_apis_are_the_generated_definitions(api: Api) -> None:
     gen = DEFINITIONS[api.api_key]
     assert api.request is gen.request and api.response is gen.response
-    max_version = CAPPED_MAX_VERSIONS.get(api.name, gen.max_version)
-    assert (api.name, api.max_version, api.flexible_min) == (gen.name, max_version, gen.flexible_min)
+    assert (api.name, api.max_version, api.flexible_min) == (gen.name, gen.max_version, gen.flexible_min)
     assert gen.min_version <= api.min_version <= api.max_version
+
+
+def test_kip_890_versions_past_the_reference_are_the_previous_on_the_wire() -> None:
+    # Produce v12 and TxnOffsetCommit v5 (the generator's ADDITIONS, Kafka 4.0) are v11 / v4.
+    produce, txn_offset_commit = DEFINITIONS[0], DEFINITIONS[28]
+    assert (produce.max_version, txn_offset_commit.max_version) == (12, 5)
+    body = {"transactional_id": "t", "acks": -1, "timeout_ms": 5, "topic_data": []}
+    assert b"".join(produce.encode_request(12, body)) == b"".join(produce.encode_request(11, body))
+    commit = {"transactional_id": "t", "group_id": "g", "producer_id": 1, "producer_epoch": 0,
+              "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": []}
+    assert b"".join(txn_offset_commit.encode_request(5, commit)) == b"".join(
+        txn_offset_commit.encode_request(4, commit)
+    )
 
 
 def test_served_from_refuses_a_floor_outside_the_definition() -> None:
     with pytest.raises(ValueError):
-        m.served_from(DEFINITIONS[0], 12)
+        m.served_from(DEFINITIONS[0], DEFINITIONS[0].max_version + 1)
     assert m.served_from(DEFINITIONS[0], 3).min_version == 3
     assert DEFINITIONS[0].min_version == 0  # the generated definition is not changed
 
@@ -239,11 +247,12 @@ def test_an_api_defined_but_not_implemented_is_neither_advertised_nor_served(tmp
                 advertised = {a["api_key"] for a in resp["api_keys"]}
                 assert advertised == set(m.APIS)
                 # Of the cluster APIs only those a broker forwards to the controller (their
-                # schemas' listeners are broker and controller, as in Kafka), and
-                # AddPartitionsToTxn, which clients and (from v4) brokers send to a broker.
-                forwarded = {"DescribeQuorum", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments",
-                             "AddPartitionsToTxn"}
-                assert advertised & {key for key in CLUSTER_APIS.values()} == {CLUSTER_APIS[n] for n in forwarded}
+                # schemas' listeners are broker and controller, as in Kafka).
+                forwarded = {"DescribeQuorum", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments"}
+                # AddPartitionsToTxn: the transaction coordinator serves clients (v0-v3) and
+                # brokers (v4+, KIP-890 verification) alike.
+                served = forwarded | {"AddPartitionsToTxn"}
+                assert advertised & {key for key in CLUSTER_APIS.values()} == {CLUSTER_APIS[n] for n in served}
                 # A well-formed Vote request: Kafka closes the connection of an API the
                 # listener does not serve, as for an unknown key.
                 with pytest.raises(ConnectionClosed):

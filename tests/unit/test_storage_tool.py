@@ -3,9 +3,11 @@ formatted directory's cluster id."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -331,3 +333,74 @@ def test_a_newer_formatted_metadata_version_starts_at_odradeks_newest(
     assert _bootstrap_metadata_version(str(tmp_path)) == METADATA_VERSION
     assert "newer than Odradek's" in caplog.text
     assert _bootstrap_metadata_version(str(tmp_path / "none")) == METADATA_VERSION
+
+
+def test_format_feature_transaction_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--feature transaction.version=2`` (Kafka's flag) goes into bootstrap.checkpoint as a
+    FeatureLevelRecord; unknown features and levels are refused with Kafka's messages."""
+    from odradek.server.formatter import read_bootstrap_features
+
+    config = write_config(tmp_path, log_dirs=str(tmp_path / "a"))
+    assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--feature", "transaction.version=2"]) == 0
+    out = capsys.readouterr().out
+    assert "FeatureLevelRecord(name='transaction.version', featureLevel=2)" in out
+    assert read_bootstrap_features(str(tmp_path / "a")) == {"transaction.version": 2}
+    assert read_bootstrap_metadata_version(str(tmp_path / "a")) == 21
+    # Level 0 (Kafka's default at 3.9-IV0) is not written.
+    config = write_config(tmp_path, log_dirs=str(tmp_path / "zero"))
+    assert main(["storage", "format", "-t", CLUSTER, "-c", config, "-f", "transaction.version=0"]) == 0
+    capsys.readouterr()
+    assert read_bootstrap_features(str(tmp_path / "zero")) == {}
+    for bad, message in (
+        ("transaction.version=3", "No feature:transaction.version with feature level 3"),
+        ("group.versionx=1", "Unsupported feature: group.versionx. Supported features are:"),
+        ("transaction.version", "Can't parse feature=transaction.version"),
+        ("metadata.version=21", "Use --release-version instead"),
+    ):
+        d = tmp_path / bad.replace("=", "_")
+        config = write_config(tmp_path, log_dirs=str(d))
+        assert main(["storage", "format", "-t", CLUSTER, "-c", config, "--feature", bad]) == 1
+        assert message in capsys.readouterr().err
+        assert not d.exists()
+
+
+def test_server_bootstraps_the_formatted_transaction_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory formatted with --feature transaction.version=2 finalizes it in the new
+    metadata log: ApiVersions reports it, the broker registered with its supported range."""
+    from odradek.embedded import EmbeddedBroker
+
+    formatted = tmp_path / "tv2"
+    config = tmp_path / "tv2.properties"
+    config.write_text(f"node.id=1\nlog.dirs={formatted}\n")
+    assert main(["storage", "format", "-t", CLUSTER, "-c", str(config), "-f", "transaction.version=2"]) == 0
+    capsys.readouterr()
+    for log_dir, level in ((formatted, 2), (tmp_path / "fresh", None)):
+        broker = EmbeddedBroker(log_dir=str(log_dir)).start()
+        try:
+            server = broker.server
+            assert server.broker.metadata_cache.features().levels.get("transaction.version") == level
+            reg = server.controller.controller.image.cluster.brokers[1]
+            assert reg.supported_features["transaction.version"] == (0, 2)
+            versions = asyncio.run(_api_versions(broker.port))
+            finalized = {f["name"]: f["max_version_level"] for f in versions["finalized_features"]}
+            supported = {f["name"]: (f["min_version"], f["max_version"]) for f in versions["supported_features"]}
+            assert finalized.get("transaction.version") == level
+            assert supported["transaction.version"] == (0, 2)
+        finally:
+            broker.stop()
+
+
+async def _api_versions(port: int) -> dict[str, Any]:
+    from odradek.network.client import NetworkClient
+    from odradek.protocol import messages as m
+
+    client = NetworkClient("127.0.0.1", port, "t")
+    try:
+        resp: dict[str, Any] = await client.send(
+            m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+        )
+        return resp
+    finally:
+        await client.close()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from odradek.coordinator.transaction.transaction_coordinator import (
+    InitResult,
     TransactionConfig,
     TransactionCoordinator,
 )
@@ -138,11 +139,44 @@ def test_transaction_log_serde_matches_kafkas_encoding() -> None:
         value_to_bytes(TxnTransitMetadata(9, -1, 0, -1, 100, S.DEAD, frozenset(), -1, 5))
 
 
+# Written by Kafka 4.3.1's own generated classes (MessageUtil.toVersionPrefixedBytes of a
+# TransactionLogKey / TransactionLogValue with the fields below), printed as hex.
+KAFKA_KEY = "000000066d792d74786e"  # "my-txn"
+KAFKA_VALUE_V0 = (  # producer 1234 epoch 5, 60 s, PrepareCommit, a-0 a-3 b-1, updated 2000, started 1000
+    "000000000000000004d200050000ea600200000002000161000000020000000000000003000162000000010000000100000000"
+    "000007d000000000000003e8"
+)
+KAFKA_VALUE_V1 = (
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e800"
+)
+KAFKA_EMPTY_V0 = "0000000000000000000900000000006400ffffffff0000000000000005ffffffffffffffff"
+KAFKA_TAGGED_V1 = (  # as KAFKA_VALUE_V1, with PreviousProducerId 77, NextProducerId 88, ClientTransactionVersion 2
+    "000100000000000004d200050000ea600203026103000000000000000300026202000000010000000000000007d00000000000"
+    "0003e8030008000000000000004d0108000000000000005802020002"
+)
+
+
+def test_transaction_log_bytes_are_kafkas() -> None:
+    t = TxnTransitMetadata(1234, -1, 5, -1, 60000, S.PREPARE_COMMIT, frozenset({("a", 0), ("a", 3), ("b", 1)}), 1000, 2000)
+    assert key_to_bytes("my-txn").hex() == KAFKA_KEY and read_key(bytes.fromhex(KAFKA_KEY)) == "my-txn"
+    assert value_to_bytes(t).hex() == KAFKA_VALUE_V0
+    assert value_to_bytes(t, version=1).hex() == KAFKA_VALUE_V1
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V0)).metadata == t
+    assert read_value(bytes.fromhex(KAFKA_VALUE_V1)).metadata == t
+    empty = TxnTransitMetadata(9, -1, 0, -1, 100, S.EMPTY, frozenset(), -1, 5)
+    assert value_to_bytes(empty).hex() == KAFKA_EMPTY_V0 and read_value(bytes.fromhex(KAFKA_EMPTY_V0)).metadata == empty
+    tagged = read_value(bytes.fromhex(KAFKA_TAGGED_V1))
+    assert tagged.metadata.last_producer_id == 77 and tagged.next_producer_id == 88
+    assert tagged.client_transaction_version == 2 and tagged.metadata.topic_partitions == t.topic_partitions
+
+
 def test_partition_for_is_kafkas_hash() -> None:
-    # Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() == Integer.MIN_VALUE,
-    # which Kafka's Utils.abs (& 0x7fffffff) maps to 0.
-    assert partition_for("hello", 50) == 99162322 % 50 == 22
-    assert partition_for("polygenelubricants", 50) == 0
+    # Printed by Java with Kafka 4.3's clients jar: s.hashCode() and Utils.abs(s.hashCode()) % 50.
+    assert partition_for("hello", 50) == 22  # 99162322
+    assert partition_for("tx", 50) == 16  # 3716
+    assert partition_for("my-txn", 50) == 45  # -1061187895: a negative hash code is negated
+    assert partition_for("polygenelubricants", 50) == 0  # Integer.MIN_VALUE: Utils.abs gives 0
 
 
 # ------------------------------------------------------------------------------ coordinator
@@ -221,6 +255,12 @@ class Env:
             markers=make_markers, clock_ms=lambda: self.now,
         )
 
+    async def begin(self, tid: str = "tx", timeout_ms: int = 10000) -> InitResult:
+        """InitProducerId, then AddPartitionsToTxn of t-0: an Ongoing transaction."""
+        r = await self.coord.handle_init_producer_id(tid, timeout_ms)
+        assert await self.coord.handle_add_partitions(tid, r.producer_id, r.producer_epoch, {("t", 0)}) == Errors.NONE
+        return r
+
     def last_value(self, tid: str) -> TxnTransitMetadata | None:
         recs = [v for _, k, v in self.rm.appended if k == key_to_bytes(tid)]
         assert recs
@@ -279,7 +319,7 @@ def test_commit_abort_end_txn_and_retries() -> None:
         c = env.coord
         r = await c.handle_init_producer_id("tx", 10000)
         pid, ep = r.producer_id, r.producer_epoch
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.INVALID_TXN_STATE  # nothing begun
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.INVALID_TXN_STATE  # nothing begun
         assert await c.handle_add_partitions("tx", pid + 1, ep, {("t", 0)}) == Errors.INVALID_PRODUCER_ID_MAPPING
         assert await c.handle_add_partitions("nope", pid, ep, {("t", 0)}) == Errors.INVALID_PRODUCER_ID_MAPPING
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0), ("t", 1)}) == Errors.NONE
@@ -295,8 +335,8 @@ def test_commit_abort_end_txn_and_retries() -> None:
             ("t", 0): Errors.NONE, ("u", 0): Errors.TRANSACTION_ABORTABLE}
         assert c.handle_verify_partitions("tx", pid, ep - 1, [("t", 0)], abortable=False) == {
             ("t", 0): Errors.PRODUCER_FENCED}
-        assert await c.handle_end_txn("tx", pid, ep + 1, True) == Errors.PRODUCER_FENCED
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep + 1, True)).error == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.NONE
         stored = env.last_value("tx")
         assert stored is not None and stored.state == S.PREPARE_COMMIT
         assert env.markers is not None
@@ -304,7 +344,7 @@ def test_commit_abort_end_txn_and_retries() -> None:
         assert pc.commit and pc.coordinator_epoch == 3 and (pc.producer_id, pc.producer_epoch) == (pid, ep)
         assert pc.remaining == {("t", 0), ("t", 1), ("__consumer_offsets", 3)}
         # While the markers are written: retries wait, other requests too.
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.CONCURRENT_TRANSACTIONS
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.CONCURRENT_TRANSACTIONS
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 2)}) == Errors.CONCURRENT_TRANSACTIONS
         assert (await c.handle_init_producer_id("tx", 10000)).error == Errors.CONCURRENT_TRANSACTIONS
         pc.remaining.clear()
@@ -313,13 +353,13 @@ def test_commit_abort_end_txn_and_retries() -> None:
         assert stored is not None and stored.state == S.COMPLETE_COMMIT and not stored.topic_partitions
         assert c.describe("tx")["transaction_state"] == "CompleteCommit"
         # A retried EndTxn after completion is idempotent; the other outcome is not.
-        assert await c.handle_end_txn("tx", pid, ep, True) == Errors.NONE
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.INVALID_TXN_STATE
+        assert (await c.handle_end_txn("tx", pid, ep, True)).error == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.INVALID_TXN_STATE
         # Next transaction: abort.
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0)}) == Errors.NONE
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.NONE
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.NONE
         assert not env.markers.sent[-1].commit
-        assert await c.handle_end_txn("tx", pid, ep, False) == Errors.CONCURRENT_TRANSACTIONS
+        assert (await c.handle_end_txn("tx", pid, ep, False)).error == Errors.CONCURRENT_TRANSACTIONS
 
     _run(go)
 
@@ -344,8 +384,7 @@ def test_init_while_ongoing_fences_the_old_producer_and_aborts() -> None:
     async def go() -> None:
         env = Env()
         c = env.coord
-        old = await c.handle_init_producer_id("tx", 10000)
-        assert await c.handle_add_partitions("tx", old.producer_id, old.producer_epoch, {("t", 0)}) == Errors.NONE
+        old = await env.begin()
         # A second producer with the same transactional id.
         r = await c.handle_init_producer_id("tx", 10000)
         assert r.error == Errors.CONCURRENT_TRANSACTIONS
@@ -356,7 +395,7 @@ def test_init_while_ongoing_fences_the_old_producer_and_aborts() -> None:
         pc = env.markers.sent[-1]
         assert not pc.commit and pc.producer_epoch == old.producer_epoch + 1
         # The zombie is fenced.
-        assert await c.handle_end_txn("tx", old.producer_id, old.producer_epoch, True) == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", old.producer_id, old.producer_epoch, True)).error == Errors.PRODUCER_FENCED
         pc.remaining.clear()
         await env.markers.on_complete(pc)
         r = await c.handle_init_producer_id("tx", 10000)
@@ -382,7 +421,7 @@ def test_timed_out_transactions_are_aborted_with_an_epoch_bump() -> None:
         assert stored is not None and stored.state == S.PREPARE_ABORT
         assert stored.producer_epoch == r.producer_epoch + 1
         assert env.sm.txns["young"].state == S.ONGOING
-        assert await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, True) == Errors.PRODUCER_FENCED
+        assert (await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, True)).error == Errors.PRODUCER_FENCED
         listed = c.list_transactions(["PrepareAbort", "Bogus"], [], -1)
         assert listed[0] == Errors.NONE and listed[1] == ["Bogus"]
         assert [t.transactional_id for t in listed[2]] == ["tx"]
@@ -398,8 +437,7 @@ def test_expired_transactional_ids_are_removed_with_a_tombstone() -> None:
         env = Env(transactional_id_expiration_ms=1000)
         c = env.coord
         await c.handle_init_producer_id("idle", 500)
-        busy = await c.handle_init_producer_id("busy", 500)
-        assert await c.handle_add_partitions("busy", busy.producer_id, busy.producer_epoch, {("t", 0)}) == Errors.NONE
+        await env.begin("busy", 500)
         env.now += 999
         assert await c.remove_expired_transactional_ids() == 0
         env.now += 1
@@ -407,6 +445,7 @@ def test_expired_transactional_ids_are_removed_with_a_tombstone() -> None:
         assert env.last_value("idle") is None  # a tombstone
         assert "idle" not in env.sm.txns and "busy" in env.sm.txns
         assert c.describe("idle")["error_code"] == Errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert c.describe("")["error_code"] == Errors.INVALID_REQUEST
         r = await c.handle_init_producer_id("idle", 500)
         assert r.error == Errors.NONE and r.producer_epoch == 0
 
@@ -531,3 +570,30 @@ def test_marker_sender_retries_until_every_leader_answered() -> None:
         await mgr.shutdown()
 
     _run(go)
+
+
+def test_unload_drops_the_partitions_ids_and_their_marker_sending() -> None:
+    async def go() -> None:
+        env = Env()
+        c = env.coord
+        r = await env.begin()
+        assert (await c.handle_end_txn("tx", r.producer_id, r.producer_epoch, False)).error == Errors.NONE
+        assert env.markers is not None and len(env.markers.sent) == 1
+        p = env.sm.partition_for("tx")
+        env.sm.on_leadership_change("some-topic", p, False, 4)  # other topics are ignored
+        assert "tx" in env.sm.txns
+        env.sm.on_leadership_change(TRANSACTION_STATE_TOPIC, p, False, 4)
+        assert "tx" not in env.sm.txns and p not in env.sm.owned
+        assert env.markers.sent == []
+        assert (await c.handle_init_producer_id("tx", 10000)).error == Errors.NOT_COORDINATOR
+        assert c.describe("tx")["error_code"] == Errors.NOT_COORDINATOR
+
+    _run(go)
+
+
+def test_brokers_verify_with_the_coordinators_partitioning() -> None:
+    # KIP-890 verification (server/add_partitions_to_txn_manager.py) must find the coordinator
+    # the clients find: the same partition for every transactional id.
+    from odradek.server import add_partitions_to_txn_manager
+
+    assert add_partitions_to_txn_manager.partition_for is partition_for

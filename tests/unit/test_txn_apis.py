@@ -9,13 +9,18 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from test_broker_apis import broker, create, run
+import pytest
+from test_broker_apis import broker, create, records_of, run
 
+from odradek.coordinator.transaction.transaction_marker_channel_manager import (
+    TransactionMarkerChannelManager,
+)
 from odradek.coordinator.transaction.transaction_state_manager import partition_for
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
+from odradek.records.builder import build_batch
 
 PROPS = {"transaction.state.log.num.partitions": "3", "transaction.max.timeout.ms": "120000"}
 
@@ -97,8 +102,10 @@ def test_transaction_apis_over_the_wire_and_reload_after_restart(tmp_path: Path)
                 "transactional_id": "tx", "producer_id": pid, "producer_epoch": 1, "verify_only": True,
                 "topics": [{"name": "t", "partitions": [0, 5]}]}]})
             (res,) = r["results_by_transaction"]
+            # Partition 5 does not exist: as Kafka (metadataCache.contains, verify_only too), it is
+            # UNKNOWN_TOPIC_OR_PARTITION and the others are not attempted.
             assert {p["partition_index"]: p["partition_error_code"] for p in res["topic_results"][0]["results_by_partition"]} == {
-                0: Errors.NONE, 5: Errors.INVALID_TXN_STATE}
+                0: Errors.OPERATION_NOT_ATTEMPTED, 5: Errors.UNKNOWN_TOPIC_OR_PARTITION}
             d = await describe(c, "tx")
             assert d["transaction_state"] == "Ongoing" and d["producer_epoch"] == 1
             parts = {(x["topic"], p) for x in d["topics"] for p in x["partitions"]}
@@ -153,3 +160,90 @@ def test_transaction_apis_over_the_wire_and_reload_after_restart(tmp_path: Path)
             assert d["transaction_state"] in ("PrepareAbort", "CompleteAbort") and d["producer_epoch"] == 1
 
     run(second)
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(tmp_path: Path) -> None:
+    async def go() -> None:
+        props = {**PROPS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100"}
+        async with broker(tmp_path, **props) as (_, c):
+            await find_txn_coordinator(c, "slow")
+            r = await init_pid(c, "slow", timeout_ms=300)
+            assert r["error_code"] == Errors.NONE
+            pid, epoch = r["producer_id"], r["producer_epoch"]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            assert await add_partitions(c, "slow", pid, epoch, {"t": [0]}) == {("t", 0): Errors.NONE}
+            d: dict[str, Any] = {}
+            for _ in range(100):  # bounded: the abort comes after 300 ms (+ one 100 ms interval)
+                d = await describe(c, "slow")
+                if d["transaction_state"] != "Ongoing":
+                    break
+                await asyncio.sleep(0.05)
+            assert d["transaction_state"] in ("PrepareAbort", "CompleteAbort"), d
+            assert d["producer_epoch"] == epoch + 1
+            r = await c.send(g.END_TXN, 3, {"transactional_id": "slow", "producer_id": pid,
+                                            "producer_epoch": epoch, "committed": True})
+            assert r["error_code"] == Errors.PRODUCER_FENCED
+
+    run(go)
+
+
+def test_a_transaction_left_in_prepare_commit_is_completed_after_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator stops after writing PrepareCommit but before any marker went out: the
+    restarted coordinator loads it from __transaction_state, sends the markers and completes it,
+    and read_committed consumers get the records."""
+
+    async def undelivered(self: Any, pc: Any, broker_id: int, tps: Any) -> bool:
+        return False  # as if the coordinator died before its WriteTxnMarkers were answered
+
+    monkeypatch.setattr(TransactionMarkerChannelManager, "_send", undelivered)
+
+    async def first() -> None:
+        async with broker(tmp_path, **PROPS) as (_, c):
+            await find_txn_coordinator(c, "tx")
+            r = await init_pid(c, "tx")
+            pid, epoch = r["producer_id"], r["producer_epoch"]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            assert await add_partitions(c, "tx", pid, epoch, {"t": [0]}) == {("t", 0): Errors.NONE}
+            data = build_batch([(b"k", b"v1", [], 1), (b"k", b"v2", [], 2)], producer_id=pid,
+                               producer_epoch=epoch, base_sequence=0, is_transactional=True)
+            resp = await c.send(m.PRODUCE, 9, {"transactional_id": "tx", "acks": -1, "timeout_ms": 5000,
+                                               "topic_data": [{"name": "t", "partition_data": [
+                                                   {"index": 0, "records": data}]}]})
+            assert resp["responses"][0]["partition_responses"][0]["error_code"] == Errors.NONE
+            r = await c.send(g.END_TXN, 3, {"transactional_id": "tx", "producer_id": pid,
+                                            "producer_epoch": epoch, "committed": True})
+            assert r["error_code"] == Errors.NONE
+            assert (await describe(c, "tx"))["transaction_state"] == "PrepareCommit"
+            assert (await fetch_committed(c))["last_stable_offset"] == 0  # held by the open transaction
+
+    run(first)
+    monkeypatch.undo()
+
+    async def second() -> None:
+        async with broker(tmp_path, **PROPS) as (_, c):
+            state = ""
+            for _ in range(200):  # bounded: load, markers, CompleteCommit
+                d = await describe(c, "tx")
+                state = d["transaction_state"]
+                if state == "CompleteCommit":
+                    break
+                await asyncio.sleep(0.05)
+            assert state == "CompleteCommit"
+            f = await fetch_committed(c)
+            assert f["last_stable_offset"] == 3  # two records and the COMMIT marker
+            assert [r.value for r in records_of(f["records"]) if r.value is not None and r.value != b""][:2] == [b"v1", b"v2"]
+            assert not f["aborted_transactions"]
+
+    run(second)
+
+
+async def fetch_committed(c: NetworkClient) -> dict[str, Any]:
+    resp = await c.send(m.FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1,
+        "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": "t", "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1}]}],
+    })
+    return resp["responses"][0]["partitions"][0]  # type: ignore[no-any-return]

@@ -63,7 +63,7 @@ def c(offset: int, metadata: str | None = None) -> CommitRequest:
 async def txn_commit(om: OffsetMetadataManager, group: str, pid: int, offsets: dict[Any, CommitRequest],
                      member: str = "", generation: int = -1, instance: str | None = None,
                      epoch: int = 0) -> dict[Any, Errors]:
-    return await om.commit_txn_offsets(group, pid, epoch, member, generation, instance, offsets)
+    return await om.commit_txn_offsets(group, "tx", pid, epoch, member, generation, instance, offsets)
 
 
 def fetched(om: OffsetMetadataManager, group: str, tps: list[Any] | None = None,
@@ -277,7 +277,7 @@ def test_deleting_a_group_drops_its_pending_offsets(tmp_path: Path) -> None:
         clock = [1000]
         gc, _, rm = await coordinator(tmp_path, clock)
         assert await gc.commit_offsets("d", "", -1, None, {T0: c(1)}) == {T0: Errors.NONE}
-        assert await gc.commit_txn_offsets("d", 200, 0, "", -1, None, {T0: c(2), T1: c(3)}) == {
+        assert await gc.commit_txn_offsets("d", "tx", 200, 0, "", -1, None, {T0: c(2), T1: c(3)}) == {
             T0: Errors.NONE, T1: Errors.NONE
         }
         assert gc.fetch_offsets("d", [T1], True)[1] == [(T1, None, Errors.UNSTABLE_OFFSET_COMMIT)]
@@ -330,5 +330,54 @@ def test_a_marker_acknowledged_while_the_commit_is_appended(tmp_path: Path) -> N
         rm.gate.set()
         assert await task == {T0: Errors.NONE}
         assert fetched(om, "g", [T0], stable=True) == {T0: 7}
+
+        # The group object is replaced while a commit is appended (an empty classic group
+        # becoming a consumer group): the offsets are pending by group id all the same, and
+        # the marker commits them into the group that has the id then.
+        rm.gate.clear()
+        task = asyncio.ensure_future(txn_commit(om, "g", 100, {T1: c(8)}))
+        await asyncio.sleep(0.01)
+        cg = mgr.new_consumer_group("g")
+        cg.offsets = dict(mgr.groups["g"].offsets)
+        mgr.groups["g"] = cg
+        rm.gate.set()
+        assert await task == {T1: Errors.NONE}
+        assert fetched(om, "g", [T1], stable=True) == {T1: Errors.UNSTABLE_OFFSET_COMMIT}
+        write_marker(rm, mgr, 100, commit=True)
+        assert fetched(om, "g", [T0, T1], stable=True) == {T0: 7, T1: 8}
+        assert cg.offsets[T1].offset == 8
+
+    asyncio.run(run())
+
+
+def test_the_offsets_partition_is_verified_first_when_a_verifier_is_set(tmp_path: Path) -> None:
+    """KIP-890 (transaction.partition.verification.enable): the group's offsets partition must be
+    in the producer's transaction; a failed verification answers every partition, with a
+    retriable failure as COORDINATOR_NOT_AVAILABLE, before the group is looked at."""
+
+    async def run() -> None:
+        clock = [1000]
+        rm, om = await setup(tmp_path, clock)
+        asked: list[tuple[str, int, int, list[Any]]] = []
+        answer: dict[Any, tuple[Errors, str | None]] = {}
+
+        async def verifier(txn_id: str, pid: int, epoch: int, tps: list[Any]) -> dict[Any, tuple[Errors, str | None]]:
+            asked.append((txn_id, pid, epoch, tps))
+            return answer
+
+        om.txn_verifier = verifier
+        offsets_tp = (OFFSETS_TOPIC, 0)
+        answer[offsets_tp] = (Errors.INVALID_TXN_STATE, "Partition was not added to the transaction")
+        # Refused before the group is looked at (a generation for an unknown group is not the answer).
+        assert await txn_commit(om, "g", 7, {T0: c(1), ("zz", 0): c(1)}, "m", 3, epoch=2) == {
+            T0: Errors.INVALID_TXN_STATE, ("zz", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION
+        }
+        assert asked == [("tx", 7, 2, [offsets_tp])]
+        assert om.groups.get_group("g") is None and len(batches(rm)) == 0
+        answer[offsets_tp] = (Errors.NOT_ENOUGH_REPLICAS, "Unable to verify")
+        assert await txn_commit(om, "g", 7, {T0: c(1)}) == {T0: Errors.COORDINATOR_NOT_AVAILABLE}
+        answer.clear()
+        assert await txn_commit(om, "g", 7, {T0: c(1)}) == {T0: Errors.NONE}
+        assert fetched(om, "g", [T0], stable=True) == {T0: Errors.UNSTABLE_OFFSET_COMMIT}
 
     asyncio.run(run())

@@ -7,7 +7,6 @@ one to a group this broker does not coordinate are refused."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.records.batch import iter_batches
-from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
 
 PID, EPOCH = 4242, 3
 
@@ -49,11 +48,14 @@ async def fetch(c: NetworkClient, group: str, stable: bool) -> tuple[int, int]:
 
 def test_txn_offset_commit_pending_until_the_marker(tmp_path: Path) -> None:
     async def body() -> None:
-        async with broker(tmp_path, **{"offsets.topic.num.partitions": "1"}) as (server, c):
+        # No transaction coordinator state here: KIP-890 verification (tested with a real client
+        # in tests/integration/test_txn_offsets.py) is off so the group side is tested alone.
+        overrides = {"offsets.topic.num.partitions": "1", "transaction.partition.verification.enable": "false"}
+        async with broker(tmp_path, **overrides) as (server, c):
             versions = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t",
                                                         "client_software_version": "1"})
             advertised = {a["api_key"]: (a["min_version"], a["max_version"]) for a in versions["api_keys"]}
-            assert advertised[m.TXN_OFFSET_COMMIT.api_key] == (0, 4)
+            assert advertised[m.TXN_OFFSET_COMMIT.api_key] == (0, 5)  # v5: KIP-890 part 2
             await create_topic(c, "in", 1)
             await coordinator_ready(c, "g")
             r = await c.send(m.OFFSET_COMMIT, 8, {
@@ -74,9 +76,7 @@ def test_txn_offset_commit_pending_until_the_marker(tmp_path: Path) -> None:
             headers = [(h.producer_id, h.producer_epoch, h.is_transactional) for h in iter_batches(data)]
             assert headers[-2:] == [(PID, EPOCH, True), (PID, EPOCH, True)]
             # A COMMIT marker is appended and acknowledged: the broker tells the listeners.
-            marker = bytearray(build_batch(
-                [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 0), [], 1)], producer_id=PID,
-                producer_epoch=EPOCH, is_control=True, is_transactional=True))
+            marker = build_end_txn_marker(PID, EPOCH, 0, True, 1)
             status = rm.append_records(5000, -1, {(OFFSETS_TOPIC, 0): marker}, AppendOrigin.COORDINATOR)
             if not isinstance(status, dict):
                 status = await status
@@ -99,5 +99,46 @@ def test_txn_offset_commit_pending_until_the_marker(tmp_path: Path) -> None:
             server.broker.group_coordinator.metadata_manager.unload_partition(0)
             moved = await c.send(m.TXN_OFFSET_COMMIT, 3, txn_commit_body("g", 1))
             assert partition_error(moved) == Errors.NOT_COORDINATOR
+
+    run(body)
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition_with_transaction_version_2(tmp_path: Path) -> None:
+    """KIP-890 part 2: a transactions-version-2 producer sends no AddOffsetsToTxn; TxnOffsetCommit
+    v5 (with transaction.version 2 finalized) has the coordinator add the group's offsets
+    partition first, and a refusal fails the commit. v4, or a lower level, does not."""
+    async def body() -> None:
+        # Without KIP-890 part 1 verification: no producer was initialised here.
+        overrides = {"offsets.topic.num.partitions": "1", "transaction.partition.verification.enable": "false"}
+        async with broker(tmp_path, **overrides) as (server, c):
+            group_apis = server.broker.broker_apis.handlers[m.TXN_OFFSET_COMMIT.api_key].__self__
+            assert group_apis.add_txn_partitions is not None  # wired to AddPartitionsToTxnManager
+            calls: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+            refuse: dict[tuple[str, int], Errors] = {}
+
+            async def add(tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]) -> dict[tuple[str, int], Errors]:
+                calls.append((tid, pid, epoch, tps))
+                return {tp: refuse[tp] for tp in tps if tp in refuse}
+
+            group_apis.add_txn_partitions = add
+            await create_topic(c, "in", 1)
+            await coordinator_ready(c, "g")
+            # transaction.version 0: v5 commits without adding (a version-1 producer added it).
+            assert partition_error(await c.send(m.TXN_OFFSET_COMMIT, 5, txn_commit_body("g", 1))) == 0
+            assert calls == []
+            group_apis.transaction_version = lambda: 2
+            assert partition_error(await c.send(m.TXN_OFFSET_COMMIT, 4, txn_commit_body("g", 2))) == 0
+            assert calls == []
+            assert partition_error(await c.send(m.TXN_OFFSET_COMMIT, 5, txn_commit_body("g", 3))) == 0
+            assert calls == [("tx", PID, EPOCH, [(OFFSETS_TOPIC, 0)])]
+            rm = server.broker.replica_manager
+            end = rm.partitions[(OFFSETS_TOPIC, 0)].log.log_end_offset
+            refuse[(OFFSETS_TOPIC, 0)] = Errors.INVALID_PRODUCER_EPOCH
+            r = await c.send(m.TXN_OFFSET_COMMIT, 5, txn_commit_body("g", 4))
+            assert partition_error(r) == Errors.INVALID_PRODUCER_EPOCH
+            assert rm.partitions[(OFFSETS_TOPIC, 0)].log.log_end_offset == end  # nothing written
+            refuse[(OFFSETS_TOPIC, 0)] = Errors.COORDINATOR_NOT_AVAILABLE  # retriable for clients
+            r = await c.send(m.TXN_OFFSET_COMMIT, 5, txn_commit_body("g", 4))
+            assert partition_error(r) == Errors.COORDINATOR_LOAD_IN_PROGRESS
 
     run(body)

@@ -6,16 +6,29 @@ and the marker listeners."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
+from purgatory_support import FakeTimer, ManualLogWorker
+from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
 from test_broker_apis import broker, create, records_of, run
+from test_txn_apis import PROPS, add_partitions, find_txn_coordinator, init_pid
 
+from odradek.cluster.partition import PartitionState
+from odradek.log.log_config import LogConfig
+from odradek.log.log_manager import LogManager
+from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
+from odradek.records.control_batch import build_end_txn_marker
+from odradek.server.delayed_fetch import FetchPartitionRequest
+from odradek.server.replica_manager import ReplicaManager
+from odradek.server.txn_partition_apis import TxnPartitionApis
 
 NO_VERIFY = {"transaction.partition.verification.enable": "false"}
 
@@ -158,8 +171,7 @@ def test_transactional_produce_checks(tmp_path: Path) -> None:
             plain = build_batch([(b"k", b"v", [], 1_000)])
             assert (await txn_produce(c, "t", plain, txn_id="tx"))["error_code"] == Errors.NONE
             # A client may not write markers: control batches are the coordinator's.
-            ctl = build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", [], 1_000)], producer_id=pid,
-                              producer_epoch=0, is_control=True, is_transactional=True)
+            ctl = build_end_txn_marker(pid, 0, 0, True, 1_000)
             assert (await txn_produce(c, "t", ctl))["error_code"] != Errors.NONE
             # Transactional batches of two producers in one request.
             p2 = await producer_id(c)
@@ -209,8 +221,6 @@ def test_read_committed_long_poll_completes_when_the_marker_moves_the_lso(tmp_pa
 
 
 def test_produce_is_verified_with_the_coordinator_once_per_transaction(tmp_path: Path) -> None:
-    from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
-
     async def main() -> None:
         async with broker(tmp_path) as (server, c):
             assert server.broker is not None and server.broker.broker_apis is not None
@@ -237,5 +247,117 @@ def test_produce_is_verified_with_the_coordinator_once_per_transaction(tmp_path:
             fake.added["tx"] = set()  # the next transaction has not added the partition
             r = await txn_produce(c, "t", txn_batch(pid, [b"z"], seq=2), txn_id="tx")
             assert r["error_code"] == Errors.INVALID_TXN_STATE and len(fake.requests) == asked + 1
+
+    run(main)
+
+
+def test_write_txn_markers_on_a_follower_is_not_leader_and_waits_for_acks_all(tmp_path: Path) -> None:
+    """Through TxnPartitionApis on a ReplicaManager driven by hand: a follower answers
+    NOT_LEADER_OR_FOLLOWER; a leader with a follower in its ISR answers once the HW passes the
+    marker (acks=-1), and only then are the marker listeners told."""
+    async def main() -> None:
+        lm = LogManager([str(tmp_path)], LogConfig(), lambda: 0)
+        worker = ManualLogWorker()
+        rm = ReplicaManager(1, lm, KRaftMetadataCache(), lambda _t: LogConfig(), lambda: 0,
+                            timer=FakeTimer(), log_worker=worker)
+        heard: list[tuple[str, int, int, bool]] = []
+        rm.txn_marker_listeners.append(lambda *a: heard.append(a))
+        apis = TxnPartitionApis(rm, lambda: 30_000)
+        tid = uuid.UUID(int=3)
+        rm.make_leaders([PartitionState("a", 0, tid, leader=1, leader_epoch=0, isr=(1, 2), replicas=(1, 2),
+                                        partition_epoch=0)])
+        rm.make_followers([PartitionState("b", 0, tid, leader=2, leader_epoch=0, isr=(1, 2), replicas=(1, 2),
+                                          partition_epoch=0)])
+        worker.run_all()
+        req = {"markers": [{"producer_id": 9, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                            "topics": [{"name": "a", "partition_indexes": [0]}, {"name": "b", "partition_indexes": [0]}]}]}
+        answer = asyncio.ensure_future(apis.handle_write_txn_markers(None, req))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not answer.done() and heard == []  # the follower of "a" has not fetched the marker
+        p = rm.partitions[("a", 0)]
+        assert p.log is not None and p.log.log_end_offset == 1
+        rm.fetch_messages(0, 1, 1 << 20, 0, [FetchPartitionRequest("a", 0, 1, 1 << 20)], replica_id=2)
+        resp = await asyncio.wait_for(answer, 5)
+        codes = {(t["name"], q["partition_index"]): q["error_code"] for t in resp["markers"][0]["topics"]
+                 for q in t["partitions"]}
+        assert codes == {("a", 0): Errors.NONE, ("b", 0): Errors.NOT_LEADER_OR_FOLLOWER}
+        assert heard == [("a", 0, 9, True)]
+        rm.shutdown()
+        for lg in lm.all_logs().values():
+            lg.close()
+
+    asyncio.run(main())
+
+
+def test_verification_and_markers_with_the_brokers_own_transaction_coordinator(tmp_path: Path) -> None:
+    """The whole seam in one process: produce verified with the real coordinator over the
+    network (AddPartitionsToTxn v4 verify_only), EndTxn making the coordinator send its
+    WriteTxnMarkers here, read_committed seeing the records once the marker is acknowledged."""
+    async def main() -> None:
+        async with broker(tmp_path, **PROPS) as (_, c):
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            await find_txn_coordinator(c, "tx")
+            ip = await init_pid(c, "tx")
+            assert ip["error_code"] == Errors.NONE
+            pid, epoch = ip["producer_id"], ip["producer_epoch"]
+            # The partition is not in the transaction: the coordinator says so, nothing appended.
+            r = await txn_produce(c, "t", txn_batch(pid, [b"early"], epoch=epoch))
+            assert r["error_code"] == Errors.INVALID_TXN_STATE, r
+            assert (await fetch(c, "t", 0, 0))["high_watermark"] == 0
+            assert await add_partitions(c, "tx", pid, epoch, {"t": [0]}) == {("t", 0): Errors.NONE}
+            assert (await txn_produce(c, "t", txn_batch(pid, [b"x"], epoch=epoch)))["error_code"] == Errors.NONE
+            assert (await fetch(c, "t", 0, 1))["last_stable_offset"] == 0
+            r = await c.send(g.END_TXN, 3, {"transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+                                            "committed": True})
+            assert r["error_code"] == Errors.NONE
+            got: dict[str, Any] = {}
+            for _ in range(200):  # the coordinator's markers arrive asynchronously; bounded wait
+                got = await fetch(c, "t", 0, 1)
+                if got["last_stable_offset"] == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert got["last_stable_offset"] == 2 and values(got) == [b"x"], got
+
+
+def test_produce_v12_with_transaction_version_2_adds_the_partition(tmp_path: Path) -> None:
+    """KIP-890 part 2: a Produce v12 of a transactional producer while transaction.version 2 is
+    finalized has the coordinator add the partition (AddPartitionsToTxn v5 without verify_only),
+    even with transaction.partition.verification.enable=false; v11 (or TV < 2) does not."""
+    from test_add_partitions_to_txn_manager import NODE, FakeCoordinator
+
+    from odradek.metadata.metadata_cache import FinalizedFeatures
+
+    async def main() -> None:
+        async with broker(tmp_path, **NO_VERIFY) as (server, c):
+            apis = server.broker.broker_apis
+            verifier = apis.txn_apis.verifier
+            assert verifier is not None and verifier.manager is not None
+            fake = FakeCoordinator()
+            verifier.manager.client_factory = lambda _node: fake  # type: ignore[assignment, return-value]
+            verifier.manager.coordinator_for = lambda _txn: NODE  # type: ignore[method-assign]
+            assert (await create(c, "t"))["error_code"] == Errors.NONE
+            pid = await producer_id(c)
+
+            async def produce(version: int, data: bytes) -> dict[str, Any]:
+                r = await c.send(m.PRODUCE, version, {
+                    "transactional_id": "tx", "acks": -1, "timeout_ms": 5000,
+                    "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data}]}]})
+                return r["responses"][0]["partition_responses"][0]  # type: ignore[no-any-return]
+
+            # transaction.version 0: v12 appends unverified (verification disabled), as v11.
+            assert (await produce(12, txn_batch(pid, [b"a"])))["error_code"] == Errors.NONE
+            assert fake.requests == []
+            assert await markers(c, "t", pid, False) == {("t", 0): Errors.NONE}
+            apis.finalized_features = lambda: FinalizedFeatures({"transaction.version": 2}, 5)
+            assert (await produce(11, txn_batch(pid, [b"b"], seq=1)))["error_code"] == Errors.NONE
+            assert fake.requests == []  # v11: a transactions-version-1 producer added it itself
+            assert await markers(c, "t", pid, False) == {("t", 0): Errors.NONE}
+            assert (await produce(12, txn_batch(pid, [b"c"], seq=2)))["error_code"] == Errors.NONE
+            ((version, body),) = fake.requests
+            assert version == 5 and body["transactions"][0]["verify_only"] is False
+            assert fake.added["tx"] == {("t", 0)}
+            # Once added, the rest of the transaction is not sent again.
+            assert (await produce(12, txn_batch(pid, [b"d"], seq=3)))["error_code"] == Errors.NONE
+            assert len(fake.requests) == 1
 
     run(main)

@@ -16,11 +16,14 @@ Sans-I/O cores (no clock, no asyncio, no files; time comes in as ``now_ms``):
   commits and classic groups; KIP-848 groups); :mod:`.consumer_protocol` -- the consumer's
   embedded subscription/assignment bytes of classic groups.
 * :mod:`.group_coordinator_config` -- ``GroupCoordinatorConfig``: the ``group.*`` settings.
+* :mod:`.txn_offsets` -- transactional offset commits pending until their transaction's COMMIT or
+  ABORT marker (Kafka's ``pendingTransactionalOffsets``).
 
 The shell (asyncio):
 
 * :mod:`.group_coordinator` -- ``GroupCoordinator``: the group APIs, waiters, per-group locks,
-  timers (:mod:`.coordinator_timer`), ``__consumer_offsets`` creation and FindCoordinator.
+  timers (:mod:`.coordinator_timer`); ``__consumer_offsets`` creation and FindCoordinator go
+  through :mod:`odradek.coordinator.internal_topic`.
 * :mod:`.group_metadata_manager` -- loading (immigration), unloading (emigration), writes and
   expiry of the groups and offsets of each partition; :mod:`.offset_metadata_manager` --
   OffsetCommit/OffsetFetch/OffsetDelete.

@@ -5,7 +5,8 @@ It owns the groups of the ``__consumer_offsets`` partitions this node leads (thr
 answers (a join completes when every known member rejoined or the rebalance timeout passed; sync
 followers wait for the leader's assignment), keeps one timer per group at the group's next
 deadline (heartbeat expiry, join/sync timeouts, the initial rebalance delay), writes group records
-when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup.
+when a generation's assignment is set, and creates ``__consumer_offsets`` on the first lookup
+(an :class:`~odradek.coordinator.internal_topic.InternalTopic`).
 Time comes from the injected clock and timers go through the injected
 :class:`~odradek.coordinator.group.coordinator_timer.CoordinatorTimer` only. OffsetCommit,
 OffsetFetch and OffsetDelete go to the
@@ -30,7 +31,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -56,17 +56,12 @@ from odradek.coordinator.group.group_metadata_manager import (
 )
 from odradek.coordinator.group.offset_metadata_manager import CommitRequest, OffsetMetadataManager
 from odradek.coordinator.group.records import OffsetAndMetadata, group_metadata_key
-from odradek.log.errors import KafkaStorageError
+from odradek.coordinator.internal_topic import InternalTopic
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.metadata_cache import KRaftMetadataCache
-from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.server.controller_channel import (
-    ControllerChannel,
-    ControllerRequest,
-    ControllerRequestTimeout,
-)
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
@@ -119,9 +114,18 @@ class GroupCoordinator:
         self.metadata_manager.on_group_unloaded = self._on_unloaded
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> (lock, users)
         self._topics_metadata: dict[str, TopicMetadata] | None = None
-        self._create_task: asyncio.Task[None] | None = None
-        self._offsets_topic_id: uuid.UUID | None = None
-        self._rf_warned = False  # the offsets topic refused for want of brokers, said once
+        self.offsets_topic = InternalTopic(
+            name=OFFSETS_TOPIC, config_prefix="offsets.topic", keys="groups",
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=config.offsets_topic_replication_factor,
+            topic_configs=lambda rf: {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+                "compression.type": "producer",
+            },
+            state=self.metadata_manager, node_id=node_id, config=config, metadata_cache=metadata_cache,
+            replica_manager=replica_manager, controller_channel=controller_channel,
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -130,7 +134,7 @@ class GroupCoordinator:
     def startup(self) -> None:
         """Listen for leadership of ``__consumer_offsets`` partitions (and take up the ones this
         node already leads), and start the offset expiry task."""
-        self.offsets_topic_exists()  # takes up the partition count of an existing topic
+        self.offsets_topic.exists()  # takes up the partition count of an existing topic
         rm = self.replica_manager
         rm.leadership_listeners.append(self.metadata_manager.on_leadership_change)
         rm.txn_marker_listeners.append(self.metadata_manager.on_txn_marker)
@@ -174,126 +178,15 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self.metadata_manager.partition_for(group_id)
 
-    def offsets_topic_exists(self) -> bool:
-        """Whether ``__consumer_offsets`` exists; the first time a topic of that name is seen,
-        its groups are spread over the partitions it actually has.
-
-        As Kafka, whose coordinator takes the topic's partition count (falling back to
-        ``offsets.topic.num.partitions``) when it starts: a client may create the topic itself,
-        with any count, before the coordinator does. The count is kept while the topic lives,
-        also if partitions are added, so that no group moves to another partition.
-        """
-        topic_id = self.metadata_cache.get_topic_id(OFFSETS_TOPIC)
-        if topic_id is None:
-            return False
-        count = self.metadata_cache.num_partitions(OFFSETS_TOPIC) or 0
-        if topic_id != self._offsets_topic_id and count:
-            self._offsets_topic_id = topic_id
-            if count != self.metadata_manager.num_partitions:
-                log.warning(
-                    "%s has %d partition(s), not offsets.topic.num.partitions=%d: groups are "
-                    "spread over the %d it has",
-                    OFFSETS_TOPIC, count, self.config.offsets_topic_num_partitions, count,
-                )
-                self.metadata_manager.num_partitions = count
-        return True
-
-    def ensure_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` in the background if it does not exist yet."""
-        if self.offsets_topic_exists() or self.controller_channel is None:
-            return
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = asyncio.get_running_loop().create_task(self._create_offsets_topic())
-
-    def offsets_topic_replication_factor(self) -> int:
-        """``offsets.topic.replication.factor``, as Kafka creates the topic: with fewer brokers
-        up, the controller refuses it and groups wait (COORDINATOR_NOT_AVAILABLE) until they
-        are. One exception, where waiting could never end: a single-node cluster (this node its
-        only controller and only registered broker, e.g. ``odradek server`` without a config,
-        which Kafka runs with the ``=1`` of its shipped server.properties) gets 1."""
-        cfg = self.config
-        rf = cfg.offsets_topic_replication_factor
-        voters = cfg.controller_quorum_voters
-        single_node = (
-            "controller" in cfg.process_roles
-            and len(voters) == 1
-            and voters[0].node_id == self.node_id
-            and set(self.metadata_cache.image.cluster.brokers) <= {self.node_id}
-        )
-        if single_node and rf > 1:
-            log.info(
-                "%s: offsets.topic.replication.factor=%d cannot be met by a single-node cluster; "
-                "creating it with replication factor 1", OFFSETS_TOPIC, rf,
-            )
-            return 1
-        return max(1, rf)
-
-    async def _create_offsets_topic(self) -> None:
-        assert self.controller_channel is not None
-        cfg = self.config
-        rf = self.offsets_topic_replication_factor()
-        topic = {
-            "name": OFFSETS_TOPIC,
-            "num_partitions": cfg.offsets_topic_num_partitions,
-            "replication_factor": rf,
-            "configs": [
-                {"name": "cleanup.policy", "value": "compact"},
-                {"name": "segment.bytes", "value": str(cfg.offsets_topic_segment_bytes)},
-                {"name": "compression.type", "value": "producer"},
-            ],
-        }
-        request = ControllerRequest(
-            m.CREATE_TOPICS.api_key, 7, {"topics": [topic], "timeout_ms": cfg.request_timeout_ms, "validate_only": False}
-        )
-        try:
-            results = (await self.controller_channel.send(request))["topics"]
-        except (KafkaStorageError, ControllerRequestTimeout) as e:  # disk full (logged once by
-            log.debug("Creating %s failed: %s", OFFSETS_TOPIC, e)  # the log layer): tried again
-            return  # at the next FindCoordinator
-        for r in results:
-            error = Errors(r["error_code"])
-            if error == Errors.INVALID_REPLICATION_FACTOR:
-                # Kafka's answer too: no coordinator until enough brokers are up (clients retry,
-                # and every FindCoordinator tries again: said once at WARNING).
-                level = logging.DEBUG if self._rf_warned else logging.WARNING
-                self._rf_warned = True
-                log.log(
-                    level,
-                    "Creating %s failed: %s; FindCoordinator answers COORDINATOR_NOT_AVAILABLE until "
-                    "%d brokers are up (offsets.topic.replication.factor=%d)",
-                    OFFSETS_TOPIC, r["error_message"] or error.name, rf, cfg.offsets_topic_replication_factor,
-                )
-            elif error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-                log.warning("Creating %s failed: %s %s", OFFSETS_TOPIC, error.name, r["error_message"] or "")
-            elif error == Errors.NONE:  # the controller logs the creation at INFO
-                log.debug(
-                    "Created %s with %d partitions, replication factor %d",
-                    OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, rf,
-                )
-
     def coordinator_for(self, group_id: str, listener: str) -> tuple[Errors, int, str, int]:
-        """FindCoordinator: (error, node id, host, port)."""
-        if not self.offsets_topic_exists():
-            self.ensure_offsets_topic()
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        partition = self.partition_for(group_id)
-        reg = self.metadata_cache.get_partition_info(OFFSETS_TOPIC, partition)
-        if reg is None or reg.leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        if reg.leader == self.node_id and self.replica_manager.is_loading((OFFSETS_TOPIC, partition)):
-            # Its log is still being created: not this node's to serve yet (clients retry).
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
-        if node is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return Errors.NONE, node.id, node.host, node.port
+        """FindCoordinator: (error, node id, host, port); creates ``__consumer_offsets`` first."""
+        return self.offsets_topic.coordinator_for(group_id, listener)
 
     def check_group(self, group_id: str | None) -> Errors:
         """INVALID_GROUP_ID / COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / LOAD_IN_PROGRESS / NONE."""
         if not group_id:
             return Errors.INVALID_GROUP_ID
-        if not self.offsets_topic_exists():
+        if not self.offsets_topic.exists():
             return Errors.COORDINATOR_NOT_AVAILABLE
         return self.metadata_manager.partition_error(group_id)
 
@@ -716,6 +609,7 @@ class GroupCoordinator:
     async def commit_txn_offsets(
         self,
         group_id: str,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         member_id: str,
@@ -727,7 +621,8 @@ class GroupCoordinator:
         if err != Errors.NONE:
             return {tp: err for tp in offsets}
         return await self.offset_manager.commit_txn_offsets(
-            group_id, producer_id, producer_epoch, member_id, generation_id, group_instance_id, offsets
+            group_id, transactional_id, producer_id, producer_epoch, member_id, generation_id,
+            group_instance_id, offsets,
         )
 
     def fetch_offsets(

@@ -18,7 +18,6 @@ replayed into the group on load and deleted with its own tombstones) share the o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -51,6 +50,7 @@ from odradek.coordinator.group.records import (
     parse_offset_value,
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
+from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -58,7 +58,6 @@ from odradek.records.batch import (
     CONTROL_FLAG_MASK,
     TRANSACTIONAL_FLAG_MASK,
     RecordBatchHeader,
-    iter_batches,
 )
 from odradek.records.builder import RecordTuple, build_batch
 from odradek.records.control_batch import parse_end_txn_marker
@@ -117,12 +116,18 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def java_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: the absolute value, with Integer.MIN_VALUE mapped to 0 (not
+    ``n & 0x7fffffff``, the Kafka 0.8 definition, which differs for every negative n)."""
+    return 0 if n == -(2**31) else abs(n)
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions`` (``abs`` = ``& 0x7fffffff``)."""
-    return (java_string_hashcode(group_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions``."""
+    return java_abs(java_string_hashcode(group_id)) % num_partitions
 
 
-def _append_error(code: Errors, for_offsets: bool) -> Errors:
+def append_error(code: Errors, for_offsets: bool) -> Errors:
     """Map a failed append to what a group client understands (as Kafka does)."""
     if code in (
         Errors.UNKNOWN_TOPIC_OR_PARTITION,
@@ -138,7 +143,18 @@ def _append_error(code: Errors, for_offsets: bool) -> Errors:
     return code
 
 
-class GroupMetadataManager:
+# What a replay of an offsets partition gives: committed offsets, classic group records,
+# consumer groups, pending transactional offsets and the number of records read.
+Replayed = tuple[
+    dict[str, dict[TopicPartition, OffsetAndMetadata]],
+    dict[str, GroupRecord | None],
+    dict[str, ConsumerGroup],
+    PendingTxnOffsets,
+    int,
+]
+
+
+class GroupMetadataManager(CoordinatorPartitions[Replayed]):
     def __init__(
         self,
         *,
@@ -151,18 +167,15 @@ class GroupMetadataManager:
         append_timeout_ms: int = 5000,
         consumer_group_config: ConsumerGroupConfig | None = None,
     ) -> None:
+        super().__init__(OFFSETS_TOPIC, "groups", clock_ms)
         self.replica_manager = replica_manager
         self.num_partitions = num_partitions
         self.group_config = group_config
         self.consumer_group_config = consumer_group_config or ConsumerGroupConfig()
         self.offsets_retention_ms = offsets_retention_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
-        self.clock_ms = clock_ms
         self.append_timeout_ms = append_timeout_ms
         self.groups: dict[str, Any] = {}
-        self.owned: dict[int, int] = {}  # loaded partition -> leader epoch
-        self.loading: dict[int, int] = {}  # partition being loaded -> leader epoch
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         # Per loaded partition: transactional offset commits waiting for their marker.
         self.pending_txn: dict[int, PendingTxnOffsets] = {}
         # (partition, producer id) -> one [result] cell per transactional commit being
@@ -281,7 +294,7 @@ class GroupMetadataManager:
         if not encoded:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), encoded)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def delete_group_records(self, group: Any, tps: Iterable[TopicPartition]) -> Errors:
         """Tombstones for ``tps``' offsets and for the group itself (whatever its type), as
@@ -295,12 +308,12 @@ class GroupMetadataManager:
         else:
             records.append((group_metadata_key(gid), None))
         err = await self._append(self.partition_for(gid), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     async def store_group(self, group: Any, record: GroupRecord) -> Errors:
         p = self.partition_for(group.group_id)
         err = await self._append(p, [(group_metadata_key(group.group_id), group_metadata_value(record))])
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     def validate_offset_metadata(self, metadata: str | None) -> bool:
         return metadata is None or len(metadata.encode("utf-8")) <= self.offset_metadata_max_bytes
@@ -344,20 +357,22 @@ class GroupMetadataManager:
                 if not cells:
                     del self._txn_appends[(partition, producer_id)]
         if err != Errors.NONE:
-            return _append_error(err, True)
+            return append_error(err, True)
         written = {tp: replace(o, record_offset=base + i) for i, (tp, o) in enumerate(offsets.items())}
-        current: Any = self.groups.get(gid)
-        if current is not group or current.state_name == ClassicGroupState.DEAD.value:
+        if producer_id >= 0:
+            # Pending by group id, as a reload would find them in the log (even if the group
+            # object changed meanwhile).
+            if cell[0] is None:
+                store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
+                for tp, o in written.items():
+                    store.add(producer_id, gid, tp, o)
+            elif cell[0]:
+                # The marker was acknowledged while this append was: its transaction is over.
+                self._commit_txn_offsets({gid: written})
             return Errors.NONE
-        if producer_id < 0:
+        current: Any = self.groups.get(gid)
+        if current is group and current.state_name != ClassicGroupState.DEAD.value:
             current.offsets.update(written)
-        elif cell[0] is None:
-            store = self.pending_txn.setdefault(partition, PendingTxnOffsets())
-            for tp, o in written.items():
-                store.add(producer_id, gid, tp, o)
-        elif cell[0]:
-            # The marker was acknowledged while this append was: its transaction is over.
-            materialise(current.offsets, written)
         return Errors.NONE
 
     # ------------------------------------------------------------------------ transactions
@@ -380,6 +395,13 @@ class GroupMetadataManager:
         store.remove_group(group_id)
         return tps
 
+    def _commit_txn_offsets(self, done: dict[str, dict[TopicPartition, OffsetAndMetadata]]) -> None:
+        for gid, offsets in done.items():
+            g: Any = self.groups.get(gid)
+            if g is None:  # as Kafka's replay: the offsets make a (simple) group
+                g = self.get_or_create_classic_group(gid)
+            materialise(g.offsets, offsets)
+
     def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """ReplicaManager transaction marker listener (called on the event loop once the marker
         is acknowledged): the producer's pending offsets on the partition are committed or
@@ -401,11 +423,7 @@ class GroupMetadataManager:
                 n, producer_id, ", ".join(sorted(done)),
             )
             return
-        for gid, offsets in done.items():
-            g: Any = self.groups.get(gid)
-            if g is None:
-                g = self.get_or_create_classic_group(gid)
-            materialise(g.offsets, offsets)
+        self._commit_txn_offsets(done)
         log.debug(
             "Committed %d transactional offset(s) of producer %d in group(s) %s",
             n, producer_id, ", ".join(sorted(done)),
@@ -425,43 +443,12 @@ class GroupMetadataManager:
         if not records:
             return Errors.NONE
         err = await self._append(self.partition_for(group_id), records)
-        return _append_error(err, False) if err != Errors.NONE else err
+        return append_error(err, False) if err != Errors.NONE else err
 
     # ------------------------------------------------------------------------ immigration/emigration
 
-    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, epoch: int) -> None:
-        """ReplicaManager leadership listener (called on the event loop)."""
-        if topic != OFFSETS_TOPIC:
-            return
-        if is_leader:
-            self.schedule_load(partition, epoch)
-        else:
-            self.unload_partition(partition)
-
-    def schedule_load(self, partition: int, epoch: int) -> None:
-        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
-            return
-        self.unload_partition(partition)
-        self.loading[partition] = epoch
-        task = asyncio.get_running_loop().create_task(
-            self._load(partition, epoch), name=f"load-{OFFSETS_TOPIC}-{partition}"
-        )
-        self._load_tasks[partition] = task
-
-    async def _load(self, partition: int, epoch: int) -> None:
-        started = self.clock_ms()
-        try:
-            offsets, groups, consumer_groups, pending, n = await self._replay(partition)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("Loading %s-%d failed; its groups stay unavailable", OFFSETS_TOPIC, partition)
-            self.loading.pop(partition, None)
-            return
-        finally:
-            self._load_tasks.pop(partition, None)
-        if self.loading.get(partition) != epoch:
-            return  # leadership changed meanwhile
+    def _install(self, partition: int, epoch: int, replayed: Replayed, started_ms: int) -> None:
+        offsets, groups, consumer_groups, pending, n = replayed
         now = self.clock_ms()
         loaded: list[Any] = []
         for gid, cg in consumer_groups.items():
@@ -496,18 +483,10 @@ class GroupMetadataManager:
             OFFSETS_TOPIC, partition, epoch, n, len(loaded),
             f", {len(pending)} offset(s) of {len(pending.by_producer)} open transaction(s)"
             if pending.by_producer else "",
-            self.clock_ms() - started,
+            self.clock_ms() - started_ms,
         )
 
-    async def _replay(
-        self, partition: int
-    ) -> tuple[
-        dict[str, dict[TopicPartition, OffsetAndMetadata]],
-        dict[str, GroupRecord | None],
-        dict[str, ConsumerGroup],
-        PendingTxnOffsets,
-        int,
-    ]:
+    async def _replay(self, partition: int) -> Replayed:
         """Replay the partition's log: offset commits of a transactional batch are pending until
         their producer's COMMIT (then the newer in the log of them and the committed offsets
         win) or ABORT marker follows; those still open at the log end stay pending."""
@@ -520,67 +499,49 @@ class GroupMetadataManager:
         unknown: Counter[int] = Counter()  # key version -> records of group types we lack
         if part is None or part.log is None:
             return offsets, groups, consumer_groups, pending, count
-        lg = part.log
-        pos = lg.log_start_offset
-        while True:
-            # To the log end, not the high watermark (Kafka's loader reads to the log end
-            # too): a follower that has just become leader may know a HW below records the
-            # old leader had acknowledged; its log is the partition's now, and they are in it.
-            end = lg.log_end_offset
-            if pos >= end:
-                break
-            data = lg.read(pos, 4 * 1024 * 1024, isolation_max_offset=end).to_bytes()
-            if not data:
-                break
-            progressed = False
-            for h in iter_batches(data):
-                progressed = True
-                pos = h.next_offset
-                if h.attributes & CONTROL_FLAG_MASK:
-                    self._replay_control(data, h, partition, pending, offsets)
+        async for data, h in read_to_log_end(part.log, 4 * 1024 * 1024):
+            if h.attributes & CONTROL_FLAG_MASK:
+                self._replay_control(data, h, partition, pending, offsets)
+                continue
+            txn_pid = h.producer_id if h.attributes & TRANSACTIONAL_FLAG_MASK else -1
+            for rec in _readable_records(data, h.position, h.size, partition):
+                count += 1
+                if rec.key is None:
                     continue
-                txn_pid = h.producer_id if h.attributes & TRANSACTIONAL_FLAG_MASK else -1
-                for rec in _readable_records(data, h.position, h.size, partition):
-                    count += 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        if is_consumer_group_key(rec.key):
-                            self._replay_consumer_record(
-                                consumer_groups, groups, decode_record(rec.key, rec.value)
-                            )
-                            continue
-                        key = parse_key(rec.key)
-                        if isinstance(key, OffsetKey):
-                            tp = (key.topic, key.partition)
-                            if rec.value is None:
-                                offsets.get(key.group, {}).pop(tp, None)
-                                pending.remove(key.group, tp)
-                            else:
-                                o = parse_offset_value(rec.value)
-                                o.record_offset = rec.offset
-                                if txn_pid >= 0:
-                                    pending.add(txn_pid, key.group, tp, o)
-                                else:
-                                    offsets.setdefault(key.group, {})[tp] = o
-                        elif key is None:
-                            unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
-                        elif isinstance(key, GroupKey):
-                            groups[key.group] = (
-                                None if rec.value is None else parse_group_value(rec.value)
-                            )
-                            if rec.value is not None:
-                                # A classic group took the id over (after its consumer
-                                # group was deleted).
-                                consumer_groups.pop(key.group, None)
-                    except (ValueError, SchemaError) as e:
-                        log.warning(
-                            "Skipping unreadable record at offset %d of %s-%d: %s",
-                            rec.offset, OFFSETS_TOPIC, partition, e,
+                try:
+                    if is_consumer_group_key(rec.key):
+                        self._replay_consumer_record(
+                            consumer_groups, groups, decode_record(rec.key, rec.value)
                         )
-            if not progressed:
-                break
-            await asyncio.sleep(0)
+                        continue
+                    key = parse_key(rec.key)
+                    if isinstance(key, OffsetKey):
+                        tp = (key.topic, key.partition)
+                        if rec.value is None:
+                            offsets.get(key.group, {}).pop(tp, None)
+                            pending.remove(key.group, tp)
+                        else:
+                            o = parse_offset_value(rec.value)
+                            o.record_offset = rec.offset
+                            if txn_pid >= 0:
+                                pending.add(txn_pid, key.group, tp, o)
+                            else:
+                                offsets.setdefault(key.group, {})[tp] = o
+                    elif key is None:
+                        unknown[int.from_bytes(rec.key[:2], "big", signed=True)] += 1
+                    elif isinstance(key, GroupKey):
+                        groups[key.group] = (
+                            None if rec.value is None else parse_group_value(rec.value)
+                        )
+                        if rec.value is not None:
+                            # A classic group took the id over (after its consumer
+                            # group was deleted).
+                            consumer_groups.pop(key.group, None)
+                except (ValueError, SchemaError) as e:
+                    log.warning(
+                        "Skipping unreadable record at offset %d of %s-%d: %s",
+                        rec.offset, OFFSETS_TOPIC, partition, e,
+                    )
         if unknown:
             # Apache Kafka's share groups (key versions 10-15), regex subscriptions (16) and
             # streams groups (17-23): their committed offsets are ordinary offset commits and
@@ -636,10 +597,7 @@ class GroupMetadataManager:
         g.replay(rec.name, rec.key, rec.value)
 
     def unload_partition(self, partition: int) -> None:
-        task = self._load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        self.loading.pop(partition, None)
+        self._stop_loading(partition)
         self.pending_txn.pop(partition, None)
         was_owned = self.owned.pop(partition, None) is not None
         gids = [g for g in self.groups if self.partition_for(g) == partition]
@@ -652,11 +610,6 @@ class GroupMetadataManager:
                 "Unloaded %d group(s) of %s-%d: this node no longer leads it",
                 len(gids), OFFSETS_TOPIC, partition,
             )
-
-    def shutdown(self) -> None:
-        for t in self._load_tasks.values():
-            t.cancel()
-        self._load_tasks.clear()
 
     # ------------------------------------------------------------------------ expiry
 

@@ -12,15 +12,27 @@ decides when an empty group dies.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState
 from odradek.coordinator.group.consumer_group import ConsumerGroup
-from odradek.coordinator.group.group_metadata_manager import GroupMetadataManager, TopicPartition
+from odradek.coordinator.group.group_metadata_manager import (
+    OFFSETS_TOPIC,
+    GroupMetadataManager,
+    TopicPartition,
+    append_error,
+)
 from odradek.coordinator.group.records import OffsetAndMetadata
 from odradek.protocol.errors import Errors
+
+# (transactional id, producer id, producer epoch, partitions) -> the partitions that failed
+# verification, with their error (KIP-890: the transaction coordinator confirms that the
+# partition was added to the producer's ongoing transaction).
+TxnVerifier = Callable[
+    [str, int, int, list[TopicPartition]], Awaitable[dict[TopicPartition, tuple[Errors, str | None]]]
+]
 
 
 @dataclass
@@ -48,6 +60,9 @@ class OffsetMetadataManager:
         self.partition_exists = partition_exists
         self.clock_ms = clock_ms
         self.on_member_heartbeat = on_member_heartbeat
+        # Set by the broker when transaction.partition.verification is available; None: the
+        # offsets partition of a TxnOffsetCommit is not verified.
+        self.txn_verifier: TxnVerifier | None = None
 
     async def commit_offsets(
         self,
@@ -99,6 +114,7 @@ class OffsetMetadataManager:
     async def commit_txn_offsets(
         self,
         group_id: str,
+        transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         member_id: str,
@@ -115,6 +131,13 @@ class OffsetMetadataManager:
         def all_with(e: Errors) -> dict[TopicPartition, Errors]:
             return {tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else e for tp in offsets}
 
+        if self.txn_verifier is not None:
+            # As Kafka, before the group is looked at: the offsets partition must be in the
+            # producer's transaction (AddOffsetsToTxn).
+            offsets_tp = (OFFSETS_TOPIC, self.groups.partition_for(group_id))
+            failed = await self.txn_verifier(transactional_id, producer_id, producer_epoch, [offsets_tp])
+            if offsets_tp in failed:
+                return all_with(append_error(failed[offsets_tp][0], True))
         now = self.clock_ms()
         g = self.groups.get_group(group_id)
         if g is None:

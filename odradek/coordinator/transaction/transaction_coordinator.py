@@ -12,9 +12,13 @@ their timeout are aborted with the producer epoch bumped (the producer that owne
 and transactional ids idle for ``transactional.id.expiration.ms`` are removed (a tombstone).
 Time comes from the injected clock.
 
-Transactions version 2 (KIP-890 part 2: an epoch bump at every EndTxn, EndTxn v5) is not served
-yet: EndTxn is advertised up to v4. The transit metadata and the log value (version 1 with its
-tagged fields can be read) leave room for it.
+Transactions version 2 (KIP-890 part 2), per transaction as Kafka chooses it: partitions added
+by a broker on a producer's first produce (AddPartitionsToTxn v5 without verify_only) and EndTxn
+v5 while ``transaction.version`` 2 is finalized make it a version-2 transaction: EndTxn bumps the
+producer epoch (the markers carry the bumped one) and answers the new producer id/epoch; an
+exhausted epoch moves the transactional id to a new producer id once the transaction is
+complete; a retried EndTxn with the epoch before the bump is recognised. Everything else is
+transactions version 1, unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -34,6 +37,7 @@ from odradek.coordinator.transaction.transaction_marker_channel_manager import (
 )
 from odradek.coordinator.transaction.transaction_metadata import (
     COMPLETED_STATES,
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     IllegalTransitionError,
@@ -95,6 +99,14 @@ class TransactionConfig:
 
 
 class InitResult(NamedTuple):
+    error: Errors
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class EndTxnResult(NamedTuple):
+    """EndTxn's answer; the producer id/epoch (EndTxn v5) the producer continues with."""
+
     error: Errors
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -245,25 +257,33 @@ class TransactionCoordinator:
 
     # ------------------------------------------------------------------------ AddPartitionsToTxn
 
-    def _check_producer(
-        self, meta: TransactionMetadata | None, producer_id: int, producer_epoch: int
-    ) -> Errors:
-        if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != producer_epoch:
-            return Errors.PRODUCER_FENCED
-        return Errors.NONE
-
-    async def handle_add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set[TopicPartition]
-    ) -> Errors:
-        """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions."""
+    def _producers_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[Errors, int, TransactionMetadata | None]:
+        """(error, coordinator epoch, metadata) of the transactional id, the error NONE only if
+        the producer (id and epoch) is its current one."""
         if not transactional_id:
-            return Errors.INVALID_REQUEST
+            return Errors.INVALID_REQUEST, -1, None
         err, cepoch, meta = self.state.get(transactional_id)
         if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
+            return err, cepoch, meta
+        if meta is None or meta.producer_id != producer_id:
+            return Errors.INVALID_PRODUCER_ID_MAPPING, cepoch, meta
+        if meta.producer_epoch != producer_epoch:
+            return Errors.PRODUCER_FENCED, cepoch, meta
+        return Errors.NONE, cepoch, meta
+
+    async def handle_add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: set[TopicPartition],
+        client_transaction_version: int = 0,
+    ) -> Errors:
+        """AddPartitionsToTxn (and AddOffsetsToTxn): one error for all the partitions.
+        ``client_transaction_version`` 2: added by a broker for a transactions-version-2 producer."""
+        err, cepoch, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err != Errors.NONE:
             return err
         assert meta is not None
@@ -271,7 +291,7 @@ class TransactionCoordinator:
             return Errors.CONCURRENT_TRANSACTIONS
         if meta.state == S.ONGOING and partitions <= meta.topic_partitions:
             return Errors.NONE
-        transit = meta.prepare_add_partitions(partitions, self.clock_ms())
+        transit = meta.prepare_add_partitions(partitions, self.clock_ms(), client_transaction_version)
         return await self.state.append(meta, cepoch, transit)
 
     def handle_verify_partitions(
@@ -285,11 +305,7 @@ class TransactionCoordinator:
         """KIP-890 verification (AddPartitionsToTxn v4+ with verify_only, sent by brokers):
         whether each partition is part of the ongoing transaction. A partition that is not gets
         TRANSACTION_ABORTABLE (INVALID_TXN_STATE for a request older than v5)."""
-        if not transactional_id:
-            return dict.fromkeys(partitions, Errors.INVALID_REQUEST)
-        err, _, meta = self.state.get(transactional_id)
-        if err == Errors.NONE:
-            err = self._check_producer(meta, producer_id, producer_epoch)
+        err, _, meta = self._producers_txn(transactional_id, producer_id, producer_epoch)
         if err == Errors.NONE and meta is not None and meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             err = Errors.CONCURRENT_TRANSACTIONS
         if err != Errors.NONE or meta is None:
@@ -300,35 +316,88 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------ EndTxn
 
     async def handle_end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> Errors:
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        client_transaction_version: int = 0,
+    ) -> EndTxnResult:
+        """EndTxn; ``client_transaction_version`` 2 (EndTxn v5 with transaction.version 2
+        finalized) bumps the epoch of an ongoing transaction, as Kafka's endTransaction."""
         if not transactional_id:
-            return Errors.INVALID_REQUEST
-        err, cepoch, meta = self.state.get(transactional_id)
-        if err != Errors.NONE:
-            return err
-        err = self._check_producer(meta, producer_id, producer_epoch)
-        if err != Errors.NONE:
-            return err
-        assert meta is not None
+            return EndTxnResult(Errors.INVALID_REQUEST)
+        tv2 = client_transaction_version >= 2
+        next_pid = NO_PRODUCER_ID
+        for _ in range(2):  # a new producer id is fetched (await) at most once
+            err, cepoch, meta = self.state.get(transactional_id)
+            if err != Errors.NONE:
+                return EndTxnResult(err)
+            if meta is None:
+                return EndTxnResult(Errors.INVALID_PRODUCER_ID_MAPPING)
+            err = self._check_end_txn(meta, producer_id, producer_epoch)
+            if err != Errors.NONE:
+                return EndTxnResult(err)
+            state = meta.state
+            if state == S.ONGOING:
+                if tv2 and meta.is_producer_epoch_exhausted and next_pid == NO_PRODUCER_ID:
+                    try:
+                        next_pid = await self.producer_ids.generate_producer_id()
+                    except KafkaError as e:
+                        return EndTxnResult(e.code)
+                    continue  # the state may have moved meanwhile: check again
+                transit = meta.prepare_abort_or_commit(
+                    commit, self.clock_ms(), client_transaction_version, next_pid
+                )
+                err = await self._write_prepare(meta, cepoch, transit, commit)
+                if err != Errors.NONE:
+                    return EndTxnResult(err)
+                if transit.next_producer_id >= 0:
+                    log.info(
+                        "Transactional id %s: epoch of producer id %d exhausted; it continues as "
+                        "producer id %d", transactional_id, transit.producer_id, transit.next_producer_id,
+                    )
+                    return EndTxnResult(Errors.NONE, transit.next_producer_id, 0)
+                return EndTxnResult(Errors.NONE, transit.producer_id, transit.producer_epoch)
+            # A retried EndTxn: already done (or being done) the same way is fine.
+            if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
+                return EndTxnResult(Errors.NONE, meta.producer_id, meta.producer_epoch)
+            if state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
+                return EndTxnResult(Errors.CONCURRENT_TRANSACTIONS)
+            log.info(
+                "Transactional id %s: %s requested in state %s (producer id %d, epoch %d): "
+                "INVALID_TXN_STATE", transactional_id, "commit" if commit else "abort",
+                state.state_name, producer_id, producer_epoch,
+            )
+            return EndTxnResult(Errors.INVALID_TXN_STATE)
+        return EndTxnResult(Errors.CONCURRENT_TRANSACTIONS)
+
+    @staticmethod
+    def _check_end_txn(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> Errors:
+        """Kafka's checks of an EndTxn against the state: with a transactions-version-2
+        transaction the same epoch means the next EndTxn, and the epoch before the bump (or,
+        after an overflow, the previous producer id at the last epoch) a retry of the last one."""
+        v2 = meta.supports_epoch_bump
+        retry_on_overflow = (
+            v2 and meta.last_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
+            and meta.producer_epoch == 0
+        )
+        retry_on_bump = v2 and meta.producer_epoch == producer_epoch + 1
+        if not v2:
+            valid = producer_epoch == meta.producer_epoch
+        elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            valid = retry_on_bump
+        elif meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow
+        else:
+            valid = producer_epoch == meta.producer_epoch
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return Errors.INVALID_PRODUCER_ID_MAPPING
+        if not valid:
+            return Errors.PRODUCER_FENCED
         if meta.pending_transition_in_progress:
             return Errors.CONCURRENT_TRANSACTIONS
-        state = meta.state
-        if state == S.ONGOING:
-            return await self._write_prepare(
-                meta, cepoch, meta.prepare_abort_or_commit(commit, self.clock_ms()), commit
-            )
-        # A retried EndTxn: already done (or being done) the same way is fine.
-        if state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT):
-            return Errors.NONE
-        if state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
-            return Errors.CONCURRENT_TRANSACTIONS
-        log.info(
-            "Transactional id %s: %s requested in state %s (producer id %d, epoch %d): "
-            "INVALID_TXN_STATE", transactional_id, "commit" if commit else "abort",
-            state.state_name, producer_id, producer_epoch,
-        )
-        return Errors.INVALID_TXN_STATE
+        return Errors.NONE
 
     async def _write_prepare(
         self, meta: TransactionMetadata, cepoch: int, transit: TxnTransitMetadata, commit: bool
@@ -362,6 +431,7 @@ class TransactionCoordinator:
         coordinates the transaction with the same epoch."""
         meta, tid = pc.meta, pc.meta.transactional_id
         transit: TxnTransitMetadata = pc.transit
+        backoff_ms = self.config.retry_backoff_ms
         while True:
             if self.state.txns.get(tid) is not meta or self.state.coordinator_epoch(tid) != pc.coordinator_epoch:
                 return
@@ -376,7 +446,8 @@ class TransactionCoordinator:
                 return
             if err == Errors.NOT_COORDINATOR:
                 return
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000.0)
+            await asyncio.sleep(backoff_ms / 1000.0)
+            backoff_ms = min(backoff_ms * 2, 5000)
 
     def _on_loaded(self, partition: int, cepoch: int, metas: list[TransactionMetadata]) -> None:
         """A loaded partition: transactions found prepared get their markers sent again."""
@@ -438,7 +509,7 @@ class TransactionCoordinator:
             "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
             "producer_id": -1, "producer_epoch": -1, "topics": [],
         }
-        err, _, meta = self.state.get(transactional_id) if transactional_id else (Errors.TRANSACTIONAL_ID_NOT_FOUND, -1, None)
+        err, _, meta = self.state.get(transactional_id) if transactional_id else (Errors.INVALID_REQUEST, -1, None)
         if err == Errors.NONE and (meta is None or meta.state == S.DEAD):
             err = Errors.TRANSACTIONAL_ID_NOT_FOUND
         if err != Errors.NONE or meta is None:
@@ -486,115 +557,3 @@ class TransactionCoordinator:
             out.append(meta)
         return Errors.NONE, unknown, out
 
-
-# ---------------------------------------------------------------------------------------------
-# The topic and the lookup (FindCoordinator key type 1)
-
-
-class TransactionTopicManager:
-    """Creates ``__transaction_state`` on the first lookup and answers where a transactional id's
-    coordinator is (the leader of its partition)."""
-
-    def __init__(
-        self,
-        *,
-        node_id: int,
-        config: TransactionConfig,
-        kafka_config: Any,
-        state_manager: TransactionStateManager,
-        metadata_cache: Any,
-        replica_manager: Any,
-        create_topic: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None,
-    ) -> None:
-        self.node_id = node_id
-        self.config = config
-        self.kafka_config = kafka_config
-        self.state = state_manager
-        self.metadata_cache = metadata_cache
-        self.replica_manager = replica_manager
-        self.create_topic = create_topic
-        self._topic_id: uuid.UUID | None = None
-        self._create_task: asyncio.Task[None] | None = None
-        self._rf_warned = False
-
-    def topic_exists(self) -> bool:
-        topic_id = self.metadata_cache.get_topic_id(TRANSACTION_STATE_TOPIC)
-        if topic_id is None:
-            return False
-        count = self.metadata_cache.num_partitions(TRANSACTION_STATE_TOPIC) or 0
-        if topic_id != self._topic_id and count:
-            self._topic_id = topic_id
-            if count != self.state.num_partitions:
-                log.warning(
-                    "%s has %d partition(s), not transaction.state.log.num.partitions=%d: "
-                    "transactional ids are spread over the %d it has",
-                    TRANSACTION_STATE_TOPIC, count, self.config.num_partitions, count,
-                )
-                self.state.num_partitions = count
-        return True
-
-    def replication_factor(self) -> int:
-        """As the group coordinator's offsets topic: a single-node cluster gets 1."""
-        rf = self.config.replication_factor
-        cfg = self.kafka_config
-        voters = cfg.controller_quorum_voters if cfg is not None else []
-        single = (
-            cfg is not None and "controller" in cfg.process_roles and len(voters) == 1
-            and voters[0].node_id == self.node_id
-            and set(self.metadata_cache.image.cluster.brokers) <= {self.node_id}
-        )
-        return 1 if single else max(1, rf)
-
-    def ensure_topic(self) -> None:
-        if self.topic_exists() or self.create_topic is None:
-            return
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        assert self.create_topic is not None
-        cfg = self.config
-        rf = self.replication_factor()
-        topic = {
-            "name": TRANSACTION_STATE_TOPIC,
-            "num_partitions": cfg.num_partitions,
-            "replication_factor": rf,
-            "configs": [
-                {"name": "cleanup.policy", "value": "compact"},
-                {"name": "min.insync.replicas", "value": str(min(cfg.min_isr, rf))},
-                {"name": "segment.bytes", "value": str(cfg.segment_bytes)},
-                {"name": "unclean.leader.election.enable", "value": "false"},
-                {"name": "compression.type", "value": "uncompressed"},
-            ],
-        }
-        try:
-            r = await self.create_topic(topic)
-        except Exception as e:
-            log.debug("Creating %s failed: %s", TRANSACTION_STATE_TOPIC, e)
-            return
-        error = Errors(r["error_code"])
-        if error == Errors.INVALID_REPLICATION_FACTOR:
-            level = logging.DEBUG if self._rf_warned else logging.WARNING
-            self._rf_warned = True
-            log.log(level, "Creating %s failed: %s; FindCoordinator answers COORDINATOR_NOT_AVAILABLE "
-                    "until %d brokers are up (transaction.state.log.replication.factor=%d)",
-                    TRANSACTION_STATE_TOPIC, r.get("error_message") or error.name, rf, cfg.replication_factor)
-        elif error not in (Errors.NONE, Errors.TOPIC_ALREADY_EXISTS):
-            log.warning("Creating %s failed: %s %s", TRANSACTION_STATE_TOPIC, error.name,
-                        r.get("error_message") or "")
-
-    def coordinator_for(self, transactional_id: str, listener: str) -> tuple[Errors, int, str, int]:
-        if not self.topic_exists():
-            self.ensure_topic()
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        partition = self.state.partition_for(transactional_id)
-        reg = self.metadata_cache.get_partition_info(TRANSACTION_STATE_TOPIC, partition)
-        if reg is None or reg.leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        if reg.leader == self.node_id and self.replica_manager.is_loading((TRANSACTION_STATE_TOPIC, partition)):
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        node = self.metadata_cache.get_alive_broker_node(reg.leader, listener)
-        if node is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return Errors.NONE, node.id, node.host, node.port

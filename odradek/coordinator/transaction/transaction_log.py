@@ -1,9 +1,9 @@
 """The records of ``__transaction_state`` (Kafka's ``TransactionLog``), byte-compatible with Kafka.
 
 Key: int16 version (0) + ``TransactionLogKey`` (the transactional id). Value: int16 version +
-``TransactionLogValue`` (version 0, non-flexible, as Kafka writes under transactions version 0/1;
-version 1 is flexible with the tagged PreviousProducerId/NextProducerId/ClientTransactionVersion
-of KIP-890 and is read too). A transactional id that died is a tombstone (value None).
+``TransactionLogValue`` (version 0, non-flexible, as Kafka writes at transaction.version 0; version 1,
+flexible with the tagged PreviousProducerId/NextProducerId/ClientTransactionVersion of KIP-890,
+from transaction.version 1: :func:`value_version_for`). A transactional id that died is a tombstone (value None).
 
 The partitions of a transaction are written grouped by topic, sorted; an Empty transactional id
 writes a null partition list, as Kafka does.
@@ -49,7 +49,13 @@ VALUE_SCHEMA = Schema(
     ],
 )
 KEY_VERSION = 0
-VALUE_VERSION = 0  # transactions version 1: what Kafka writes without KIP-890 part 2
+VALUE_VERSION = 0  # what Kafka writes at transaction.version 0
+
+
+def value_version_for(transaction_version: int) -> int:
+    """The value version Kafka writes at a finalized ``transaction.version`` (its
+    ``TransactionVersion.transactionLogValueVersion``): flexible version 1 from level 1."""
+    return 1 if transaction_version >= 1 else 0
 
 _I16 = struct.Struct(">h")
 
@@ -83,14 +89,14 @@ def value_to_bytes(t: TxnTransitMetadata, version: int = VALUE_VERSION) -> bytes
     body = {
         "producer_id": t.producer_id,
         "previous_producer_id": t.last_producer_id,
-        "next_producer_id": NO_PRODUCER_ID,
+        "next_producer_id": t.next_producer_id,
         "producer_epoch": t.producer_epoch,
         "transaction_timeout_ms": t.txn_timeout_ms,
         "transaction_status": int(t.state),
         "transaction_partitions": partitions,
         "transaction_last_update_timestamp_ms": t.txn_last_update_timestamp,
         "transaction_start_timestamp_ms": t.txn_start_timestamp,
-        "client_transaction_version": 0,
+        "client_transaction_version": t.client_transaction_version,
     }
     return _I16.pack(version) + VALUE_SCHEMA.encode(version, body)
 
@@ -133,6 +139,8 @@ def read_value(data: bytes | bytearray | memoryview) -> TransactionLogValue:
         topic_partitions=parts,
         txn_start_timestamp=v["transaction_start_timestamp_ms"],
         txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"],
+        next_producer_id=v.get("next_producer_id", NO_PRODUCER_ID),
+        client_transaction_version=v.get("client_transaction_version", 0),
     )
     return TransactionLogValue(
         meta, v.get("next_producer_id", NO_PRODUCER_ID), v.get("client_transaction_version", 0)

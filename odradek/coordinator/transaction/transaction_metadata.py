@@ -103,6 +103,14 @@ class TxnTransitMetadata:
     topic_partitions: frozenset[TopicPartition]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    # Transactions version 2 (KIP-890 part 2): the producer id the transaction moves to once
+    # complete when its epoch overflowed, and the transactions version of the client.
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
+
+    @property
+    def supports_epoch_bump(self) -> bool:
+        return self.client_transaction_version >= 2
 
 
 @dataclass
@@ -118,12 +126,19 @@ class TransactionMetadata:
     txn_start_timestamp: int = -1
     txn_last_update_timestamp: int = -1
     pending_state: TransactionState | None = None
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
     # ------------------------------------------------------------------------ queries
 
     @property
     def pending_transition_in_progress(self) -> bool:
         return self.pending_state is not None
+
+    @property
+    def supports_epoch_bump(self) -> bool:
+        """Whether the current transaction (its last transition) is a transactions-version-2 one."""
+        return self.client_transaction_version >= 2
 
     @property
     def is_producer_epoch_exhausted(self) -> bool:
@@ -134,6 +149,7 @@ class TransactionMetadata:
             self.producer_id, self.last_producer_id, self.producer_epoch, self.last_producer_epoch,
             self.txn_timeout_ms, self.state, frozenset(self.topic_partitions),
             self.txn_start_timestamp, self.txn_last_update_timestamp,
+            self.next_producer_id, self.client_transaction_version,
         )
 
     @classmethod
@@ -142,6 +158,8 @@ class TransactionMetadata:
             transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
             t.last_producer_epoch, t.txn_timeout_ms, t.state, set(t.topic_partitions),
             t.txn_start_timestamp, t.txn_last_update_timestamp,
+            next_producer_id=t.next_producer_id,
+            client_transaction_version=t.client_transaction_version,
         )
 
     # ------------------------------------------------------------------------ prepare
@@ -157,6 +175,8 @@ class TransactionMetadata:
         txn_timeout_ms: int | None = None,
         topic_partitions: frozenset[TopicPartition] | None = None,
         txn_start_timestamp: int | None = None,
+        next_producer_id: int = NO_PRODUCER_ID,
+        client_transaction_version: int = 0,
         now_ms: int,
     ) -> TxnTransitMetadata:
         if self.pending_state is not None:
@@ -187,6 +207,8 @@ class TransactionMetadata:
                 self.txn_start_timestamp if txn_start_timestamp is None else txn_start_timestamp
             ),
             txn_last_update_timestamp=now_ms,
+            next_producer_id=next_producer_id,
+            client_transaction_version=client_transaction_version,
         )
         self.pending_state = state
         return t
@@ -232,16 +254,47 @@ class TransactionMetadata:
         )
 
     def prepare_add_partitions(
-        self, partitions: set[TopicPartition], now_ms: int
+        self, partitions: set[TopicPartition], now_ms: int, client_transaction_version: int = 0
     ) -> TxnTransitMetadata:
+        """Ongoing with ``partitions`` added; ``client_transaction_version`` 2 when a broker adds
+        them on a transactions-version-2 producer's first produce."""
         start = now_ms if self.state in COMPLETED_STATES else self.txn_start_timestamp
+        if self.state == S.ONGOING:
+            # The transaction keeps the version it started with.
+            client_transaction_version = max(client_transaction_version, self.client_transaction_version)
         return self._prepare(
             S.ONGOING, topic_partitions=frozenset(self.topic_partitions | partitions),
-            txn_start_timestamp=start, now_ms=now_ms,
+            txn_start_timestamp=start, client_transaction_version=client_transaction_version,
+            now_ms=now_ms,
         )
 
-    def prepare_abort_or_commit(self, commit: bool, now_ms: int) -> TxnTransitMetadata:
-        return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms=now_ms)
+    def prepare_abort_or_commit(
+        self,
+        commit: bool,
+        now_ms: int,
+        client_transaction_version: int = 0,
+        next_producer_id: int = NO_PRODUCER_ID,
+    ) -> TxnTransitMetadata:
+        """PrepareCommit/PrepareAbort. Transactions version 2 bumps the epoch (the markers carry
+        the bumped one) and, when the epoch is exhausted, names the producer id the transaction
+        moves to once complete (``next_producer_id``)."""
+        state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        if client_transaction_version >= 2:
+            if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+                raise IllegalTransitionError(
+                    f"transactional id {self.transactional_id}: cannot bump the epoch {self.producer_epoch}"
+                )
+            if self.is_producer_epoch_exhausted and next_producer_id < 0:
+                raise IllegalTransitionError(
+                    f"transactional id {self.transactional_id}: epoch {self.producer_epoch} is "
+                    "exhausted and no next producer id was given"
+                )
+            return self._prepare(
+                state, producer_epoch=self.producer_epoch + 1, last_producer_epoch=self.producer_epoch,
+                next_producer_id=next_producer_id if self.is_producer_epoch_exhausted else NO_PRODUCER_ID,
+                client_transaction_version=client_transaction_version, now_ms=now_ms,
+            )
+        return self._prepare(state, client_transaction_version=client_transaction_version, now_ms=now_ms)
 
     def prepare_fence_producer_epoch_abort(self, now_ms: int) -> TxnTransitMetadata:
         """An Ongoing transaction aborted by the coordinator (timed out, or its transactional id
@@ -254,6 +307,8 @@ class TransactionMetadata:
         # The epoch is never exhausted while Ongoing (InitProducerId rotated the id first), but
         # a fence at the very last epoch keeps it rather than overflow.
         epoch = self.producer_epoch if self.producer_epoch >= MAX_PRODUCER_EPOCH else self.producer_epoch + 1
+        # Recorded as transactions version 0 (Kafka's epoch fence): a retried EndTxn of the fenced
+        # producer must not pass for a transactions-version-2 retry of this abort.
         return self._prepare(
             S.PREPARE_ABORT, producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH, now_ms=now_ms
         )
@@ -267,7 +322,15 @@ class TransactionMetadata:
             raise IllegalTransitionError(
                 f"transactional id {self.transactional_id}: completing in state {self.state.state_name}"
             )
-        return self._prepare(state, now_ms=now_ms)
+        tv = self.client_transaction_version
+        if tv >= 2 and self.next_producer_id >= 0:
+            # The epoch overflowed: the transactional id moves to the next producer id, epoch 0.
+            return self._prepare(
+                state, producer_id=self.next_producer_id, last_producer_id=self.producer_id,
+                producer_epoch=0, last_producer_epoch=self.producer_epoch,
+                client_transaction_version=tv, now_ms=now_ms,
+            )
+        return self._prepare(state, client_transaction_version=tv, now_ms=now_ms)
 
     def prepare_dead(self, now_ms: int) -> TxnTransitMetadata:
         return self._prepare(S.DEAD, now_ms=now_ms)
@@ -295,6 +358,8 @@ class TransactionMetadata:
         self.topic_partitions = set(t.topic_partitions)
         self.txn_start_timestamp = t.txn_start_timestamp
         self.txn_last_update_timestamp = t.txn_last_update_timestamp
+        self.next_producer_id = t.next_producer_id
+        self.client_transaction_version = t.client_transaction_version
         self.pending_state = None
 
     def abort_transition(self) -> None:

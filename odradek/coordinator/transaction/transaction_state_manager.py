@@ -23,14 +23,17 @@ from typing import Any
 
 from odradek.coordinator.group.group_metadata_manager import (
     ReplicaManagerLike,
+    java_abs,
     java_string_hashcode,
 )
+from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
 from odradek.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
     key_to_bytes,
     read_key,
     read_value,
     value_to_bytes,
+    value_version_for,
 )
 from odradek.coordinator.transaction.transaction_metadata import (
     COMPLETED_STATES,
@@ -40,7 +43,7 @@ from odradek.coordinator.transaction.transaction_metadata import (
 )
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
-from odradek.records.batch import CONTROL_FLAG_MASK, iter_batches
+from odradek.records.batch import CONTROL_FLAG_MASK
 from odradek.records.builder import build_batch
 from odradek.records.errors import RecordError
 from odradek.records.records import iter_batch_records
@@ -49,7 +52,8 @@ log = logging.getLogger(__name__)
 
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
-    return (java_string_hashcode(transactional_id) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``, as for groups."""
+    return java_abs(java_string_hashcode(transactional_id)) % num_partitions
 
 
 def append_error(code: Errors) -> Errors:
@@ -68,7 +72,7 @@ def append_error(code: Errors) -> Errors:
     return code
 
 
-class TransactionStateManager:
+class TransactionStateManager(CoordinatorPartitions[tuple[dict[str, TxnTransitMetadata], int]]):
     def __init__(
         self,
         *,
@@ -77,16 +81,16 @@ class TransactionStateManager:
         clock_ms: Callable[[], int],
         append_timeout_ms: int = 30000,
         load_buffer_size: int = 5 * 1024 * 1024,
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
+        super().__init__(TRANSACTION_STATE_TOPIC, "transactional ids", clock_ms)
         self.replica_manager = replica_manager
+        # The finalized transaction.version (the log value version follows it, as Kafka's).
+        self.transaction_version = transaction_version
         self.num_partitions = num_partitions
-        self.clock_ms = clock_ms
         self.append_timeout_ms = append_timeout_ms
         self.load_buffer_size = max(load_buffer_size, 64 * 1024)
         self.txns: dict[str, TransactionMetadata] = {}
-        self.owned: dict[int, int] = {}  # loaded partition -> coordinator (leader) epoch
-        self.loading: dict[int, int] = {}
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         # Set by the coordinator.
         self.on_loaded: Callable[[int, int, list[TransactionMetadata]], None] = lambda p, e, t: None
         self.on_unloaded: Callable[[int], None] = lambda p: None
@@ -133,7 +137,11 @@ class TransactionStateManager:
         the pending transition is dropped. Returns the error for the client."""
         tid = meta.transactional_id
         p = self.partition_for(tid)
-        value = None if transit.state == TransactionState.DEAD else value_to_bytes(transit)
+        value = (
+            None
+            if transit.state == TransactionState.DEAD
+            else value_to_bytes(transit, value_version_for(self.transaction_version()))
+        )
         batch = bytearray(build_batch([(key_to_bytes(tid), value, [], self.clock_ms())]))
         try:
             result = self.replica_manager.append_records(
@@ -168,39 +176,10 @@ class TransactionStateManager:
 
     # ------------------------------------------------------------------------ immigration/emigration
 
-    def on_leadership_change(self, topic: str, partition: int, is_leader: bool, epoch: int) -> None:
-        """ReplicaManager leadership listener (called on the event loop)."""
-        if topic != TRANSACTION_STATE_TOPIC:
-            return
-        if is_leader:
-            self.schedule_load(partition, epoch)
-        else:
-            self.unload_partition(partition)
-
-    def schedule_load(self, partition: int, epoch: int) -> None:
-        if self.owned.get(partition) == epoch or self.loading.get(partition) == epoch:
-            return
-        self.unload_partition(partition)
-        self.loading[partition] = epoch
-        self._load_tasks[partition] = asyncio.get_running_loop().create_task(
-            self._load(partition, epoch), name=f"load-{TRANSACTION_STATE_TOPIC}-{partition}"
-        )
-
-    async def _load(self, partition: int, epoch: int) -> None:
-        started = self.clock_ms()
-        try:
-            loaded, n = await self._replay(partition)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("Loading %s-%d failed; its transactional ids stay unavailable",
-                          TRANSACTION_STATE_TOPIC, partition)
-            self.loading.pop(partition, None)
-            return
-        finally:
-            self._load_tasks.pop(partition, None)
-        if self.loading.get(partition) != epoch:
-            return
+    def _install(
+        self, partition: int, epoch: int, replayed: tuple[dict[str, TxnTransitMetadata], int], started_ms: int
+    ) -> None:
+        loaded, n = replayed
         metas = []
         for tid, transit in loaded.items():
             meta = TransactionMetadata.from_transit(tid, transit)
@@ -214,7 +193,7 @@ class TransactionStateManager:
             "Loaded %s-%d (coordinator epoch %d): %d record(s), %d transactional id(s), %d "
             "transaction(s) not complete, in %d ms",
             TRANSACTION_STATE_TOPIC, partition, epoch, n, len(metas), pending,
-            self.clock_ms() - started,
+            self.clock_ms() - started_ms,
         )
         self.on_loaded(partition, epoch, metas)
 
@@ -224,50 +203,32 @@ class TransactionStateManager:
         count = 0
         if part is None or part.log is None:
             return out, count
-        lg = part.log
-        pos = lg.log_start_offset
-        while True:
-            end = lg.log_end_offset  # to the log end, as Kafka's loader (see the group loader)
-            if pos >= end:
-                break
-            data = lg.read(pos, self.load_buffer_size, isolation_max_offset=end).to_bytes()
-            if not data:
-                break
-            progressed = False
-            for h in iter_batches(data):
-                progressed = True
-                pos = h.next_offset
-                if h.attributes & CONTROL_FLAG_MASK:
+        async for data, h in read_to_log_end(part.log, self.load_buffer_size):
+            if h.attributes & CONTROL_FLAG_MASK:
+                continue
+            try:
+                records = list(iter_batch_records(memoryview(data)[h.position : h.position + h.size]))
+            except RecordError as e:
+                log.warning("Skipping unreadable batch of %s-%d at offset %d: %s",
+                            TRANSACTION_STATE_TOPIC, partition, h.base_offset, e)
+                continue
+            for rec in records:
+                count += 1
+                if rec.key is None:
                     continue
                 try:
-                    records = list(iter_batch_records(memoryview(data)[h.position : h.position + h.size]))
-                except RecordError as e:
-                    log.warning("Skipping unreadable batch of %s-%d at offset %d: %s",
-                                TRANSACTION_STATE_TOPIC, partition, h.base_offset, e)
-                    continue
-                for rec in records:
-                    count += 1
-                    if rec.key is None:
-                        continue
-                    try:
-                        tid = read_key(rec.key)
-                        if rec.value is None:
-                            out.pop(tid, None)
-                        else:
-                            out[tid] = read_value(rec.value).metadata
-                    except (SchemaError, ValueError) as e:
-                        log.warning("Skipping unreadable record at offset %d of %s-%d: %s",
-                                    rec.offset, TRANSACTION_STATE_TOPIC, partition, e)
-            if not progressed:
-                break
-            await asyncio.sleep(0)
+                    tid = read_key(rec.key)
+                    if rec.value is None:
+                        out.pop(tid, None)
+                    else:
+                        out[tid] = read_value(rec.value).metadata
+                except (SchemaError, ValueError) as e:
+                    log.warning("Skipping unreadable record at offset %d of %s-%d: %s",
+                                rec.offset, TRANSACTION_STATE_TOPIC, partition, e)
         return out, count
 
     def unload_partition(self, partition: int) -> None:
-        task = self._load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        self.loading.pop(partition, None)
+        self._stop_loading(partition)
         was_owned = self.owned.pop(partition, None) is not None
         tids = [t for t in self.txns if self.partition_for(t) == partition]
         for tid in tids:
@@ -279,11 +240,6 @@ class TransactionStateManager:
                 len(tids), TRANSACTION_STATE_TOPIC, partition,
             )
             self.on_unloaded(partition)
-
-    def shutdown(self) -> None:
-        for t in self._load_tasks.values():
-            t.cancel()
-        self._load_tasks.clear()
 
     # ------------------------------------------------------------------------ queries for the coordinator
 

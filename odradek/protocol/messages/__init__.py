@@ -58,7 +58,8 @@ DELETE_GROUPS = g.DELETE_GROUPS
 OFFSET_DELETE = g.OFFSET_DELETE
 CONSUMER_GROUP_HEARTBEAT = g.CONSUMER_GROUP_HEARTBEAT
 CONSUMER_GROUP_DESCRIBE = g.CONSUMER_GROUP_DESCRIBE
-TXN_OFFSET_COMMIT = g.TXN_OFFSET_COMMIT  # every version: KIP-896 removed none
+# Every version (KIP-896 removed none), and v5 (KIP-890 part 2, the same as v4 on the wire).
+TXN_OFFSET_COMMIT = g.TXN_OFFSET_COMMIT
 # Forwarded to the controller, as a Kafka broker does (odradek.controller.replication_ops)
 ELECT_LEADERS = g.ELECT_LEADERS
 ALTER_PARTITION_REASSIGNMENTS = g.ALTER_PARTITION_REASSIGNMENTS
@@ -66,11 +67,12 @@ LIST_PARTITION_REASSIGNMENTS = g.LIST_PARTITION_REASSIGNMENTS
 # The partition side of transactions (odradek.server.txn_partition_apis)
 WRITE_TXN_MARKERS = g.WRITE_TXN_MARKERS
 DESCRIBE_PRODUCERS = g.DESCRIBE_PRODUCERS
-# The transaction coordinator (odradek.server.txn_apis). Transactions version 1: EndTxn v5 is
-# KIP-890 part 2 (an epoch bump per transaction).
+# The transaction coordinator (odradek.server.txn_apis); EndTxn v5 is KIP-890 part 2 (an epoch
+# bump per transaction), served as transactions version 2 while transaction.version 2 is
+# finalized.
 ADD_PARTITIONS_TO_TXN = g.ADD_PARTITIONS_TO_TXN
 ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
-END_TXN = replace(g.END_TXN, max_version=4)
+END_TXN = g.END_TXN
 DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
 LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
 
@@ -112,6 +114,7 @@ ALL_APIS: list[Api] = [
     TXN_OFFSET_COMMIT,
     WRITE_TXN_MARKERS,
     DESCRIBE_PRODUCERS,
+    # Transaction coordinator (served by odradek.server.txn_apis.TxnApis)
     ADD_PARTITIONS_TO_TXN,
     ADD_OFFSETS_TO_TXN,
     END_TXN,
@@ -156,12 +159,12 @@ __all__ = [
     "served_from",
     "ALTER_CONFIGS",
     "DESCRIBE_PRODUCERS",
+    "WRITE_TXN_MARKERS",
     "ADD_PARTITIONS_TO_TXN",
     "ADD_OFFSETS_TO_TXN",
     "END_TXN",
     "DESCRIBE_TRANSACTIONS",
     "LIST_TRANSACTIONS",
-    "WRITE_TXN_MARKERS",
     "ALTER_PARTITION_REASSIGNMENTS",
     "ELECT_LEADERS",
     "LIST_PARTITION_REASSIGNMENTS",
