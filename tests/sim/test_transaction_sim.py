@@ -103,19 +103,19 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "a marker skips the coordinator epoch check": (
         lambda mp: mp.setattr(ps.ProducerAppend, "append_marker", _marker_without_coordinator_epoch),
-        [56, 178],  # a frozen zombie coordinator's marker closes the next transaction
+        [9, 11],  # a frozen zombie coordinator's marker closes the next transaction
     ),
     "a loaded coordinator does not send the markers of prepared transactions again": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", lambda self, p, e, metas: None),
-        [0],
+        [1],
     ),
     "a loaded coordinator sends the opposite markers of prepared transactions": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", _reload_flips_outcome),
-        [0],
+        [1],
     ),
     "a coordinator abort (timeout, new producer) does not bump the epoch": (
         lambda mp: mp.setattr(tm.TransactionMetadata, "prepare_fence_producer_epoch_abort", _fence_without_bump),
-        [7],
+        [3],
     ),
 }
 

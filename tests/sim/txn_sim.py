@@ -35,6 +35,7 @@ pending, every LSO reaches the log end, and the reader has seen every committed 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
 import tempfile
@@ -44,7 +45,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from odradek.coordinator.transaction.transaction_coordinator import (
-    InitResult,
     TransactionConfig,
     TransactionCoordinator,
 )
@@ -198,16 +198,24 @@ class VerifyManager:
         self.world, self.broker = world, broker
 
     async def verify(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition],
+        add: bool = False,
     ) -> dict[TopicPartition, Errors]:
         gen = self.world.find_coordinator(None)  # this broker's metadata: maybe a zombie
         if gen is None or not gen.alive:
             return dict.fromkeys(partitions, Errors.COORDINATOR_NOT_AVAILABLE)
         g = gen
+
+        async def add_them() -> dict[TopicPartition, Errors]:  # AddPartitionsToTxn v5, not verify_only
+            err = await g.coord.handle_add_partitions(transactional_id, producer_id, producer_epoch, set(partitions), 2)
+            return dict.fromkeys(partitions, err)
+
         fut = self.world.net.request(
-            f"AddPartitionsToTxn(verify {transactional_id} pid {producer_id} epoch {producer_epoch}) "
-            f"-> coordinator {g.epoch}",
-            lambda: g.coord.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions, True),
+            f"AddPartitionsToTxn({'add' if add else 'verify'} {transactional_id} pid {producer_id} epoch "
+            f"{producer_epoch} {sorted(partitions)}) -> coordinator {g.epoch}",
+            (lambda: g.spawn(add_them())) if add else (
+                lambda: g.coord.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions, True)
+            ),
             alive=lambda: g.alive,
         )
         try:
@@ -311,6 +319,7 @@ class Instance:
 class World:
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self.trace_all = bool(os.environ.get("ODRADEK_SIM_TRACE_ALL"))  # every message in the trace
         self.rng = random.Random(seed)
         self.result = Result(seed)
         self.loop = SimLoop()
@@ -328,10 +337,13 @@ class World:
         # KIP-890 part 1 (transaction.partition.verification.enable, Kafka's default) in most
         # schedules: the partition leaders verify a transactional producer's first append.
         self.verification = self.rng.random() < 0.7
+        # Transactions version 2 (KIP-890 part 2) producers in some schedules: no AddPartitionsToTxn
+        # (the partition leader has the coordinator add the partition), an epoch bump at each EndTxn.
+        self.tv2_share = self.rng.choice([0.0, 0.5, 1.0])
         self.marker_apis = {
             b: TxnPartitionApis(
                 MarkerReplicaManager(self, b), lambda: 1000,  # type: ignore[arg-type]
-                TransactionVerifier(VerifyManager(self, b), lambda: True) if self.verification else None,  # type: ignore[arg-type]
+                TransactionVerifier(VerifyManager(self, b), lambda: self.verification),  # type: ignore[arg-type]
             )
             for b in range(BROKERS)
         }
@@ -450,7 +462,8 @@ class World:
             r = await asyncio.wait_for(fut, REQUEST_TIMEOUT_S)
         except TimeoutError:
             r = Errors.REQUEST_TIMED_OUT
-        err = r.error if isinstance(r, InitResult) else r
+        err = r if isinstance(r, Errors) else r.error
+        client.answered_by_zombie = not g.leader
         if err in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT):
             client.coordinator = self.find_coordinator(g)
         return r
@@ -470,14 +483,14 @@ class World:
         inst.task = self.spawn(Producer(self, inst).run())
 
     async def produce(
-        self, tid: str, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[str]
+        self, tid: str, tp: TopicPartition, pid: int, epoch: int, seq: int, values: list[str], tv2: bool
     ) -> Errors:
         now = self.clock_ms()
         buf = build_batch([(None, v.encode(), [], now) for v in values], producer_id=pid,
                           producer_epoch=epoch, base_sequence=seq, is_transactional=True)
 
         async def handle(data: bytearray) -> Errors:
-            check = self.marker_apis[self.broker_of(tp)].check_produce(tid, {tp: data})
+            check = self.marker_apis[self.broker_of(tp)].check_produce(tid, {tp: data}, tv2, 12 if tv2 else 11)
             if isinstance(check, Errors):
                 return check
             if check is not None:
@@ -576,6 +589,8 @@ class Producer:
         self.seq: dict[TopicPartition, int] = {}
         self.name = f"{inst.tid}#{inst.number}"
         self.coordinator: CoordinatorGen | None = None
+        self.tv2 = self.rng.random() < world.tv2_share
+        self.answered_by_zombie = False  # the last coordinator answer came from a deposed one
 
     async def run(self) -> None:
         try:
@@ -597,9 +612,13 @@ class Producer:
         for _ in range(400):
             await self.checkpoint()
             r = await self.world.call_coordinator(self, f"{name} {self.name}", method, *args)
-            err = r.error if isinstance(r, InitResult) else r
+            if self.world.trace_all:
+                self.world.trace(f"{name} {self.name} {args[1:]} -> {r}")
+            err = r if isinstance(r, Errors) else r.error  # InitResult, EndTxnResult
             if err not in RETRIABLE:
-                if isinstance(r, InitResult) and err == Errors.NONE:
+                if not isinstance(r, Errors) and err == Errors.NONE and r.producer_id >= 0:
+                    if (r.producer_id, r.producer_epoch) != (self.pid, self.epoch):
+                        self.seq.clear()  # a new epoch: sequences start again
                     self.pid, self.epoch = r.producer_id, r.producer_epoch
                 return Errors(err)
             await asyncio.sleep(0.05)
@@ -624,13 +643,17 @@ class Producer:
         w, rng, tid = self.world, self.rng, self.inst.tid
         oracle = w.oracle
         parts = sorted(rng.sample(DATA_TPS, rng.randint(1, 3)))
-        err = await self._retry("AddPartitionsToTxn", "handle_add_partitions", tid, self.pid, self.epoch, set(parts))
-        if err != Errors.NONE:
-            return self._fatal(tag, "AddPartitionsToTxn", err)
-        if rng.random() < 0.3:  # AddOffsetsToTxn: the group's __consumer_offsets partition joins
-            err = await self._retry("AddOffsetsToTxn", "handle_add_partitions", tid, self.pid, self.epoch, {OFFSETS_TP})
+        offsets = rng.random() < 0.3
+        if not self.tv2:  # with transactions version 2 the partition leaders add the partitions
+            err = await self._retry("AddPartitionsToTxn", "handle_add_partitions", tid, self.pid, self.epoch, set(parts))
             if err != Errors.NONE:
-                return self._fatal(tag, "AddOffsetsToTxn", err)
+                return self._fatal(tag, "AddPartitionsToTxn", err)
+            if offsets:  # AddOffsetsToTxn: the group's __consumer_offsets partition joins
+                err = await self._retry("AddOffsetsToTxn", "handle_add_partitions", tid, self.pid, self.epoch,
+                                        {OFFSETS_TP})
+                if err != Errors.NONE:
+                    return self._fatal(tag, "AddOffsetsToTxn", err)
+        if offsets:
             parts.append(OFFSETS_TP)
         abortable = False
         for tp in parts:
@@ -649,13 +672,14 @@ class Producer:
                 break
         commit = not abortable and rng.random() < 0.7
         oracle.end_sent.setdefault(tag, set()).add(commit)
+        pid, epoch = self.pid, self.epoch  # a retry repeats the request (the epoch before a bump)
         for copy in range(2 if rng.random() < 0.2 else 1):  # a duplicated EndTxn (a retry)
-            err = await self._retry("EndTxn", "handle_end_txn", tid, self.pid, self.epoch, commit)
+            err = await self._retry("EndTxn", "handle_end_txn", tid, pid, epoch, commit, 2 if self.tv2 else 0)
             if err != Errors.NONE:
                 return self._fatal(tag, "EndTxn", err)
             oracle.end_acked[tag] = commit
             w.trace(f"producer {self.name}: {tag} {'committed' if commit else 'aborted'}" + (" again" if copy else ""))
-        if abortable:
+        if abortable and not self.tv2:  # (version 2: EndTxn bumped the epoch already)
             # A refused batch may or may not be in the log: the sequences are reset with an
             # epoch bump (KIP-360: InitProducerId with the current producer id and epoch).
             err = await self._retry("InitProducerId", "handle_init_producer_id", tid, TXN_TIMEOUT_MS,
@@ -670,7 +694,7 @@ class Producer:
         seq = self.seq.get(tp, 0)
         for _ in range(400):
             await self.checkpoint()
-            err = await self.world.produce(self.inst.tid, tp, self.pid, self.epoch, seq, values)
+            err = await self.world.produce(self.inst.tid, tp, self.pid, self.epoch, seq, values, self.tv2)
             if err == Errors.NONE:
                 self.seq[tp] = seq + len(values)
                 return err
@@ -680,7 +704,11 @@ class Producer:
         raise Violation(f"Produce of {self.name} still retried after 400 attempts")
 
     def _fatal(self, tag: str, what: str, err: Errors) -> bool:
-        if err not in FENCED:
+        # A deposed coordinator that has not heard of it yet answers from what it knew: a
+        # transactions-version-2 producer (whose partitions were added through the new one) is
+        # told INVALID_TXN_STATE, fatal for the client, safe for the data (as with Kafka).
+        stale = err == Errors.INVALID_TXN_STATE and self.answered_by_zombie
+        if err not in FENCED and not stale:
             raise Violation(f"producer {self.name} ({tag}): {what} answered {err.name}")
         self.world.result.fenced_producers += 1
         self.world.trace(f"producer {self.name}: {what} {err.name}: fenced")

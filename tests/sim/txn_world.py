@@ -125,6 +125,8 @@ class Network:
         if rng.random() < self.faults.loss:
             self.world.trace(f"lost {name}")
             return fut
+        if self.world.trace_all:
+            self.world.trace(f"send {name}")
         copies = 2 if rng.random() < self.faults.duplicate else 1
         lose_answer = rng.random() < self.faults.loss
         answer_delay = self._delay()
