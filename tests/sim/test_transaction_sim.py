@@ -107,11 +107,11 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
     ),
     "a loaded coordinator does not send the markers of prepared transactions again": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", lambda self, p, e, metas: None),
-        [1],
+        [2],
     ),
     "a loaded coordinator sends the opposite markers of prepared transactions": (
         lambda mp: mp.setattr(tc.TransactionCoordinator, "_on_loaded", _reload_flips_outcome),
-        [1],
+        [2],
     ),
     "a coordinator abort (timeout, new producer) does not bump the epoch": (
         lambda mp: mp.setattr(tm.TransactionMetadata, "prepare_fence_producer_epoch_abort", _fence_without_bump),

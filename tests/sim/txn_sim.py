@@ -253,7 +253,7 @@ class CoordinatorGen:
         self.state = TransactionStateManager(
             replica_manager=TxnStateReplicaManager(world, self),  # type: ignore[arg-type]
             num_partitions=TXN_LOG_PARTITIONS, clock_ms=world.clock_ms,
-            append_timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
+            append_timeout_ms=int(REQUEST_TIMEOUT_S * 1000), transaction_version=lambda: world.finalized_tv,
         )
         self.markers: TransactionMarkerChannelManager | None = None
 
@@ -340,6 +340,10 @@ class World:
         # Transactions version 2 (KIP-890 part 2) producers in some schedules: no AddPartitionsToTxn
         # (the partition leader has the coordinator add the partition), an epoch bump at each EndTxn.
         self.tv2_share = self.rng.choice([0.0, 0.5, 1.0])
+        # The finalized transaction.version (2 wherever version-2 producers run: the level they
+        # need; it makes the coordinator write the flexible __transaction_state value that keeps
+        # the client's transaction version across a reload).
+        self.finalized_tv = 2 if self.tv2_share > 0 else self.rng.choice([0, 1, 2])
         self.marker_apis = {
             b: TxnPartitionApis(
                 MarkerReplicaManager(self, b), lambda: 1000,  # type: ignore[arg-type]
@@ -548,6 +552,11 @@ class World:
                     and not self.zombies and self.settled():
                 break
         await asyncio.sleep((TXN_TIMEOUT_MS + 2000) / 1000.0)
+        for _ in range(100):  # a transition under way (an expiring id's tombstone) ends first
+            gen = self.current
+            if gen is None or not any(m.pending_state is not None for m in gen.state.txns.values()):
+                break
+            await asyncio.sleep(0.1)
         self.oracle.check_liveness()
 
     def settled(self) -> bool:
