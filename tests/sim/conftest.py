@@ -9,6 +9,7 @@ import pytest
 DEFAULT_SCHEDULES = 300
 DEFAULT_CONTROLLER_SCHEDULES = 100  # test_controller_sim.py: the metadata state machine on top
 DEFAULT_REPLICATION_SCHEDULES = 600  # test_replication_sim.py: about 0.04 s each
+DEFAULT_TRANSACTION_SCHEDULES = 150  # test_transaction_sim.py: about 0.1 s each
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,6 +54,12 @@ def replication_sim_seeds(request: pytest.FixtureRequest) -> list[int]:
     return _seeds(request.config, DEFAULT_REPLICATION_SCHEDULES)
 
 
+@pytest.fixture
+def transaction_sim_seeds(request: pytest.FixtureRequest) -> list[int]:
+    """As ``sim_seeds``, for the transaction schedules."""
+    return _seeds(request.config, DEFAULT_TRANSACTION_SCHEDULES)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Many schedules need more than the suite's per-test timeout: about a second each."""
     count = _option(config, "--sim-schedules", "ODRADEK_SIM_SCHEDULES") or DEFAULT_SCHEDULES
@@ -63,3 +70,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(60 + count))
         if item.name.startswith("test_replication_schedules") and count > DEFAULT_REPLICATION_SCHEDULES:
             item.add_marker(pytest.mark.timeout(60 + count // 5))
+        if item.name == "test_transaction_schedules" and count > DEFAULT_TRANSACTION_SCHEDULES:
+            item.add_marker(pytest.mark.timeout(60 + count))
