@@ -51,6 +51,7 @@ from odradek.coordinator.group.records import (
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
 from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
+from odradek.java_order import java_abs, java_string_hash
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -107,24 +108,9 @@ class ReplicaManagerLike(Protocol):
     ) -> Any: ...
 
 
-def java_string_hashcode(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def java_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: the absolute value, with Integer.MIN_VALUE mapped to 0 (not
-    ``n & 0x7fffffff``, the Kafka 0.8 definition, which differs for every negative n)."""
-    return 0 if n == -(2**31) else abs(n)
-
-
 def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions``."""
-    return java_abs(java_string_hashcode(group_id)) % num_partitions
+    return java_abs(java_string_hash(group_id)) % num_partitions
 
 
 def append_error(code: Errors, for_offsets: bool) -> Errors:

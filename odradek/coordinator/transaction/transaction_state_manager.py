@@ -21,11 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from odradek.coordinator.group.group_metadata_manager import (
-    ReplicaManagerLike,
-    java_abs,
-    java_string_hashcode,
-)
+from odradek.coordinator.group.group_metadata_manager import ReplicaManagerLike
 from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
 from odradek.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
@@ -41,6 +37,7 @@ from odradek.coordinator.transaction.transaction_metadata import (
     TransactionState,
     TxnTransitMetadata,
 )
+from odradek.java_order import java_abs, java_string_hash
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
 from odradek.records.batch import CONTROL_FLAG_MASK
@@ -53,7 +50,7 @@ log = logging.getLogger(__name__)
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``, as for groups."""
-    return java_abs(java_string_hashcode(transactional_id)) % num_partitions
+    return java_abs(java_string_hash(transactional_id)) % num_partitions
 
 
 def append_error(code: Errors) -> Errors:
