@@ -50,7 +50,8 @@ from odradek.coordinator.group.records import (
     parse_offset_value,
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
-from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
+from odradek.coordinator.internal_topic import TOO_LARGE, CoordinatorPartitions, read_to_log_end
+from odradek.coordinator.internal_topic import append_error as coordinator_append_error
 from odradek.java_order import java_abs, java_string_hash
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
@@ -115,18 +116,8 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 def append_error(code: Errors, for_offsets: bool) -> Errors:
     """Map a failed append to what a group client understands (as Kafka does)."""
-    if code in (
-        Errors.UNKNOWN_TOPIC_OR_PARTITION,
-        Errors.NOT_ENOUGH_REPLICAS,
-        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        Errors.REQUEST_TIMED_OUT,
-    ):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
-        return Errors.NOT_COORDINATOR
-    if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_FETCH_SIZE):
-        return Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
-    return code
+    too_large = Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
+    return coordinator_append_error(code, too_large, (*TOO_LARGE, Errors.INVALID_FETCH_SIZE))
 
 
 # What a replay of an offsets partition gives: committed offsets, classic group records,
