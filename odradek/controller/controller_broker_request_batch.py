@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from odradek.controller.controller_context import (
     ZERO_UUID,
@@ -24,8 +24,11 @@ from odradek.controller.controller_context import (
     ReplicaAssignment,
     TopicPartition,
 )
+from odradek.controller.controller_zk_client import ControllerMovedException
 
 log = logging.getLogger("odradek.state.change.logger")
+
+T = TypeVar("T")
 
 LEADER_AND_ISR_API_KEY = 4
 STOP_REPLICA_API_KEY = 5
@@ -102,6 +105,27 @@ class ControllerBrokerRequestBatch:
                 f"{sorted(self.stop_replica_request_map)}, UpdateMetadata for "
                 f"{sorted(self.update_metadata_request_broker_set)} might be lost"
             )
+
+    def run_round(
+        self, controller_epoch: int, what: str, work: Callable[[], T], on_error: Callable[[Exception], T]
+    ) -> T:
+        """One round of a state machine: a new batch, ``work`` (the state changes, which add
+        requests), then the requests sent. If it fails the batch is cleared: a
+        ControllerMovedException is raised on, any other error is logged and ``on_error(e)`` is
+        returned. ``what`` names the change in the log lines ("some partitions to Online")."""
+        try:
+            self.new_batch()
+            result = work()
+            self.send_requests_to_brokers(controller_epoch)
+            return result
+        except ControllerMovedException:
+            log.error("Controller moved to another broker when moving %s state", what)
+            self.clear()
+            raise
+        except Exception as e:
+            log.error("Error while moving %s state: %r", what, e)
+            self.clear()
+            return on_error(e)
 
     def clear(self) -> None:
         self.leader_and_isr_request_map.clear()

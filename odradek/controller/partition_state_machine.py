@@ -142,19 +142,11 @@ class PartitionStateMachine:
         """One round: the state changes, then the collected requests are sent."""
         if not partitions:
             return {}
-        try:
-            self.batch.new_batch()
-            result = self._do_handle_state_changes(partitions, target_state, strategy)
-            self.batch.send_requests_to_brokers(self.context.epoch)
-            return result
-        except ControllerMovedException:
-            log.error("Controller moved to another broker when moving some partitions to %s state", target_state.name)
-            self.batch.clear()
-            raise
-        except Exception as e:
-            log.error("Error while moving some partitions to %s state: %r", target_state.name, e)
-            self.batch.clear()
-            return {tp: e for tp in partitions}
+        return self.batch.run_round(
+            self.context.epoch, f"some partitions to {target_state.name}",
+            lambda: self._do_handle_state_changes(partitions, target_state, strategy),
+            lambda e: {tp: e for tp in partitions},
+        )
 
     def _do_handle_state_changes(
         self,

@@ -73,21 +73,15 @@ class ReplicaStateMachine:
     def handle_state_changes(self, replicas: Sequence[PartitionAndReplica], target: ReplicaState) -> None:
         if not replicas:
             return
-        try:
-            self.batch.new_batch()
-            by_broker: dict[int, list[PartitionAndReplica]] = {}
-            for r in replicas:
-                by_broker.setdefault(r.replica, []).append(r)
+        by_broker: dict[int, list[PartitionAndReplica]] = {}
+        for r in replicas:
+            by_broker.setdefault(r.replica, []).append(r)
+
+        def work() -> None:
             for replica_id, rs in by_broker.items():
                 self._do_handle_state_changes(replica_id, rs, target)
-            self.batch.send_requests_to_brokers(self.context.epoch)
-        except ControllerMovedException:
-            log.error("Controller moved to another broker when moving some replicas to %s state", target.name)
-            self.batch.clear()
-            raise
-        except Exception as e:
-            log.error("Error while moving some replicas to %s state: %r", target.name, e)
-            self.batch.clear()
+
+        self.batch.run_round(self.context.epoch, f"some replicas to {target.name}", work, lambda e: None)
 
     def _do_handle_state_changes(
         self, replica_id: int, replicas: Sequence[PartitionAndReplica], target: ReplicaState

@@ -18,6 +18,7 @@ What the group and the transaction coordinator share about the topic they keep t
 * :class:`CoordinatorPartitions` -- the partitions a coordinator leads: loaded (their log
   replayed, :func:`read_to_log_end`) when this node becomes their leader, unloaded when it stops
   being it; the base of the group and the transaction state managers.
+* :func:`append_error` -- a failed append to the topic as the coordinator's client is told.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Generic, Protocol, TypeVar
 
 from odradek.log.errors import KafkaStorageError
@@ -43,6 +44,27 @@ from odradek.server.kafka_config import KafkaConfig
 from odradek.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+TOO_LARGE = (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE)
+
+
+def append_error(code: Errors, too_large: Errors, too_large_codes: Collection[Errors] = TOO_LARGE) -> Errors:
+    """A failed append to a coordinator's internal topic as its client is told (the mapping both
+    of Kafka's coordinators apply): the partition gone or under-replicated, or the append timed
+    out -> COORDINATOR_NOT_AVAILABLE; not its leader any more -> NOT_COORDINATOR; a code of
+    ``too_large_codes`` -> ``too_large``; any other code as it is."""
+    if code in (
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.NOT_ENOUGH_REPLICAS,
+        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        Errors.REQUEST_TIMED_OUT,
+    ):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
+        return Errors.NOT_COORDINATOR
+    if code in too_large_codes:
+        return too_large
+    return code
 
 Loaded = TypeVar("Loaded")
 

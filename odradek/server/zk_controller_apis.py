@@ -157,22 +157,33 @@ class ZkControllerApis:
         controller may learn of this registration before the broker does)."""
         return request_epoch != -1 and request_epoch < self.broker_epoch()
 
+    def check_epochs(self, name: str, req: dict[str, Any], broker_epoch: int, old_controller_line: str = (
+        "Ignoring {} request from controller %d since its controller epoch %d is old. "
+        "Latest known controller epoch is %d"
+    )) -> Errors:
+        """The checks that open each control request (``name``), with Kafka's log lines: a stale
+        broker epoch (STALE_BROKER_EPOCH), then an old controller epoch (STALE_CONTROLLER_EPOCH,
+        logged with ``old_controller_line``); NONE when neither."""
+        controller_id, controller_epoch = req["controller_id"], req["controller_epoch"]
+        if self.is_broker_epoch_stale(broker_epoch):
+            log.info("Received %s request with broker epoch %d smaller than the current broker epoch %d "
+                     "from controller %d with epoch %d", name, broker_epoch, self.broker_epoch(), controller_id,
+                     controller_epoch)
+            return Errors.STALE_BROKER_EPOCH
+        if controller_epoch < self.controller_epoch:
+            log.warning(old_controller_line.format(name), controller_id, controller_epoch, self.controller_epoch)
+            return Errors.STALE_CONTROLLER_EPOCH
+        return Errors.NONE
+
     # -- LeaderAndIsr --------------------------------------------------------------------------------
 
     def handle_leader_and_isr(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         version = ctx.version
         parts = leader_and_isr_partitions(version, req)
         controller_id, controller_epoch = req["controller_id"], req["controller_epoch"]
-        broker_epoch = req.get("broker_epoch", -1) if version >= 2 else -1
-        if self.is_broker_epoch_stale(broker_epoch):
-            log.info("Received LeaderAndIsr request with broker epoch %d smaller than the current broker epoch %d "
-                     "from controller %d with epoch %d", broker_epoch, self.broker_epoch(), controller_id,
-                     controller_epoch)
-            return leader_and_isr_response(version, Errors.STALE_BROKER_EPOCH, parts, {})
-        if controller_epoch < self.controller_epoch:
-            log.warning("Ignoring LeaderAndIsr request from controller %d since its controller epoch %d is old. "
-                        "Latest known controller epoch is %d", controller_id, controller_epoch, self.controller_epoch)
-            return leader_and_isr_response(version, Errors.STALE_CONTROLLER_EPOCH, parts, {})
+        stale = self.check_epochs("LeaderAndIsr", req, req.get("broker_epoch", -1) if version >= 2 else -1)
+        if stale != Errors.NONE:
+            return leader_and_isr_response(version, stale, parts, {})
         self.controller_epoch = controller_epoch
         errors = self.become_leader_or_follower(controller_id, controller_epoch, parts)
         return leader_and_isr_response(version, Errors.NONE, parts, errors)
@@ -242,17 +253,13 @@ class ZkControllerApis:
 
     def handle_update_metadata(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         version = ctx.version
-        controller_id, controller_epoch = req["controller_id"], req["controller_epoch"]
-        broker_epoch = req.get("broker_epoch", -1) if version >= 5 else -1
-        if self.is_broker_epoch_stale(broker_epoch):
-            log.info("Received UpdateMetadata request with broker epoch %d smaller than the current broker epoch %d "
-                     "from controller %d with epoch %d", broker_epoch, self.broker_epoch(), controller_id,
-                     controller_epoch)
-            return {"error_code": Errors.STALE_BROKER_EPOCH}
-        if controller_epoch < self.controller_epoch:
-            log.warning("Received UpdateMetadata request from an old controller %d with epoch %d. Latest known "
-                        "controller epoch is %d", controller_id, controller_epoch, self.controller_epoch)
-            return {"error_code": Errors.STALE_CONTROLLER_EPOCH}
+        stale = self.check_epochs(
+            "UpdateMetadata", req, req.get("broker_epoch", -1) if version >= 5 else -1,
+            "Received {} request from an old controller %d with epoch %d. Latest known controller epoch is %d",
+        )
+        if stale != Errors.NONE:
+            return {"error_code": stale}
+        controller_epoch = req["controller_epoch"]
         deleted = self.metadata_cache.update_metadata(version, req)
         self.controller_epoch = controller_epoch
         # A follower whose leader had no known endpoint yet can fetch now.
@@ -272,16 +279,9 @@ class ZkControllerApis:
     def handle_stop_replica(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         version = ctx.version
         controller_id, controller_epoch = req["controller_id"], req["controller_epoch"]
-        broker_epoch = req.get("broker_epoch", -1) if version >= 1 else -1
-        if self.is_broker_epoch_stale(broker_epoch):
-            log.info("Received StopReplica request with broker epoch %d smaller than the current broker epoch %d "
-                     "from controller %d with epoch %d", broker_epoch, self.broker_epoch(), controller_id,
-                     controller_epoch)
-            return {"error_code": Errors.STALE_BROKER_EPOCH, "partition_errors": []}
-        if controller_epoch < self.controller_epoch:
-            log.warning("Ignoring StopReplica request from controller %d since its controller epoch %d is old. "
-                        "Latest known controller epoch is %d", controller_id, controller_epoch, self.controller_epoch)
-            return {"error_code": Errors.STALE_CONTROLLER_EPOCH, "partition_errors": []}
+        stale = self.check_epochs("StopReplica", req, req.get("broker_epoch", -1) if version >= 1 else -1)
+        if stale != Errors.NONE:
+            return {"error_code": stale, "partition_errors": []}
         self.controller_epoch = controller_epoch
         rm = self.replica_manager
         errors: dict[TopicPartition, Errors] = {}

@@ -3,7 +3,7 @@ stays refused at start-up for now (``process.roles`` empty, or ``zookeeper.conne
 :class:`~odradek.server.kafka_config.KafkaConfig`): nothing here is wired into ``odradek server``.
 
 * :mod:`~odradek.zk.zk_data` (``ZkData``): the znode paths and their JSON payloads, written byte
-  for byte as Kafka 3.9 writes them (key orders from :mod:`~odradek.zk.jvm_order`) and read back
+  for byte as Kafka 3.9 writes them (key orders from :mod:`~odradek.java_order`) and read back
   with a :class:`~odradek.zk.zk_data.ZkDataError` for anything malformed: ``/brokers/ids/<id>``,
   ``/brokers/topics/<topic>`` and its partitions' ``state``, ``/controller``,
   ``/controller_epoch``, ``/cluster/id``, ``/config/...`` and ``/config/changes``,

@@ -1,7 +1,7 @@
 """Kafka 3.9's znodes (``kafka.zk.ZkData``): their paths and JSON payloads, byte for byte.
 
 Every ``encode_*`` writes exactly the bytes Kafka 3.9 writes (compact JSON, keys in the order the
-JVM map Kafka hands to Jackson iterates: see :mod:`odradek.zk.jvm_order`); every ``decode_*``
+JVM map Kafka hands to Jackson iterates: see :mod:`odradek.java_order`); every ``decode_*``
 takes bytes read from ZooKeeper and returns a value or raises :class:`ZkDataError` (a clear
 message naming the znode, never another exception), so a bad znode cannot crash its reader.
 """
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .jvm_order import (
+from odradek.java_order import (
     java_concurrent_hashmap_order,
-    java_hashmap_order,
+    java_hash_map_order,
     java_map_entry_hash,
     java_string_hash,
     scala_immutable_map_keys,
@@ -311,7 +311,7 @@ def encode_broker(info: BrokerInfo) -> bytes:
         added.append("listener_security_protocol_map")
     if info.version >= 5:
         feats = info.features
-        values["features"] = {name: dict(feats[name]) for name in java_hashmap_order(list(feats))}
+        values["features"] = {name: dict(feats[name]) for name in java_hash_map_order(list(feats))}
         added.append("features")
     initial = ["version", "host", "port", "endpoints", "jmx_port", "timestamp"]
     return to_json_bytes(_ordered(values, scala_mutable_map_extended(initial, added)))

@@ -33,7 +33,7 @@ import pytest
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.coordinator.group.group_metadata_manager import java_string_hashcode
+from odradek.coordinator.transaction.transaction_state_manager import partition_for
 
 from .kafka_reference import find_kafka_tools
 from .support import unique_name, wait_until
@@ -158,8 +158,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 def coordinator_of(cluster: TxnCluster, txid: str) -> int:
     """The broker leading the ``__transaction_state`` partition of ``txid`` (Kafka's
     ``Utils.abs(txid.hashCode) % partitions``)."""
-    h = java_string_hashcode(txid)
-    partition = (0 if h == -(1 << 31) else abs(h)) % TXN_STATE_PARTITIONS
+    partition = partition_for(txid, TXN_STATE_PARTITIONS)
     leader = cluster.leaders("__transaction_state")[partition]
     assert leader in BROKERS, f"__transaction_state-{partition} has no leader"
     return leader

@@ -8,50 +8,19 @@ what a ``read_committed`` consumer then reads."""
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from crc32c import crc32c
 
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
-from odradek.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD
-from odradek.records.builder import build_batch
+from tests.unit.txn_bomb_support import txn_bomb
 
 from .support import RawConnection, ServerProcess, unique_name, wait_until
 from .test_transaction_coordinator import read_committed
-
-
-def txn_bomb(pid: int, size: int = 40 * 1024 * 1024) -> bytes:
-    """A transactional gzip batch (epoch 0) of one record whose value is ``size`` zero bytes,
-    built with zlib directly (~40 KB)."""
-    def varint(n: int) -> bytes:
-        z, out = (n << 1) ^ (n >> 63), bytearray()
-        while z >= 0x80:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        return bytes(out + bytes([z]))
-
-    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    body = b"\x00\x00\x00\x02k" + varint(size)  # attributes, deltas, key "k", value length
-    section = comp.compress(varint(len(body) + size + 1) + body)
-    zeros = bytes(1024 * 1024)
-    for _ in range(size // len(zeros)):
-        section += comp.compress(zeros)
-    section += comp.compress(b"\x00") + comp.flush()  # no headers
-    model = build_batch([(b"k", b"v", [], 1_000)], producer_id=pid, producer_epoch=0, base_sequence=0,
-                        is_transactional=True)
-    out = bytearray(model[:RECORD_BATCH_OVERHEAD]) + section
-    struct.pack_into(">i", out, 8, len(out) - 12)
-    attrs = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)[0]
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, (attrs & ~0x07) | 1)
-    struct.pack_into(">I", out, CRC_OFFSET, crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
-    return bytes(out)
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ election runs. After every step the invariants are checked:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +36,6 @@ from odradek.controller.controller_context import (
     ReplicaState,
     TopicPartition,
 )
-from odradek.controller.controller_zk_client import (
-    ControllerMovedException,
-    UpdateLeaderAndIsrResult,
-    ZkCode,
-)
 from odradek.controller.partition_state_machine import (
     ControlledShutdownPartitionLeaderElectionStrategy,
     OfflinePartitionLeaderElectionStrategy,
@@ -48,6 +43,7 @@ from odradek.controller.partition_state_machine import (
     PreferredReplicaPartitionLeaderElectionStrategy,
 )
 from odradek.controller.replica_state_machine import ReplicaStateMachine
+from tests.unit.zk_controller_fakes import FakeZk
 
 CONTROLLER_EPOCH = 3
 
@@ -56,74 +52,27 @@ class Violation(AssertionError):
     pass
 
 
-class SimZk:
+class SimZk(FakeZk):
+    """The unit tests' in-memory partition state znodes, fenced at this controller's epoch, with
+    what the invariants read: every write's (tp, leader, leader epoch), the BADVERSION count."""
+
     def __init__(self) -> None:
-        self.states: dict[TopicPartition, tuple[LeaderIsrAndControllerEpoch, int]] = {}
-        self.history: list[tuple[TopicPartition, int, int]] = []  # (tp, leader, leader_epoch) of every write
-        self.race: Callable[[], None] | None = None
-        self.bad_versions = 0
+        super().__init__(controller_epoch_zk_version=CONTROLLER_EPOCH - 1)
 
-    def _record(self, tp: TopicPartition, lai: LeaderAndIsr) -> None:
-        self.history.append((tp, lai.leader, lai.leader_epoch))
+    @property
+    def history(self) -> list[tuple[TopicPartition, int, int]]:
+        return [(tp, lai.leader, lai.leader_epoch) for tp, lai in self.writes]
 
-    def create_topic_partition_states(
-        self, states: Mapping[TopicPartition, LeaderIsrAndControllerEpoch], expected: int
-    ) -> dict[TopicPartition, ZkCode]:
-        if expected != CONTROLLER_EPOCH - 1:
-            raise ControllerMovedException("fenced")
-        out = {}
-        for tp, info in states.items():
-            if tp in self.states:
-                out[tp] = ZkCode.NODE_EXISTS
-                continue
-            self.states[tp] = (info, 0)
-            self._record(tp, info.leader_and_isr)
-            out[tp] = ZkCode.OK
-        return out
+    @property
+    def bad_versions(self) -> int:
+        return self.bad_version_attempts
 
-    def get_topic_partition_states(
-        self, partitions: Collection[TopicPartition]
-    ) -> dict[TopicPartition, LeaderIsrAndControllerEpoch | None | Exception]:
-        out: dict[TopicPartition, LeaderIsrAndControllerEpoch | None | Exception] = {}
-        for tp in partitions:
-            if tp in self.states:
-                info, v = self.states[tp]
-                out[tp] = LeaderIsrAndControllerEpoch(info.leader_and_isr.with_partition_epoch(v), info.controller_epoch)
-            else:
-                out[tp] = None
-        return out
-
-    def update_leader_and_isr(
-        self, lais: Mapping[TopicPartition, LeaderAndIsr], controller_epoch: int, expected: int
-    ) -> UpdateLeaderAndIsrResult:
-        if expected != CONTROLLER_EPOCH - 1:
-            raise ControllerMovedException("fenced")
-        if self.race is not None:
-            race, self.race = self.race, None
-            race()
-        res = UpdateLeaderAndIsrResult()
-        for tp, lai in lais.items():
-            _, v = self.states[tp]
-            if lai.partition_epoch != v:
-                self.bad_versions += 1
-                res.to_retry.append(tp)
-                continue
-            written = lai.with_partition_epoch(v + 1)
-            self.states[tp] = (LeaderIsrAndControllerEpoch(written, controller_epoch), v + 1)
-            self._record(tp, written)
-            res.finished[tp] = written
-        return res
-
-    def leader_write(self, tp: TopicPartition, isr: tuple[int, ...]) -> bool:
-        """The partition leader changes the ISR (same leader and epoch), conditional on its version."""
-        info, v = self.states[tp]
+    def leader_write(self, tp: TopicPartition, isr: tuple[int, ...]) -> None:
+        """The partition leader changes the ISR (same leader and epoch); the znode version goes up."""
+        info, _ = self.states[tp]
         lai = info.leader_and_isr
-        self.states[tp] = (LeaderIsrAndControllerEpoch(LeaderAndIsr(lai.leader, isr, lai.leader_epoch,
-                                                                    lai.leader_recovery_state), info.controller_epoch), v + 1)
-        return True
-
-    def unclean_leader_election_enable(self, topics: Collection[str]) -> dict[str, bool | Exception]:
-        return dict.fromkeys(topics, False)
+        self.external_write(tp, LeaderAndIsr(lai.leader, isr, lai.leader_epoch, lai.leader_recovery_state),
+                            info.controller_epoch)
 
 
 @dataclass
@@ -270,7 +219,7 @@ class ZkControllerSimulation:
                 cur.leader_and_isr.with_partition_epoch(v), cur.controller_epoch))
 
         if race:
-            self.zk.race = write  # lands between the controller's read and its write
+            self.zk.before_update = lambda _zk: write()  # lands between the controller's read and its write
         else:
             write()
 
@@ -306,7 +255,7 @@ class ZkControllerSimulation:
                 bid = rng.choice(alive)
                 self.steps.append(f"broker {bid} dies")
                 self.broker_failure(bid)
-            self.zk.race = None
+            self.zk.before_update = None
 
     # --- invariants ---------------------------------------------------------------------------
 

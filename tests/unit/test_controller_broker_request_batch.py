@@ -15,6 +15,7 @@ from odradek.controller.controller_context import (
     LeaderIsrAndControllerEpoch,
     ReplicaAssignment,
 )
+from odradek.controller.controller_zk_client import ControllerMovedException
 from odradek.protocol.messages.generated import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 
 T0 = ("t", 0)
@@ -165,3 +166,27 @@ def test_responses_reach_the_handler_stop_replica_only_for_deletions() -> None:
             s.callback(answer)
     # only the request that asked to delete the partition is reported
     assert [(b, d) for b, _, d in c.responses.stop_replica] == [(2, {T0})]
+
+
+def test_run_round_sends_or_clears_the_batch(caplog: pytest.LogCaptureFixture) -> None:
+    c = make_cluster()
+    c.ctx.put_partition_leadership_info(T0, info(1, [1, 2, 3]))
+
+    def add(fail: Exception | None) -> str:
+        c.batch.add_stop_replica_request_for_brokers([3], T0, delete_partition=False)
+        if fail is not None:
+            raise fail
+        return "done"
+
+    assert c.batch.run_round(5, "some replicas to OfflineReplica", lambda: add(None), lambda e: "failed") == "done"
+    assert [s.broker_id for s in c.sender.take()] == [3] and c.batch.is_empty()
+    # Any other error: the round's requests are dropped, the error logged and on_error's answer returned.
+    assert c.batch.run_round(5, "some replicas to OfflineReplica", lambda: add(ValueError("boom")),
+                             lambda e: f"failed: {e}") == "failed: boom"
+    assert c.sender.take() == [] and c.batch.is_empty()
+    assert "Error while moving some replicas to OfflineReplica state: ValueError('boom')" in caplog.text
+    # The controller moved: dropped too, and raised on.
+    with pytest.raises(ControllerMovedException):
+        c.batch.run_round(5, "some replicas to OfflineReplica", lambda: add(ControllerMovedException("moved")),
+                          lambda e: "failed")
+    assert c.sender.take() == [] and c.batch.is_empty()

@@ -17,7 +17,8 @@ from odradek.coordinator.group.consumer_protocol import (
     parse_subscription,
 )
 from odradek.coordinator.group.group_coordinator_config import GroupConfig
-from odradek.coordinator.group.group_metadata_manager import java_string_hashcode, partition_for
+from odradek.coordinator.group.group_metadata_manager import partition_for
+from odradek.java_order import java_string_hash
 from odradek.protocol.errors import Errors
 
 CFG = GroupConfig(min_session_timeout_ms=6000, max_session_timeout_ms=300000,
@@ -281,13 +282,13 @@ def test_records_and_partitioning() -> None:
     o = r.parse_offset_value(r.offset_commit_value(r.OffsetAndMetadata(42, 3, "meta", 1234)))
     assert (o.offset, o.leader_epoch, o.metadata, o.commit_timestamp) == (42, 3, "meta", 1234)
     # Java's String.hashCode, and Utils.abs semantics (the absolute value; Integer.MIN_VALUE -> 0).
-    assert java_string_hashcode("") == 0
-    assert java_string_hashcode("hello") == 99162322
-    assert java_string_hashcode("polygenelubricants") == -(2**31)
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == -(2**31)
     assert partition_for("polygenelubricants", 50) == 0
     # A negative hash code: Utils.abs(-1906497762) % 50 puts "my-group" on partition 12 of 50
     # (& 0x7fffffff, Kafka 0.8's abs, gave 30).
-    assert java_string_hashcode("my-group") == -1906497762
+    assert java_string_hash("my-group") == -1906497762
     assert partition_for("my-group", 50) == 12
 
 

@@ -36,13 +36,18 @@ async def _complete_markers(env: Env) -> None:
     await env.markers.on_complete(pc)
 
 
+async def _v2_producer() -> tuple[Env, int, int]:
+    """A coordinator at transactions version 2 and the producer id and epoch of "tx"."""
+    env = Env()
+    env.sm.transaction_version = lambda: 2
+    r = await env.coord.handle_init_producer_id("tx", 10000)
+    return env, r.producer_id, r.producer_epoch
+
+
 def test_end_txn_v2_bumps_the_epoch_and_answers_it() -> None:
     async def go() -> None:
-        env = Env()
-        env.sm.transaction_version = lambda: 2
+        env, pid, ep = await _v2_producer()
         c = env.coord
-        r = await c.handle_init_producer_id("tx", 10000)
-        pid, ep = r.producer_id, r.producer_epoch
         # The broker adds the partition on the first produce (transactions version 2).
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0)}, 2) == Errors.NONE
         stored = env.last_value("tx")
@@ -102,11 +107,8 @@ def test_transactions_version_1_unchanged_beside_version_2() -> None:
 
 def test_exhausted_epoch_moves_to_the_next_producer_id_at_end_txn() -> None:
     async def go() -> None:
-        env = Env()
-        env.sm.transaction_version = lambda: 2
+        env, pid, _ = await _v2_producer()
         c = env.coord
-        r = await c.handle_init_producer_id("tx", 10000)
-        pid = r.producer_id
         meta = env.sm.txns["tx"]
         last = MAX_PRODUCER_EPOCH - 1  # the last epoch a producer may use
         meta.producer_epoch = last
@@ -135,11 +137,8 @@ def test_exhausted_epoch_moves_to_the_next_producer_id_at_end_txn() -> None:
 
 def test_a_fenced_producer_is_not_taken_for_a_retry_of_the_fencing_abort() -> None:
     async def go() -> None:
-        env = Env()
-        env.sm.transaction_version = lambda: 2
+        env, pid, ep = await _v2_producer()
         c = env.coord
-        r = await c.handle_init_producer_id("tx", 10000)
-        pid, ep = r.producer_id, r.producer_epoch
         assert await c.handle_add_partitions("tx", pid, ep, {("t", 0)}, 2) == Errors.NONE
         env.now += 20000  # past the transaction's timeout: aborted with the epoch bumped once
         assert await c.abort_timed_out_transactions() == 1

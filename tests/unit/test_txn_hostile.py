@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import struct
 import tracemalloc
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from crc32c import crc32c
 from test_broker_apis import broker, create, run
 from test_txn_apis import PROPS, add_partitions, describe, find_txn_coordinator, init_pid
 from test_txn_partition import (
@@ -27,13 +25,14 @@ from test_txn_partition import (
     txn_produce,
     values,
 )
+from txn_bomb_support import txn_bomb
 
 from odradek.coordinator.transaction.transaction_marker_channel_manager import PendingCompletion
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
-from odradek.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD, iter_batches
+from odradek.records.batch import iter_batches
 from odradek.records.builder import build_batch
 from odradek.records.records import decode_batch
 
@@ -410,36 +409,6 @@ def test_write_txn_markers_hostile(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ Produce
-
-
-def txn_bomb(pid: int, epoch: int, size: int = 40 * 1024 * 1024) -> bytearray:
-    """A transactional gzip batch of one record whose value is ``size`` zero bytes (~40 KB)."""
-    head = b"\x00" + b"\x00" + b"\x00" + b"\x02k"  # attributes, timestamp delta, offset delta, key
-    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-
-    def varint(n: int) -> bytes:
-        z = (n << 1) ^ (n >> 63)
-        out = bytearray()
-        while z >= 0x80:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
-        return bytes(out)
-
-    body = head + varint(size)
-    section = comp.compress(varint(len(body) + size + 1) + body)
-    zeros = bytes(1024 * 1024)
-    for _ in range(size // len(zeros)):
-        section += comp.compress(zeros)
-    section += comp.compress(b"\x00") + comp.flush()  # no headers
-    model = build_batch([(b"k", b"v", [], 1_000)], producer_id=pid, producer_epoch=epoch, base_sequence=0,
-                        is_transactional=True)
-    out = bytearray(model[:RECORD_BATCH_OVERHEAD]) + section
-    struct.pack_into(">i", out, 8, len(out) - 12)
-    attrs = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)[0]
-    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, (attrs & ~0x07) | 1)
-    struct.pack_into(">I", out, CRC_OFFSET, crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
-    return out
 
 
 async def produce_v(c: NetworkClient, topic: str, data: bytes, version: int, tid: str | None = "tx") -> dict[str, Any]:

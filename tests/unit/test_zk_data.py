@@ -11,14 +11,14 @@ import random
 
 import pytest
 
-from odradek.zk import zk_data as z
-from odradek.zk.jvm_order import (
+from odradek.java_order import (
     java_concurrent_hashmap_order,
-    java_hashmap_order,
+    java_hash_map_order,
     java_string_hash,
     scala_immutable_map_keys,
     scala_mutable_hash_order,
 )
+from odradek.zk import zk_data as z
 
 KAFKA_3_9: dict[str, bytes] = {
     'partition_state': b'{"controller_epoch":5,"leader":2,"version":1,"leader_epoch":7,"isr":[2,0,1]}',
@@ -254,6 +254,6 @@ def test_orders_are_stable_properties() -> None:
     assert scala_mutable_hash_order(keys, java_string_hash) == scala_mutable_hash_order(
         shuffled, java_string_hash)
     assert scala_immutable_map_keys(keys) == scala_immutable_map_keys(shuffled)
-    assert sorted(java_hashmap_order(keys)) == sorted(keys)
+    assert sorted(java_hash_map_order(keys)) == sorted(keys)
     assert sorted(java_concurrent_hashmap_order(keys)) == sorted(keys)
     assert scala_immutable_map_keys(keys[:4]) == keys[:4]  # Map1..Map4 keep insertion order

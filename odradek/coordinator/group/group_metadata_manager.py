@@ -50,7 +50,9 @@ from odradek.coordinator.group.records import (
     parse_offset_value,
 )
 from odradek.coordinator.group.txn_offsets import PendingTxnOffsets, materialise
-from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
+from odradek.coordinator.internal_topic import TOO_LARGE, CoordinatorPartitions, read_to_log_end
+from odradek.coordinator.internal_topic import append_error as coordinator_append_error
+from odradek.java_order import java_abs, java_string_hash
 from odradek.log.append_origin import AppendOrigin
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
@@ -107,40 +109,15 @@ class ReplicaManagerLike(Protocol):
     ) -> Any: ...
 
 
-def java_string_hashcode(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def java_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: the absolute value, with Integer.MIN_VALUE mapped to 0 (not
-    ``n & 0x7fffffff``, the Kafka 0.8 definition, which differs for every negative n)."""
-    return 0 if n == -(2**31) else abs(n)
-
-
 def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % numPartitions``."""
-    return java_abs(java_string_hashcode(group_id)) % num_partitions
+    return java_abs(java_string_hash(group_id)) % num_partitions
 
 
 def append_error(code: Errors, for_offsets: bool) -> Errors:
     """Map a failed append to what a group client understands (as Kafka does)."""
-    if code in (
-        Errors.UNKNOWN_TOPIC_OR_PARTITION,
-        Errors.NOT_ENOUGH_REPLICAS,
-        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        Errors.REQUEST_TIMED_OUT,
-    ):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
-        return Errors.NOT_COORDINATOR
-    if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_FETCH_SIZE):
-        return Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
-    return code
+    too_large = Errors.INVALID_COMMIT_OFFSET_SIZE if for_offsets else Errors.UNKNOWN_SERVER_ERROR
+    return coordinator_append_error(code, too_large, (*TOO_LARGE, Errors.INVALID_FETCH_SIZE))
 
 
 # What a replay of an offsets partition gives: committed offsets, classic group records,

@@ -21,12 +21,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from odradek.coordinator.group.group_metadata_manager import (
-    ReplicaManagerLike,
-    java_abs,
-    java_string_hashcode,
-)
+from odradek.coordinator.group.group_metadata_manager import ReplicaManagerLike
 from odradek.coordinator.internal_topic import CoordinatorPartitions, read_to_log_end
+from odradek.coordinator.internal_topic import append_error as coordinator_append_error
 from odradek.coordinator.transaction.transaction_log import (
     TRANSACTION_STATE_TOPIC,
     key_to_bytes,
@@ -41,6 +38,7 @@ from odradek.coordinator.transaction.transaction_metadata import (
     TransactionState,
     TxnTransitMetadata,
 )
+from odradek.java_order import java_abs, java_string_hash
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import SchemaError
 from odradek.records.batch import CONTROL_FLAG_MASK
@@ -53,23 +51,12 @@ log = logging.getLogger(__name__)
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``, as for groups."""
-    return java_abs(java_string_hashcode(transactional_id)) % num_partitions
+    return java_abs(java_string_hash(transactional_id)) % num_partitions
 
 
 def append_error(code: Errors) -> Errors:
     """A failed ``__transaction_state`` append as the client is told (Kafka's mapping)."""
-    if code in (
-        Errors.UNKNOWN_TOPIC_OR_PARTITION,
-        Errors.NOT_ENOUGH_REPLICAS,
-        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        Errors.REQUEST_TIMED_OUT,
-    ):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
-        return Errors.NOT_COORDINATOR
-    if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE):
-        return Errors.UNKNOWN_SERVER_ERROR
-    return code
+    return coordinator_append_error(code, Errors.UNKNOWN_SERVER_ERROR)
 
 
 class TransactionStateManager(CoordinatorPartitions[tuple[dict[str, TxnTransitMetadata], int]]):
