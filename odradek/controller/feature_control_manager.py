@@ -16,10 +16,13 @@ UpdateFeatures is not implemented (nor advertised): the levels change only at bo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from odradek.controller.replication_control import MetadataRecord
 from odradek.metadata.image import MetadataImage
+
+log = logging.getLogger(__name__)
 
 METADATA_VERSION_FEATURE = "metadata.version"
 KRAFT_VERSION_FEATURE = "kraft.version"
@@ -65,11 +68,22 @@ class FeatureControlManager:
     ) -> None:
         self.image = image
         self.bootstrap_metadata_version = bootstrap_metadata_version
-        # Other features the formatted bootstrap metadata finalizes (name -> level > 0).
-        self.bootstrap_features = {
-            k: v for k, v in (bootstrap_features or {}).items()
-            if v > 0 and k not in (METADATA_VERSION_FEATURE, KRAFT_VERSION_FEATURE)
-        }
+        # Other features the formatted bootstrap metadata finalizes (name -> level > 0), those
+        # this node runs: a directory Apache Kafka formatted at its latest release also asks for
+        # features Odradek does not have (eligible.leader.replicas.version, group.version...),
+        # which are left at 0 with a warning instead of finalized (no broker could register).
+        self.bootstrap_features: dict[str, int] = {}
+        for name, level in (bootstrap_features or {}).items():
+            if level <= 0 or name in (METADATA_VERSION_FEATURE, KRAFT_VERSION_FEATURE):
+                continue
+            low, high = SUPPORTED_FEATURES.get(name, (0, 0))
+            if low <= level <= high:
+                self.bootstrap_features[name] = level
+            else:
+                log.warning(
+                    "The bootstrap metadata finalizes %s=%d, which this node does not run "
+                    "(supported: %d-%d): left at level 0", name, level, low, high,
+                )
         self._kraft_version = kraft_version
 
     def metadata_version(self) -> int:

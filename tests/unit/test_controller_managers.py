@@ -6,6 +6,7 @@ as the log would write it and replayed into the next image."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -397,6 +398,18 @@ def test_finalized_features_include_metadata_and_kraft_version() -> None:
     assert f.metadata_version() == 19  # the bootstrap level until the log has one
     assert f.finalized_features() == {"metadata.version": 19, "kraft.version": 1}
     assert f.bootstrap_records() == [("FeatureLevelRecord", {"name": "metadata.version", "feature_level": 19})]
+
+
+def test_bootstrap_features_this_node_does_not_run_are_left_at_zero(caplog: pytest.LogCaptureFixture) -> None:
+    """A directory Apache Kafka 4.x formatted at its latest release: its bootstrap metadata asks
+    for eligible.leader.replicas.version and group.version too. Finalizing them would refuse
+    every broker's registration; they stay at 0, said at WARNING."""
+    asked = {"eligible.leader.replicas.version": 1, "group.version": 1, "transaction.version": 2}
+    with caplog.at_level(logging.WARNING, logger="odradek.controller.feature_control_manager"):
+        f = FeatureControlManager(EMPTY_IMAGE, bootstrap_features=asked)
+    assert [r[1]["name"] for r in f.bootstrap_records()] == ["metadata.version", "transaction.version"]
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "eligible.leader.replicas.version=1" in warned and "group.version=1" in warned
 
 
 def test_a_broker_on_a_log_kafka_finalized_further_registers_as_able_to_run_it() -> None:
