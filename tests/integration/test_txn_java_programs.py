@@ -33,9 +33,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .kafka_reference import KafkaServer, KafkaTools, find_kafka_tools
 from odradek.protocol import messages as m
 
+from .kafka_reference import KafkaServer, KafkaTools, find_kafka_tools
 from .support import RawConnection, ServerProcess, die_with_parent, unique_name, wait_until
 
 pytestmark = pytest.mark.integration
@@ -257,7 +257,7 @@ def open_transaction(broker: Broker, topic: str, partitions: int) -> bool:
     """True while some partition holds records of a transaction not yet ended (LSO < HW)."""
     hw = offsets(broker, topic, partitions, 0)
     lso = offsets(broker, topic, partitions, 1)
-    return any(s < h for s, h in zip(lso, hw))
+    return any(s < h for s, h in zip(lso, hw, strict=True))
 
 
 def test_kafka_streams_exactly_once_v2_survives_kill_9(
@@ -390,7 +390,7 @@ def test_transactional_message_copier_random_aborts_kill_9(
     try:
         for c in copiers:
             c.start()
-        for c, at in zip(copiers, kill_at):
+        for c, at in zip(copiers, kill_at, strict=True):
             def progressed(c: JavaProgram = c, at: int = at) -> bool:
                 assert c.alive(), f"{c.name} exited before its kill\n{c.output_tail()}\n{broker.log_tail()}"
                 return copier_progress(c) >= at
