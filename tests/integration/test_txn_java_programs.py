@@ -25,7 +25,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -168,7 +168,7 @@ def create_topics(broker: Broker, partitions: int, *names: str) -> None:
         f.result(60)
 
 
-def produce(broker: Broker, topic: str, records: list[tuple[int, str | None, str]]) -> None:
+def produce(broker: Broker, topic: str, records: Sequence[tuple[int, str | None, str]]) -> None:
     """(partition, key, value) records, idempotently, acknowledged before returning."""
     producer = Producer({
         "bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True, "linger.ms": 5,
@@ -207,14 +207,16 @@ def read_all(
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
-            err = msg.error()
+            err, partition = msg.error(), msg.partition()
+            assert partition is not None
             if err is not None:
                 assert err.code() == KafkaError._PARTITION_EOF, err
-                at_end.add(msg.partition())
+                at_end.add(partition)
                 continue
-            at_end.discard(msg.partition())
-            key = msg.key()
-            out[msg.partition()].append((key.decode() if key is not None else None, msg.value().decode()))
+            at_end.discard(partition)
+            key, value = msg.key(), msg.value()
+            assert value is not None
+            out[partition].append((key.decode() if key is not None else None, value.decode()))
     finally:
         consumer.close()
     return out
@@ -334,9 +336,9 @@ def test_kafka_streams_exactly_once_v2_survives_kill_9(
             expected.setdefault(key, []).append(f"{count + 1},{total_sum + int(value)}")
     got: dict[str, list[str]] = {}
     for records in read_all(broker, sink, STREAMS_PARTITIONS, "read_committed").values():
-        for key, value in records:
-            assert key is not None
-            got.setdefault(key, []).append(value)
+        for out_key, out_value in records:
+            assert out_key is not None
+            got.setdefault(out_key, []).append(out_value)
     assert got == expected
     assert app_proc.starts == 3
     # The killed transactions' output is in the log, aborted: read_uncommitted sees more.
