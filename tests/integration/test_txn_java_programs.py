@@ -367,9 +367,14 @@ def copier_progress(copier: JavaProgram) -> int:
     return done
 
 
+@pytest.mark.parametrize("mode", ["assign", "group"])
 def test_transactional_message_copier_random_aborts_kill_9(
-    broker: Broker, kafka_tools: KafkaTools, tmp_path: Path
+    broker: Broker, kafka_tools: KafkaTools, tmp_path: Path, mode: str
 ) -> None:
+    """``assign``: each copier reads one partition and commits its offsets as a simple group
+    (generation -1); ``group``: the copiers subscribe as one consumer group and commit with
+    their group metadata (KIP-447: member id and generation checked by the group coordinator),
+    rebalancing when one is killed and when it comes back."""
     rng = random.Random(SEED + 1)
     source, sink = unique_name("copy-in"), unique_name("copy-out")
     group = unique_name("copier-group")
@@ -385,6 +390,7 @@ def test_transactional_message_copier_random_aborts_kill_9(
             "--input-partition", str(p), "--output-topic", sink, "--consumer-group", group,
             "--transactional-id", f"{sink}-copier-{p}", "--transaction-size", "20",
             "--transaction-timeout", "10000", "--enable-random-aborts",
+            *(["--group-mode", "--use-group-metadata"] if mode == "group" else []),
         )
         for p in range(COPY_PARTITIONS)
     ]
