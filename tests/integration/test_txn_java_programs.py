@@ -3,13 +3,15 @@ process and, as the reference, Apache Kafka (the same test on both, fetched by
 ``scripts/kafka_reference.sh``):
 
 - a Kafka Streams application with ``processing.guarantee=exactly_once_v2`` (a stateful
-  aggregation in a RocksDB store with a changelog topic, ``java/TxnStreamsAggregate.java``) fed
-  while running, ``kill -9``-ed at a seeded point, restarted: the output read ``read_committed``
-  is exactly one update per input record, per key in order (no duplicate, no loss, no state
-  restored from an aborted transaction);
+  aggregation behind a repartition topic, in a RocksDB store with a changelog topic,
+  ``java/TxnStreamsAggregate.java``) fed while running, ``kill -9``-ed at seeded points with a
+  transaction open and restarted (or the broker killed -9 and restarted under it): the output read
+  ``read_committed`` is exactly one update per input record, per key in order (no duplicate, no
+  loss, no state restored from an aborted transaction);
 - Kafka's ``TransactionalMessageCopier`` (kafka-tools, the program of Kafka's own EOS system
-  tests) copying a topic with ``--enable-random-aborts``, each copier killed at a seeded point and
-  restarted: the output read ``read_committed`` is the input, partition by partition, exactly once;
+  tests) copying a topic with ``--enable-random-aborts``, assigned or as a consumer group with
+  group metadata, each copier killed at a seeded point and restarted (or the broker killed under
+  them): the output read ``read_committed`` is the input, partition by partition, exactly once;
 - ``kafka-console-consumer --isolation-level read_committed`` reading that output.
 
 Every wait is bounded; everything listens on 127.0.0.1. Skipped without Java or the fetched jars

@@ -1,6 +1,7 @@
 // A Kafka Streams application with processing.guarantee=exactly_once_v2: a stateful aggregation
-// (per key: how many records and the sum of their values) kept in a RocksDB store with a changelog
-// topic, every update written to the output topic (record cache off, so one output per input).
+// (per key: how many records and the sum of their values) behind a repartition topic, kept in a
+// RocksDB store with a changelog topic, every update written to the output topic (record cache
+// off, so one output per input).
 //
 // java -cp '<kafka>/4/lib/*' TxnStreamsAggregate.java BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR
 //
@@ -19,6 +20,7 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 
@@ -46,7 +48,9 @@ public class TxnStreamsAggregate {
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
-            .groupByKey()
+            // groupBy (not groupByKey): the records go through a repartition topic, written in
+            // the same transactions and read back read_committed, purged with DeleteRecords.
+            .groupBy((key, value) -> key, Grouped.with("by-key", Serdes.String(), Serdes.String()))
             .aggregate(
                 () -> "0,0",
                 (key, value, agg) -> {
