@@ -283,6 +283,10 @@ def test_kafka_streams_exactly_once_v2_survives_kill_9(
 ) -> None:
     """``app``: the Streams JVM is killed -9 twice, each time with a transaction open, and
     started again; ``broker``: the broker is, twice, under the running application."""
+    if fault == "broker" and isinstance(broker, KafkaServer):
+        # Seen with Kafka 4.3.1 (one node): after the broker's kill -9 and restart the Streams
+        # application stays in REBALANCING for minutes (not investigated further).
+        pytest.skip("the single-node Kafka reference does not get Streams past a broker kill -9")
     rng = random.Random(SEED)
     source, sink, app = unique_name("words"), unique_name("aggregates"), unique_name("app")
     create_topics(broker, STREAMS_PARTITIONS, source, sink)
