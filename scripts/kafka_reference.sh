@@ -6,7 +6,8 @@
 #   $ODRADEK_KAFKA_HOME/bin/kafka-run [--line 3.9] CLASS [ARGS...]
 #
 # Layout under ODRADEK_KAFKA_HOME (default ~/.cache/odradek/kafka):
-#   <version>/lib/*.jar     kafka_2.13, kafka-tools and kafka-shell with their dependencies
+#   <version>/lib/*.jar     kafka_2.13, kafka-tools, kafka-shell and kafka-streams with their
+#                           dependencies
 #   4 -> <version>, 3.9 -> <version>    the version each line resolved to
 #   log4j2.properties       warnings and errors to stderr
 #   bin/kafka-run           the launcher
@@ -33,15 +34,23 @@ published_versions() {
         grep -E "^${prefix//./\\.}\." | sort -t. -k1,1nr -k2,2nr -k3,3nr || true
 }
 
-# Fetch kafka_2.13 + kafka-tools at one version into $HOME_DIR/<version>/lib. 0 if it resolved.
+# Every jar a fetched version must hold (added artifacts make older fetches incomplete).
+has_all_jars() {
+    local dir=$1
+    compgen -G "$dir/lib/kafka-shell-*.jar" >/dev/null &&
+        compgen -G "$dir/lib/kafka-streams-[0-9]*.jar" >/dev/null
+}
+
+# Fetch kafka_2.13 + kafka-tools + kafka-shell + kafka-streams at one version into
+# $HOME_DIR/<version>/lib. 0 if it resolved.
 fetch_version() {
     local version=$1 dir="$HOME_DIR/$1"
-    if [ -f "$dir/.complete" ] && compgen -G "$dir/lib/kafka-shell-*.jar" >/dev/null; then
+    if [ -f "$dir/.complete" ] && has_all_jars "$dir"; then
         return 0
     fi
     if [ -f "$dir/.complete" ]; then
-        # Fetched before kafka-shell (the metadata shell) was added: add the missing jars only
-        # (copy-dependencies leaves the jars already there alone).
+        # Fetched before kafka-shell (the metadata shell) or kafka-streams was added: add the
+        # missing jars only (copy-dependencies leaves the jars already there alone).
         rm -f "$dir/.complete"
     else
         rm -rf "$dir"
@@ -58,6 +67,7 @@ fetch_version() {
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-shell</artifactId><version>$version</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>$version</version></dependency>
     <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-nop</artifactId><version>1.7.36</version></dependency>
   </dependencies>
 </project>
@@ -75,7 +85,7 @@ EOF
 fetch_line() {
     local line=$1 candidates version
     if [ -L "$HOME_DIR/$line" ] && [ -f "$HOME_DIR/$line/.complete" ] &&
-        compgen -G "$HOME_DIR/$line/lib/kafka-shell-*.jar" >/dev/null; then
+        has_all_jars "$HOME_DIR/$line"; then
         log "Kafka line $line: $(basename "$(readlink "$HOME_DIR/$line")") (cached)"
         return 0
     fi
