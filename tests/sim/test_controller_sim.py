@@ -36,6 +36,7 @@ from .controller_sim import (
     run_controller_schedule,
     run_deposed_leader_schedule,
 )
+from .mutations import assert_a_schedule_catches
 from .raft_sim import Violation
 from .test_raft_sim import _hw_counts_minority
 
@@ -224,10 +225,4 @@ def test_simulator_catches_broken_controllers(
 ) -> None:
     breaks, first_seeds = MUTATIONS[mutation]
     breaks(monkeypatch)
-    seeds = first_seeds + [s for s in range(60) if s not in first_seeds]
-    for seed in seeds:
-        try:
-            run_controller_schedule(seed)
-        except Violation:
-            return
-    pytest.fail(f"no schedule among {len(seeds)} caught the mutation {mutation!r}")
+    assert_a_schedule_catches(mutation, run_controller_schedule, Violation, first_seeds, 60)

@@ -16,6 +16,7 @@ import pytest
 
 from odradek.raft import epoch_state, quorum, raft_core
 
+from .mutations import assert_a_schedule_catches
 from .raft_sim import Faults, Simulation, Violation, run_schedule
 
 REPLAY = (
@@ -185,10 +186,4 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
 def test_simulator_catches_broken_cores(mutation: str, monkeypatch: pytest.MonkeyPatch) -> None:
     breaks, first_seeds = MUTATIONS[mutation]
     breaks(monkeypatch)
-    seeds = first_seeds + [s for s in range(60) if s not in first_seeds]
-    for seed in seeds:
-        try:
-            run_schedule(seed)
-        except Violation:
-            return
-    pytest.fail(f"no schedule among {len(seeds)} caught the mutation {mutation!r}")
+    assert_a_schedule_catches(mutation, run_schedule, Violation, first_seeds, 60)

@@ -24,6 +24,7 @@ from odradek.controller import election
 from odradek.log.leader_epoch import UNDEFINED_EPOCH
 from odradek.protocol.errors import Errors
 
+from .mutations import assert_a_schedule_catches
 from .replication_sim import Result, Violation, run_schedule
 
 REPLAY = "ODRADEK_SIM_SEED={seed} python3 -m pytest tests/sim/test_replication_sim.py -k {test} -q"
@@ -156,10 +157,4 @@ MUTATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], list[int]]] = {
 def test_simulator_catches_broken_rules(mutation: str, monkeypatch: pytest.MonkeyPatch) -> None:
     breaks, first_seeds = MUTATIONS[mutation]
     breaks(monkeypatch)
-    seeds = first_seeds + [s for s in range(150) if s not in first_seeds]
-    for seed in seeds:
-        try:
-            run_schedule(seed)
-        except Violation:
-            return
-    pytest.fail(f"no schedule among {len(seeds)} caught the mutation {mutation!r}")
+    assert_a_schedule_catches(mutation, run_schedule, Violation, first_seeds, 150)
