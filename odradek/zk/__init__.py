@@ -1,16 +1,18 @@
-"""ZooKeeper mode's future home (issue 14). Nothing lives here yet, and ZooKeeper mode stays
-refused at start-up (``process.roles`` empty, or ``zookeeper.connect`` set: see
-:class:`~odradek.server.kafka_config.KafkaConfig`).
+"""ZooKeeper mode's data layer (issue 14), after Kafka 3.9's ``kafka.zk``. ZooKeeper mode itself
+stays refused at start-up for now (``process.roles`` empty, or ``zookeeper.connect`` set: see
+:class:`~odradek.server.kafka_config.KafkaConfig`): nothing here is wired into ``odradek server``.
 
-What will live here, after Kafka's ``kafka.zk`` (``KafkaZkClient``, ``ZkData``):
-
-* the znode paths and their JSON payloads: ``/brokers/ids/<id>`` (a broker's ephemeral
-  registration), ``/brokers/topics/<topic>`` and its partitions' ``state`` (leader, leader epoch,
-  ISR, controller epoch), ``/controller`` (the ephemeral znode whose creator is the controller)
-  and ``/controller_epoch``, ``/admin/delete_topics``, ``/admin/reassign_partitions``,
-  ``/admin/preferred_replica_election``, ``/isr_change_notification`` and ``/config/...``;
-* the client wrapper over a real ZooKeeper session (kazoo): conditional updates by znode version,
-  watches turned into controller events, session expiry handling.
+* :mod:`~odradek.zk.zk_data` (``ZkData``): the znode paths and their JSON payloads, written byte
+  for byte as Kafka 3.9 writes them (key orders from :mod:`~odradek.zk.jvm_order`) and read back
+  with a :class:`~odradek.zk.zk_data.ZkDataError` for anything malformed: ``/brokers/ids/<id>``,
+  ``/brokers/topics/<topic>`` and its partitions' ``state``, ``/controller``,
+  ``/controller_epoch``, ``/cluster/id``, ``/config/...`` and ``/config/changes``,
+  ``/admin/delete_topics``, ``/admin/reassign_partitions``, ``/admin/preferred_replica_election``,
+  ``/isr_change_notification``, ``/log_dir_event_notification``, ``/feature``;
+* :mod:`~odradek.zk.kafka_zk_client` (``KafkaZkClient``): a real ZooKeeper session (kazoo) with
+  ``zookeeper.connect`` (chroot included), conditional updates by znode version, writes checked
+  against the controller epoch's znode version, and watches and session expiry delivered to
+  handlers.
 
 The ZooKeeper-mode controller itself (``KafkaController``, the partition and replica state
 machines, the controller channel manager sending LeaderAndIsr / UpdateMetadata / StopReplica)

@@ -1,0 +1,120 @@
+"""A real ZooKeeper server for the ZooKeeper-mode tests: Debian's ``zookeeper`` package
+(``/usr/share/java/zookeeper.jar``, installed by scripts/test.sh on CI), run as
+``ZooKeeperServerMain`` on 127.0.0.1 with a random port and a temporary data directory.
+
+Without Java or the package the tests skip, except under CI, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .support import die_with_parent
+
+JARS = Path("/usr/share/java")
+CLASSPATH = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar")
+LOGGING = "slf4j-simple.jar"  # the server's log lines, when libslf4j-java ships it
+
+
+def _missing() -> str | None:
+    if shutil.which("java") is None:
+        return "java is not installed"
+    for jar in CLASSPATH:
+        if not (JARS / jar).exists():
+            return f"{JARS / jar} is missing (Debian package zookeeper / libslf4j-java)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(word.encode())
+        chunks = []
+        while True:
+            data = s.recv(4096)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+class ZooKeeperServer:
+    def __init__(self, tick_ms: int = 500) -> None:
+        self.port = _free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="odradek-zk-"))
+        self.tick_ms = tick_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ZooKeeperServer:
+        why = _missing()
+        if why:
+            if os.environ.get("CI"):
+                pytest.fail(f"ZooKeeper unavailable under CI: {why}")
+            pytest.skip(f"ZooKeeper unavailable: {why}")
+        (self.dir / "data").mkdir()
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_ms}\ndataDir={self.dir / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n")
+        jars = [*CLASSPATH, *([LOGGING] if (JARS / LOGGING).exists() else [])]
+        cp = ":".join(str(JARS / j) for j in jars)
+        self._log = open(self.dir / "zookeeper.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx128m", "-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain",
+             str(cfg)], stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited {self.proc.returncode}: {self.log_tail()}")
+            try:
+                if four_letter_word(self.port, "ruok") == "imok" and \
+                        "Mode:" in four_letter_word(self.port, "srvr"):
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not answer ruok within {timeout}s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return (self.dir / "zookeeper.log").read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
