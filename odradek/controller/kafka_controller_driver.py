@@ -21,7 +21,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from odradek.controller import controller_event_manager as ev
+from odradek.controller.controller_channel_manager import (
+    ConnectionFactory,
+    ControllerChannelManager,
+    network_connection_factory,
+)
 from odradek.controller.controller_event_manager import ControllerEventQueue, QueuedEvent
+from odradek.controller.kafka_controller import KafkaController, KafkaControllerConfig
+from odradek.controller.kafka_zk_adapter import ControllerSessionHandler, KafkaControllerZkAdapter
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +153,44 @@ class ControllerEventManager:
 
     def on_session_established(self) -> None:
         self.put(ev.RegisterBrokerAndReelect())
+
+
+class ZkControllerRuntime:
+    """A KafkaController wired to its I/O: the ZooKeeper adapter over a started KafkaZkClient,
+    a ControllerChannelManager (NetworkClient to each broker's inter-broker listener unless a
+    ``connection_factory`` is given), the event manager, the scheduler and the session handler.
+    ``start`` queues Startup (the election); ``close`` stops the event thread and the senders (the
+    caller closes the zk client, which ends the session and so releases ``/controller``)."""
+
+    def __init__(self, config: KafkaControllerConfig, zk_client: KafkaZkClient, loop: asyncio.AbstractEventLoop,
+                 connection_factory: ConnectionFactory | None = None,
+                 register_broker: Callable[[], int] | None = None) -> None:
+        self.zk_client = zk_client
+        self.adapter = KafkaControllerZkAdapter(zk_client)
+        self.channel = ControllerChannelManager(
+            config.broker_id,
+            connection_factory or network_connection_factory(config.inter_broker_listener_name,
+                                                             f"controller-{config.broker_id}"),
+            loop,
+        )
+        self.scheduler = LoopScheduler(loop, self._put)
+        self.controller = KafkaController(config, self.adapter, self.channel, self.scheduler, self._put,
+                                          register_broker)
+        self.events = ControllerEventManager(config.broker_id, self.controller, loop)
+        self._session = ControllerSessionHandler(self.events.on_session_expiring, self.events.on_session_established)
+
+    def _put(self, event: ev.ControllerEvent) -> None:
+        self.events.put(event)
+
+    def start(self) -> None:
+        self.zk_client.register_state_change_handler(self._session)
+        self.events.start()
+        self.events.put(ev.Startup())
+
+    async def close(self) -> None:
+        self.zk_client.unregister_state_change_handler(self._session.name)
+        self.scheduler.cancel_all()
+        await self.events.close()
+        self.channel.shutdown()
+        await asyncio.sleep(0)
+        await self.channel.wait_stopped()

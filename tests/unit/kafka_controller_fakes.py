@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,7 +222,7 @@ class FakeChannel:
         self.sent.append(Sent(broker_id, api_key, api_version, body, callback))
         self.log.append(f"send {api_key} to {broker_id}")
 
-    def startup(self, brokers: Collection[Broker]) -> None:
+    def startup(self, brokers: Iterable[Broker]) -> None:
         self.log.append("startup")
         self.brokers |= {b.id for b in brokers}
 
