@@ -19,9 +19,9 @@ through a :class:`ControllerScheduler`, new events through ``put``. The asyncio 
 - Every request carries ``context.epoch``; every ZooKeeper write is checked against
   ``context.epoch_zk_version``.
 
-Not yet here: partition reassignment (``/admin/reassign_partitions`` and
-AlterPartitionReassignments are answered as not supported: the znode is left alone and the API
-gets UNKNOWN_SERVER_ERROR... see ``_process_reassignment``), feature versioning, delegation tokens.
+Partition reassignment is :mod:`odradek.controller.zk_reassignment`. Not here: feature
+versioning (``/feature``), delegation tokens, log-dir failure handling beyond clearing the
+notifications.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from odradek.controller.partition_state_machine import (
 )
 from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.topic_deletion_manager import TopicDeletionManager
+from odradek.controller.zk_reassignment import ListPartitionReassignments, ZkReassignment
 from odradek.protocol.errors import Errors
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class KafkaController:
             config.delete_topic_enable,
         )
         self._watched_topics: set[str] = set()
+        self.reassignment = ZkReassignment(self)
 
     @property
     def is_active(self) -> bool:
@@ -234,9 +236,15 @@ class KafkaController:
         elif isinstance(event, ev.TopicUncleanLeaderElectionEnable):
             if self.is_active:
                 self.partition_state_machine.trigger_online_partition_state_change(event.topic)
-        elif isinstance(event, ev.ZkPartitionReassignment | ev.ApiPartitionReassignment
-                        | ev.PartitionReassignmentIsrChange):
-            self._process_reassignment(event)
+        elif isinstance(event, ev.ZkPartitionReassignment):
+            self.reassignment.process_zk_reassignment()
+        elif isinstance(event, ev.ApiPartitionReassignment):
+            self.reassignment.process_api_reassignment(event)
+        elif isinstance(event, ListPartitionReassignments):
+            self.reassignment.process_list(event)
+        elif isinstance(event, ev.PartitionReassignmentIsrChange):
+            if self.is_active and event.partition in self.context.partitions_being_reassigned:
+                self.reassignment.maybe_complete(event.partition)
         else:
             log.warning("[Controller id=%d] Unhandled event %r", self.broker_id, event)
 
@@ -304,6 +312,7 @@ class KafkaController:
         self.replica_state_machine.startup()
         self.partition_state_machine.startup()
         log.info("Ready to serve as the new controller with epoch %d", ctx.epoch)
+        self.reassignment.initialize()
         self.topic_deletion_manager.try_topic_deletion()
         pending = self._fetch_pending_preferred_replica_elections()
         self.on_replica_election(pending, PREFERRED, ev.ElectionTrigger.ZkTriggered)
@@ -496,6 +505,8 @@ class KafkaController:
         replicas = sorted(ctx.replicas_on_brokers(set(new_brokers)), key=_order)
         self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
         self.partition_state_machine.trigger_online_partition_state_change()
+        started = set(new_brokers)
+        self.reassignment.maybe_resume(lambda _, a: bool(started & set(a.target_replicas)))
         to_resume = {r.topic for r in replicas if self.topic_deletion_manager.is_topic_queued_up_for_deletion(r.topic)}
         if to_resume:
             log.info("Some replicas for topics scheduled for deletion %s are on the newly restarted brokers %s. "
@@ -631,6 +642,8 @@ class KafkaController:
             if partitions:
                 self._update_leader_and_isr_cache(sorted(partitions))
                 self.send_update_metadata_request(self.context.live_or_shutting_down_broker_ids, partitions)
+                for tp in sorted(partitions & self.context.partitions_being_reassigned):
+                    self.reassignment.maybe_complete(tp)
         finally:
             self.zk.delete_isr_change_notifications(seqs, self.context.epoch_zk_version)
 
@@ -653,6 +666,8 @@ class KafkaController:
         event.callback(response)
         if committed:
             self.send_update_metadata_request(self.context.live_or_shutting_down_broker_ids, committed)
+        for tp in sorted(committed & self.context.partitions_being_reassigned):
+            self.reassignment.maybe_complete(tp)
 
     # --- leader elections ------------------------------------------------------------------------
 
@@ -805,14 +820,6 @@ class KafkaController:
         self.replica_state_machine.handle_state_changes(
             [PartitionAndReplica(tp, broker_id) for tp in followed], ReplicaState.OfflineReplica)
         return ctx.partition_leaders_on_broker(broker_id)
-
-    # --- reassignment (not yet) ----------------------------------------------------------------------
-
-    def _process_reassignment(self, event: ev.ControllerEvent) -> None:
-        log.error("[Controller id=%d] Partition reassignment is not supported yet in ZooKeeper mode; ignoring %s",
-                  self.broker_id, type(event).__name__)
-        if isinstance(event, ev.ApiPartitionReassignment) and event.callback is not None:
-            event.callback(Errors.NOT_CONTROLLER if not self.is_active else Errors.UNKNOWN_SERVER_ERROR)
 
 
 def _order(r: PartitionAndReplica) -> tuple[TopicPartition, int]:

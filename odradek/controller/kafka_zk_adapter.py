@@ -304,6 +304,24 @@ class KafkaControllerZkAdapter:
         with _fenced():
             self.client.delete_preferred_replica_election(expected_epoch_zk_version)
 
+    def set_partition_reassignment(
+        self, reassignment: Mapping[TopicPartition, list[int]], expected_epoch_zk_version: int
+    ) -> None:
+        """Kafka's setOrCreatePartitionReassignment (KafkaZkClient has no such call yet: its
+        epoch-checked multi is used directly)."""
+        data = z.encode_reassign_partitions((t, p, r) for (t, p), r in sorted(reassignment.items()))
+        path = z.REASSIGN_PARTITIONS_PATH
+        with _fenced():
+            res = self.client._epoch_checked(lambda tx: tx.set_data(path, data, -1), expected_epoch_zk_version, path)
+        if res and isinstance(res[0], Exception):
+            if type(res[0]).__name__ != "NoNodeError":
+                raise res[0]
+            self.client.create_partition_reassignment((t, p, r) for (t, p), r in sorted(reassignment.items()))
+
+    def delete_partition_reassignment(self, expected_epoch_zk_version: int) -> None:
+        with _fenced():
+            self.client.delete_partition_reassignment(expected_epoch_zk_version)
+
     def delete_topic(self, topic: str, expected_epoch_zk_version: int) -> None:
         """Kafka's deleteTopicZNode, deleteTopicConfigs, then the deletion request znode."""
         with _fenced():

@@ -170,3 +170,39 @@ def test_controller_session_expiry_resigns_and_reelects(zookeeper: ZooKeeperServ
             c.close()
 
     asyncio.run(main())
+
+
+def test_watches_drive_topic_creation_and_reassignment_through_the_znode(connect: str) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        sessions = seed_cluster(connect)
+        admin = sessions[2]
+        c = zk_client(connect)
+        r = ZkControllerRuntime(KafkaControllerConfig(broker_id=1, auto_leader_rebalance_enable=False), c, loop)
+        try:
+            r.start()
+            await wait_until(lambda: r.controller.is_active, "the election")
+            # a new topic znode: TopicChange -> partition states created by the controller
+            admin.create_topic_assignment("u", None, {0: z.ReplicaAssignment((2, 1))})
+            await wait_until(lambda: ("u", 0) in admin.get_topic_partition_states([("u", 0)]), "u-0's state znode")
+            u0 = admin.get_topic_partition_states([("u", 0)])[("u", 0)]
+            assert u0.leader == 2 and u0.isr == (2, 1) and u0.controller_epoch == 1
+            # /admin/reassign_partitions: t-0 from [1, 2] to [2] (already in the ISR: completes at once)
+            await wait_until(lambda: ("t", 0) in admin.get_topic_partition_states([("t", 0)]), "t-0's state")
+            admin.create_partition_reassignment([("t", 0, [2])])
+            await wait_until(lambda: not admin.exists(z.REASSIGN_PARTITIONS_PATH), "the reassignment znode to go")
+            ta = admin.get_replica_assignment_and_topic_ids(["t"])["t"]
+            assert ta.partitions[0].replicas == (2,) and not ta.partitions[0].adding_replicas
+            t0 = admin.get_topic_partition_states([("t", 0)])[("t", 0)]
+            assert t0.leader == 2 and t0.isr == (2,)
+            # the watch is re-armed: a second reassignment is seen too
+            admin.create_partition_reassignment([("t", 1, [2])])
+            await wait_until(lambda: not admin.exists(z.REASSIGN_PARTITIONS_PATH), "the second reassignment")
+            assert admin.get_replica_assignment_and_topic_ids(["t"])["t"].partitions[1].replicas == (2,)
+        finally:
+            await r.close()
+            c.close()
+            for s in sessions.values():
+                s.close()
+
+    asyncio.run(main())

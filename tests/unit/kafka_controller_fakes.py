@@ -40,6 +40,7 @@ class FakeControllerZk(FakeZk):
         self.topics: dict[str, tuple[uuid.UUID, dict[TopicPartition, ReplicaAssignment]]] = {}
         self.deletions: set[str] = set()
         self.preferred: set[TopicPartition] | None = None
+        self.reassignment: dict[TopicPartition, list[int]] | None = None
         self.isr_notifications: dict[str, set[TopicPartition]] = {}
         self.deleted_topics: list[str] = []
         self.calls: list[str] = []
@@ -161,7 +162,16 @@ class ZkView:
         return sorted(self.zk.deletions)
 
     def get_partition_reassignment(self) -> dict[TopicPartition, list[int]]:
-        return {}
+        self._rec("get_partition_reassignment")
+        return dict(self.zk.reassignment or {})
+
+    def set_partition_reassignment(self, reassignment: Mapping[TopicPartition, list[int]], expected: int) -> None:
+        self.zk._check(expected)
+        self.zk.reassignment = dict(reassignment)
+
+    def delete_partition_reassignment(self, expected: int) -> None:
+        self.zk._check(expected)
+        self.zk.reassignment = None
 
     def get_preferred_replica_election(self) -> set[TopicPartition]:
         self._rec("get_preferred_replica_election")
@@ -207,6 +217,7 @@ class ZkView:
                              assignment: Mapping[int, ReplicaAssignment], expected: int) -> None:
         self.zk._check(expected)
         self.zk.topics[topic] = (topic_id or uuid.uuid4(), {(topic, p): ra for p, ra in assignment.items()})
+        self.zk.calls.append("set_topic_assignment")
 
 
 @dataclass

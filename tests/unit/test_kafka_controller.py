@@ -48,7 +48,7 @@ def test_elect_wins_and_fails_over_in_kafkas_order() -> None:
              "register_controller_watches", "delete_log_dir_event_notifications",
              "delete_isr_change_notifications", "get_all_broker_and_epochs", "get_all_topics",
              "watch_partition_modifications", "get_replica_assignment_and_topic_ids", "get_topic_deletions",
-             "get_preferred_replica_election", "delete_preferred_replica_election"]
+             "get_partition_reassignment", "get_preferred_replica_election", "delete_preferred_replica_election"]
     assert calls == order
     # the channel knows the brokers before anything is sent; UpdateMetadata (no partitions) goes to every
     # live broker before the state machines' LeaderAndIsr
@@ -367,3 +367,80 @@ def test_failover_reads_state_written_by_previous_controller() -> None:
     assert info is not None and info.leader_and_isr.leader == 2 and info.leader_and_isr.partition_epoch == 12
     lai = lai_sent(h.channel.take(), 3)[("t", 0)]
     assert lai["leader_epoch"] == 7 and lai["partition_epoch"] == 12 and lai["isr"] == [2, 3]
+
+
+def test_reassignment_through_the_api_adds_then_completes_when_the_isr_catches_up() -> None:
+    zk = cluster((1, 2, 3, 4))
+    h = Harness(zk, 1)
+    h.start()
+    h.channel.take()
+    tp = ("t", 0)
+    before = leader(zk, tp)
+    results: list[Any] = []
+    h.put(ev.ApiPartitionReassignment(reassignments={tp: [2, 3, 4]}, callback=results.append))
+    h.run()
+    assert results == [{tp: (Errors.NONE, None)}]
+    ra = zk.topics["t"][1][tp]
+    assert (ra.replicas, ra.adding_replicas, ra.removing_replicas) == ((2, 3, 4, 1), (4,), (1,))
+    mid = leader(zk, tp)
+    assert mid.leader == 1 and mid.leader_epoch == before.leader_epoch + 1  # phase A: epoch bumped
+    sent = h.channel.take()
+    assert lai_sent(sent, 4)[tp]["is_new"] is True and lai_sent(sent, 4)[tp]["adding_replicas"] == [4]
+    assert lai_sent(sent, 1)[tp]["is_new"] is False and lai_sent(sent, 1)[tp]["removing_replicas"] == [1]
+    assert tp in h.controller.context.partitions_being_reassigned
+    listed: list[Any] = []
+    from odradek.controller.zk_reassignment import ListPartitionReassignments
+    h.put(ListPartitionReassignments(callback=listed.append))
+    h.run()
+    assert set(listed[0]) == {tp}
+    # the leader takes broker 4 into the ISR (AlterPartition): phase B
+    got: list[dict[str, Any]] = []
+    h.put(AlterPartitionReceived(request=alter(tp, mid, [1, 2, 3, 4], zk.topics["t"][0]), version=3,
+                                 callback=got.append))
+    h.run()
+    assert got[0]["topics"][0]["partitions"][0]["error_code"] == 0
+    ra = zk.topics["t"][1][tp]
+    assert (ra.replicas, ra.adding_replicas, ra.removing_replicas) == ((2, 3, 4), (), ())
+    done = leader(zk, tp)
+    assert done.leader == 2 and 1 not in done.isr and done.leader_epoch > mid.leader_epoch
+    stops = stop_replica_sent(h.channel.take(), 1)
+    assert stops[tp]["delete_partition"] is True
+    assert not h.controller.context.partitions_being_reassigned
+
+
+def test_reassignment_through_the_znode_and_validation() -> None:
+    zk = cluster()
+    h = Harness(zk, 1)
+    h.start()
+    h.channel.take()
+    tp = ("t", 1)  # replicas [2, 3, 1], leader 2
+    zk.reassignment = {tp: [3, 1]}
+    h.put(ev.ZkPartitionReassignment())
+    h.run()
+    assert zk.reassignment is None  # the znode goes with its last entry
+    ra = zk.topics["t"][1][tp]
+    assert ra.replicas == (3, 1) and not ra.adding_replicas
+    assert leader(zk, tp).leader == 3 and 2 not in leader(zk, tp).isr
+    assert stop_replica_sent(h.channel.take(), 2)[tp]["delete_partition"] is True
+    results: list[Any] = []
+    h.put(ev.ApiPartitionReassignment(
+        reassignments={("t", 0): [], ("t", 2): [1, 1], ("t", 1): [3, 9], ("x", 0): [1], ("t", 0 + 10): None},
+        callback=results.append))
+    h.run()
+    r = results[0]
+    assert r[("t", 0)][0] == r[("t", 2)][0] == r[("t", 1)][0] == Errors.INVALID_REPLICA_ASSIGNMENT
+    assert r[("x", 0)][0] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert r[("t", 10)][0] == Errors.NO_REASSIGNMENT_IN_PROGRESS
+
+
+def test_failover_resumes_a_reassignment_recorded_in_the_topic_znode() -> None:
+    from odradek.controller.controller_context import ReplicaAssignment
+
+    zk = cluster((1, 2, 3, 4))
+    tp = ("t", 2)
+    zk.topics["t"][1][tp] = ReplicaAssignment.of((3, 1, 2, 4), adding=(4,), removing=(2,))
+    h = Harness(zk, 1)
+    h.start()
+    assert tp in h.controller.context.partitions_being_reassigned
+    sent = h.channel.take()
+    assert lai_sent(sent, 4)[tp]["is_new"] is True
