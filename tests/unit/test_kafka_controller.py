@@ -9,9 +9,9 @@ from typing import Any
 
 from odradek.controller import controller_event_manager as ev
 from odradek.controller.controller_context import LeaderAndIsr, LeaderIsrAndControllerEpoch
-from odradek.controller.kafka_controller import (
+from odradek.controller.kafka_controller import AlterPartitionReceived
+from odradek.controller.zk_leader_movements import (
     PREFERRED,
-    AlterPartitionReceived,
     StaleBrokerEpochError,
 )
 from odradek.protocol.errors import Errors
