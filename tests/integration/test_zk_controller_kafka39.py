@@ -5,11 +5,18 @@ broker that loses the election does); the Kafka broker registers, our controller
 (BrokerChange: UpdateMetadata, then LeaderAndIsr), a topic znode we write becomes partition state
 znodes and a LeaderAndIsr that makes the Kafka broker the leader, and a real client produces to it
 and reads everything back. Then the broker is stopped: our controller marks its partition offline
-(leader -1 in ZooKeeper)."""
+(leader -1 in ZooKeeper).
+
+And the replication scenario: two Kafka 3.9 brokers, a topic with replicas on both, acks=all
+load; the leader is killed (kill -9): when its registration expires our controller elects the
+other replica (in the ISR), removes the dead one from the ISR, and every acknowledged message is
+still there when everything is read back from the survivor."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +30,8 @@ from odradek.controller.kafka_zk_adapter import uuid_to_kafka
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
-from .kafka_reference import find_kafka_tools
+from .kafka_reference import KafkaTools, find_kafka_tools
+from .support import die_with_parent
 from .test_zk_kafka_fidelity import ZkModeKafka
 from .zookeeper_support import ZooKeeperServer
 
@@ -121,5 +129,132 @@ def test_odradek_controller_drives_a_kafka_39_broker(tmp_path: Path) -> None:
                 c.close()
                 admin.close()
                 kafka.stop()
+
+        asyncio.run(main())
+
+
+class Kafka39Broker(ZkModeKafka):
+    """ZkModeKafka with a broker id of our choosing."""
+
+    def __init__(self, tools: KafkaTools, zk_connect: str, data_dir: Path, broker_id: int) -> None:
+        super().__init__(tools, zk_connect, data_dir)
+        self.broker_id = broker_id
+
+    def start(self) -> Kafka39Broker:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "broker.id": str(self.broker_id),
+            "zookeeper.connect": self.zk_connect,
+            "zookeeper.session.timeout.ms": "6000",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},INTERNAL://127.0.0.1:{self.internal_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "log.dirs": str(self.data_dir / "logs"),
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "replica.lag.time.max.ms": "600000",
+        }
+        config = self.data_dir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        env = dict(os.environ)
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx384m")
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [str(self.tools.home / "bin" / "kafka-run"), "--line", self.tools.line, "kafka.Kafka", str(config)],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                preexec_fn=die_with_parent)
+        return self
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> int:
+    from confluent_kafka import Producer
+
+    acked: list[bytes] = []
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None:
+            acked.append(msg.value())  # type: ignore[attr-defined]
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+                  "message.timeout.ms": 60000})
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=delivered)
+    p.flush(90)
+    return len(acked)
+
+
+def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_lost(tmp_path: Path) -> None:
+    tools = find_kafka_tools("3.9")
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-failover"
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            c.create_top_level_paths()
+            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            r = ZkControllerRuntime(
+                KafkaControllerConfig(broker_id=CONTROLLER_ID, auto_leader_rebalance_enable=False,
+                                      inter_broker_listener_name="INTERNAL"), c, loop)
+            brokers = {i: Kafka39Broker(tools, connect, tmp_path / f"b{i}", i) for i in (1, 2)}
+            try:
+                r.start()
+                deadline = time.monotonic() + 30
+                while not r.controller.is_active and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                assert r.controller.is_active
+                for b in brokers.values():
+                    b.start()
+                await wait_until(lambda: r.controller.context.live_or_shutting_down_broker_ids == {1, 2},
+                                 "both registrations", brokers[1])
+                admin.create_topic_assignment("r", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1, 2))})
+                await wait_until(lambda: ("r", 0) in admin.get_topic_partition_states([("r", 0)]), "r-0", brokers[1])
+                first = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                assert first.leader == 1 and first.isr == (1, 2)
+                bootstrap = ",".join(b.bootstrap for b in brokers.values())
+                before = [f"a{i}".encode() for i in range(50)]
+                assert await loop.run_in_executor(None, produce, bootstrap, "r", before) == 50
+                proc = brokers[1].proc
+                assert proc is not None
+                proc.kill()  # kill -9 the leader
+                proc.wait(30)
+
+                def moved() -> bool:
+                    s = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                    return s.leader == 2 and s.isr == (2,)
+
+                await wait_until(moved, "r-0's leadership to move to broker 2", brokers[2], timeout=60)
+                after_state = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                assert after_state.leader_epoch > first.leader_epoch
+                assert after_state.controller_epoch == r.controller.epoch
+                after = [f"b{i}".encode() for i in range(50)]
+                assert await loop.run_in_executor(None, produce, brokers[2].bootstrap, "r", after) == 50
+                got = await loop.run_in_executor(None, read_all, brokers[2].bootstrap, "r", 100)
+                assert got == before + after
+            finally:
+                await r.close()
+                c.close()
+                admin.close()
+                for b in brokers.values():
+                    b.stop()
 
         asyncio.run(main())
