@@ -73,7 +73,7 @@ def produce_and_consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
         while len(got) < n and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is not None and m.error() is None:
-                got.append(m.value())
+                got.append(m.value() or b"")
     finally:
         c.close()
     return got
@@ -196,7 +196,7 @@ def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
         while len(got) < n and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is not None and m.error() is None:
-                got.append(m.value())
+                got.append(m.value() or b"")
     finally:
         c.close()
     return got
