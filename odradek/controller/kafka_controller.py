@@ -56,6 +56,7 @@ from odradek.controller.zk_leader_movements import (
     PREFERRED,
     LeaderMovements,
 )
+from odradek.controller.zk_producer_ids import AllocateProducerIds, process_allocate_producer_ids
 from odradek.controller.zk_reassignment import ListPartitionReassignments, ZkReassignment
 from odradek.protocol.errors import Errors
 
@@ -219,6 +220,9 @@ class KafkaController(LeaderMovements):
         elif isinstance(event, ev.TopicUncleanLeaderElectionEnable):
             if self.is_active:
                 self.partition_state_machine.trigger_online_partition_state_change(event.topic)
+        elif isinstance(event, AllocateProducerIds):
+            if event.callback is not None:
+                event.callback(process_allocate_producer_ids(self.is_active, self.context, self.zk, event))
         elif isinstance(event, ev.ZkPartitionReassignment):
             self.reassignment.process_zk_reassignment()
         elif isinstance(event, ev.ApiPartitionReassignment):

@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
 from odradek.controller import controller_event_manager as ev
 from odradek.controller.controller_context import (
     Broker,
@@ -321,6 +323,26 @@ class KafkaControllerZkAdapter:
     def delete_partition_reassignment(self, expected_epoch_zk_version: int) -> None:
         with _fenced():
             self.client.delete_partition_reassignment(expected_epoch_zk_version)
+
+    def get_producer_id_block(self) -> tuple[bytes | None, int]:
+        got = self.client.get_data(z.PRODUCER_ID_BLOCK_PATH)
+        if got is None:
+            return None, -1
+        # a persistent path created empty at start-up (Kafka creates it with null data): no block yet
+        return (bytes(got[0]) or None), int(got[1].version)
+
+    def set_producer_id_block(self, data: bytes, expected_version: int) -> bool:
+        """Kafka's conditionalUpdatePath (KafkaZkClient has no such call yet: kazoo directly)."""
+        path = z.PRODUCER_ID_BLOCK_PATH
+        kz = self.client._kazoo
+        try:
+            if expected_version < 0:
+                self.client._call(lambda: kz.create(path, data, makepath=True), path)
+            else:
+                self.client._call(lambda: kz.set(path, data, expected_version), path)
+            return True
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            return False
 
     def delete_topic(self, topic: str, expected_epoch_zk_version: int) -> None:
         """Kafka's deleteTopicZNode, deleteTopicConfigs, then the deletion request znode."""

@@ -22,6 +22,7 @@ from odradek.controller.kafka_controller import KafkaControllerConfig
 from odradek.controller.kafka_controller_driver import ZkControllerRuntime
 from odradek.controller.kafka_controller_zk import KafkaControllerZkClient
 from odradek.controller.kafka_zk_adapter import KafkaControllerZkAdapter
+from odradek.controller.zk_producer_ids import AllocateProducerIds
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
@@ -199,6 +200,15 @@ def test_watches_drive_topic_creation_and_reassignment_through_the_znode(connect
             admin.create_partition_reassignment([("t", 1, [2])])
             await wait_until(lambda: not admin.exists(z.REASSIGN_PARTITIONS_PATH), "the second reassignment")
             assert admin.get_replica_assignment_and_topic_ids(["t"])["t"].partitions[1].replicas == (2,)
+            # AllocateProducerIds: consecutive blocks through /latest_producer_id_block
+            got: list[dict[str, object]] = []
+            epoch1 = r.controller.context.broker_epoch(1)
+            for _ in range(2):
+                r.events.put(AllocateProducerIds(broker_id=1, broker_epoch=epoch1, callback=got.append))
+            await wait_until(lambda: len(got) == 2, "two producer id blocks")
+            assert [(g["error_code"], g["producer_id_start"]) for g in got] == [(0, 0), (0, 1000)]
+            block = admin.get_data(z.PRODUCER_ID_BLOCK_PATH)
+            assert block is not None and block[0] == b'{"version":1,"broker":1,"block_start":"1000","block_end":"1999"}'
         finally:
             await r.close()
             c.close()

@@ -41,6 +41,8 @@ class FakeControllerZk(FakeZk):
         self.deletions: set[str] = set()
         self.preferred: set[TopicPartition] | None = None
         self.reassignment: dict[TopicPartition, list[int]] | None = None
+        self.producer_id_block: tuple[bytes | None, int] = (None, -1)
+        self.producer_id_race: bytes | None = None
         self.isr_notifications: dict[str, set[TopicPartition]] = {}
         self.deleted_topics: list[str] = []
         self.calls: list[str] = []
@@ -168,6 +170,18 @@ class ZkView:
     def set_partition_reassignment(self, reassignment: Mapping[TopicPartition, list[int]], expected: int) -> None:
         self.zk._check(expected)
         self.zk.reassignment = dict(reassignment)
+
+    def get_producer_id_block(self) -> tuple[bytes | None, int]:
+        return self.zk.producer_id_block
+
+    def set_producer_id_block(self, data: bytes, expected_version: int) -> bool:
+        if self.zk.producer_id_race is not None:  # someone else writes first
+            self.zk.producer_id_block = (self.zk.producer_id_race, self.zk.producer_id_block[1] + 1)
+            self.zk.producer_id_race = None
+        if expected_version != self.zk.producer_id_block[1]:
+            return False
+        self.zk.producer_id_block = (data, expected_version + 1)
+        return True
 
     def delete_partition_reassignment(self, expected: int) -> None:
         self.zk._check(expected)

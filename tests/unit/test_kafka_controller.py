@@ -444,3 +444,32 @@ def test_failover_resumes_a_reassignment_recorded_in_the_topic_znode() -> None:
     assert tp in h.controller.context.partitions_being_reassigned
     sent = h.channel.take()
     assert lai_sent(sent, 4)[tp]["is_new"] is True
+
+
+def test_allocate_producer_ids_hands_out_consecutive_blocks() -> None:
+    from odradek.controller.zk_producer_ids import AllocateProducerIds
+
+    zk = cluster()
+    h = Harness(zk, 1)
+    h.start()
+    got: list[dict[str, Any]] = []
+
+    def ask(broker: int, epoch: int) -> dict[str, Any]:
+        h.put(AllocateProducerIds(broker_id=broker, broker_epoch=epoch, callback=got.append))
+        h.run()
+        return got[-1]
+
+    first = ask(2, broker_epoch(2))
+    assert (first["error_code"], first["producer_id_start"], first["producer_id_len"]) == (0, 0, 1000)
+    assert zk.producer_id_block[0] == b'{"version":1,"broker":2,"block_start":"0","block_end":"999"}'
+    assert ask(3, broker_epoch(3))["producer_id_start"] == 1000
+    # another writer takes the next block between our read and our write: we retry after it
+    zk.producer_id_race = b'{"version":1,"broker":1,"block_start":"2000","block_end":"2999"}'
+    assert ask(1, broker_epoch(1))["producer_id_start"] == 3000
+    assert ask(1, 5)["error_code"] == Errors.STALE_BROKER_EPOCH
+    assert ask(9, 5)["error_code"] == Errors.BROKER_ID_NOT_REGISTERED
+    other = Harness(zk, 2)
+    other.start()
+    other.put(AllocateProducerIds(broker_id=1, broker_epoch=broker_epoch(1), callback=got.append))
+    other.run()
+    assert got[-1]["error_code"] == Errors.NOT_CONTROLLER
