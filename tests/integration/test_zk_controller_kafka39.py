@@ -258,3 +258,76 @@ def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_l
                     b.stop()
 
         asyncio.run(main())
+
+
+def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    tools = find_kafka_tools("3.9")
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-sigstop"
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            admin.create_top_level_paths()
+            log_a = tmp_path / "controller-a.log"
+            with open(log_a, "wb") as out:
+                proc_a = subprocess.Popen(
+                    [sys.executable, "-m", "tests.integration.zk_controller_proc", connect, "100", "INTERNAL"],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
+                    cwd=str(Path(__file__).resolve().parents[2]))
+            kafka = Kafka39Broker(tools, connect, tmp_path / "b1", 1)
+            b_client: KafkaZkClient | None = None
+            b: ZkControllerRuntime | None = None
+            try:
+                await wait_until(lambda: admin.get_controller_id() == 100, "controller A", kafka_stub(proc_a, log_a))
+                kafka.start()
+                admin.create_topic_assignment("t1", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1,))})
+                await wait_until(lambda: ("t1", 0) in admin.get_topic_partition_states([("t1", 0)]), "t1-0", kafka)
+                t1_before = admin.get_topic_partition_states([("t1", 0)])[("t1", 0)]
+                assert t1_before.controller_epoch == 1
+                b_client = KafkaZkClient(ZkConfig(connect, 6000, 20000)).start()
+                b = ZkControllerRuntime(KafkaControllerConfig(broker_id=101, auto_leader_rebalance_enable=False,
+                                                              inter_broker_listener_name="INTERNAL"), b_client, loop)
+                b.start()
+                await wait_until(lambda: b is not None and b.controller.active_controller_id == 100, "B to lose", kafka)
+                proc_a.send_signal(signal.SIGSTOP)  # A stops answering ZooKeeper: its session expires
+                await wait_until(lambda: b is not None and b.controller.is_active, "B to take over", kafka, 60)
+                assert b.controller.epoch == 2 and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                admin.create_topic_assignment("t2", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1,))})
+                await wait_until(lambda: ("t2", 0) in admin.get_topic_partition_states([("t2", 0)]), "t2-0", kafka)
+                proc_a.send_signal(signal.SIGCONT)
+                await wait_until(lambda: b"Resigned" in log_a.read_bytes(), "A to resign when it resumes", kafka, 60)
+                await asyncio.sleep(2)
+                assert admin.get_controller_id() == 101 and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                states = admin.get_topic_partition_states([("t1", 0), ("t2", 0)])
+                assert states[("t2", 0)].controller_epoch == 2 and states[("t2", 0)].leader == 1
+                assert states[("t1", 0)] == t1_before or states[("t1", 0)].controller_epoch == 2
+                got = await loop.run_in_executor(None, produce_and_consume, kafka.bootstrap, "t2", 10)
+                assert sorted(got) == sorted(f"m{i}".encode() for i in range(10))
+            finally:
+                if proc_a.poll() is None:
+                    proc_a.send_signal(signal.SIGCONT)
+                    proc_a.terminate()
+                    try:
+                        proc_a.wait(20)
+                    except subprocess.TimeoutExpired:
+                        proc_a.kill()
+                if b is not None:
+                    await b.close()
+                if b_client is not None:
+                    b_client.close()
+                admin.close()
+                kafka.stop()
+
+        asyncio.run(main())
+
+
+def kafka_stub(proc: subprocess.Popen[bytes], log: Path) -> ZkModeKafka:
+    """wait_until's liveness check for a process that is not Kafka."""
+    stub = ZkModeKafka.__new__(ZkModeKafka)
+    stub.proc = proc
+    stub.log_path = log
+    return stub
