@@ -473,3 +473,27 @@ def test_allocate_producer_ids_hands_out_consecutive_blocks() -> None:
     other.put(AllocateProducerIds(broker_id=1, broker_epoch=broker_epoch(1), callback=got.append))
     other.run()
     assert got[-1]["error_code"] == Errors.NOT_CONTROLLER
+
+
+def test_session_expiry_resigns_then_reregisters_the_broker_and_reelects() -> None:
+    zk = cluster()
+    h = Harness(zk, 1)
+    registered: list[int] = []
+
+    def register() -> int:
+        zk.add_broker(1, epoch=6000)
+        registered.append(6000)
+        return 6000
+
+    h.controller.register_broker = register
+    h.start()
+    assert h.controller.is_active and h.controller.epoch == 1
+    zk.controller = None  # the ephemeral /controller went with the expired session
+    h.put(ev.Expire())
+    h.run()
+    assert not h.controller.is_active and h.view.watches is None and h.controller.context.epoch == 0
+    h.put(ev.RegisterBrokerAndReelect())
+    h.run()
+    assert registered == [6000]
+    assert h.controller.is_active and h.controller.epoch == 2
+    assert h.controller.context.broker_epoch(1) == 6000
