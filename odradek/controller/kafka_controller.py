@@ -198,8 +198,7 @@ class KafkaController(LeaderMovements):
         elif isinstance(event, ev.IsrChangeNotification):
             self._process_isr_change_notification()
         elif isinstance(event, ev.LogDirEventNotification):
-            if self.is_active:
-                self.zk.delete_log_dir_event_notifications(self.context.epoch_zk_version)
+            self._process_log_dir_event_notification()
         elif isinstance(event, ev.ReplicaLeaderElection):
             self._process_replica_leader_election(event)
         elif isinstance(event, ev.AutoPreferredReplicaLeaderElection):
@@ -285,7 +284,7 @@ class KafkaController(LeaderMovements):
         log.info("Registering handlers")
         self.zk.register_controller_watches(self.put)
         log.info("Deleting log dir event notifications")
-        self.zk.delete_log_dir_event_notifications(ctx.epoch_zk_version)
+        self.zk.delete_log_dir_event_notifications(None, ctx.epoch_zk_version)
         log.info("Deleting isr change notifications")
         self.zk.delete_isr_change_notifications(None, ctx.epoch_zk_version)
         log.info("Initializing controller context")
@@ -357,9 +356,6 @@ class KafkaController(LeaderMovements):
             return
         for tp, info in self.zk.get_topic_partition_states(partitions).items():
             if isinstance(info, LeaderIsrAndControllerEpoch):
-                if info.controller_epoch > self.context.epoch:
-                    raise ControllerMovedException(
-                        f"partition {tp} state written by controller epoch {info.controller_epoch} > {self.context.epoch}")
                 self.context.put_partition_leadership_info(tp, info)
 
     def _fetch_topic_deletions_in_progress(self) -> tuple[set[str], set[str]]:
@@ -432,6 +428,21 @@ class KafkaController(LeaderMovements):
         ctx.replicas_on_offline_dirs[broker_id] = current
         if current - previous:
             self._on_replicas_become_offline({PartitionAndReplica(tp, broker_id) for tp in current - previous})
+
+    def _process_log_dir_event_notification(self) -> None:
+        """A broker's log directory failed: LeaderAndIsr for all its replicas (OnlineReplica), the
+        ones on the failed directory answer KAFKA_STORAGE_ERROR and go offline."""
+        if not self.is_active:
+            return
+        seqs = self.zk.get_all_log_dir_event_notifications()
+        try:
+            broker_ids = sorted(set(self.zk.get_broker_ids_from_log_dir_events(seqs)))
+            if broker_ids:
+                log.info("Handling log directory failure for brokers %s", broker_ids)
+                replicas = self.context.replicas_on_brokers(set(broker_ids))
+                self.replica_state_machine.handle_state_changes(sorted(replicas, key=_order), ReplicaState.OnlineReplica)
+        finally:
+            self.zk.delete_log_dir_event_notifications(seqs, self.context.epoch_zk_version)
 
     # --- brokers --------------------------------------------------------------------------------
 

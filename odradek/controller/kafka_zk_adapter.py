@@ -297,8 +297,15 @@ class KafkaControllerZkAdapter:
         with _fenced():
             self.client.delete_isr_change_notifications(seqs, expected_epoch_zk_version)
 
-    def delete_log_dir_event_notifications(self, expected_epoch_zk_version: int) -> None:
-        seqs = self.client.get_all_log_dir_event_notifications()
+    def get_all_log_dir_event_notifications(self) -> list[str]:
+        return self.client.get_all_log_dir_event_notifications()
+
+    def get_broker_ids_from_log_dir_events(self, seqs: Collection[str]) -> list[int]:
+        return self.client.get_broker_ids_from_log_dir_events(seqs)
+
+    def delete_log_dir_event_notifications(self, seqs: Collection[str] | None, expected_epoch_zk_version: int) -> None:
+        if seqs is None:
+            seqs = self.client.get_all_log_dir_event_notifications()
         with _fenced():
             self.client.delete_log_dir_event_notifications(seqs, expected_epoch_zk_version)
 

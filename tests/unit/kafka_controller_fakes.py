@@ -43,6 +43,7 @@ class FakeControllerZk(FakeZk):
         self.reassignment: dict[TopicPartition, list[int]] | None = None
         self.producer_id_block: tuple[bytes | None, int] = (None, -1)
         self.producer_id_race: bytes | None = None
+        self.log_dir_events: dict[str, int] = {}
         self.isr_notifications: dict[str, set[TopicPartition]] = {}
         self.deleted_topics: list[str] = []
         self.calls: list[str] = []
@@ -204,9 +205,17 @@ class ZkView:
         for s in list(self.zk.isr_notifications) if seqs is None else seqs:
             self.zk.isr_notifications.pop(s, None)
 
-    def delete_log_dir_event_notifications(self, expected: int) -> None:
+    def get_all_log_dir_event_notifications(self) -> list[str]:
+        return sorted(self.zk.log_dir_events)
+
+    def get_broker_ids_from_log_dir_events(self, seqs: Collection[str]) -> list[int]:
+        return [self.zk.log_dir_events[s] for s in seqs if s in self.zk.log_dir_events]
+
+    def delete_log_dir_event_notifications(self, seqs: Collection[str] | None, expected: int) -> None:
         self._rec("delete_log_dir_event_notifications")
         self.zk._check(expected)
+        for s in list(self.zk.log_dir_events) if seqs is None else seqs:
+            self.zk.log_dir_events.pop(s, None)
 
     def delete_preferred_replica_election(self, expected: int) -> None:
         self._rec("delete_preferred_replica_election")

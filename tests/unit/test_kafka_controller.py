@@ -497,3 +497,24 @@ def test_session_expiry_resigns_then_reregisters_the_broker_and_reelects() -> No
     assert registered == [6000]
     assert h.controller.is_active and h.controller.epoch == 2
     assert h.controller.context.broker_epoch(1) == 6000
+
+
+def test_log_dir_failure_queries_the_broker_and_takes_failed_replicas_offline() -> None:
+    zk = cluster()
+    h = Harness(zk, 1)
+    h.start()
+    h.channel.take()
+    zk.log_dir_events["0000000000"] = 2
+    h.put(ev.LogDirEventNotification())
+    h.run()
+    assert not zk.log_dir_events
+    sent = h.channel.take()
+    lai = [s for s in sent if s.api_key == 4 and s.broker_id == 2]
+    assert lai and set(lai_sent(sent, 2)) == {("t", 0), ("t", 1), ("t", 2)}
+    # broker 2 answers KAFKA_STORAGE_ERROR for t-1 (it leads it): the partition gets a new leader
+    lai[0].callback({"error_code": 0, "topics": [{"topic_id": zk.topics["t"][0], "partition_errors": [
+        {"partition_index": 1, "error_code": Errors.KAFKA_STORAGE_ERROR},
+        {"partition_index": 0, "error_code": 0}]}]})
+    h.run()
+    assert leader(zk, ("t", 1)).leader == 3 and 2 not in leader(zk, ("t", 1)).isr
+    assert 2 in leader(zk, ("t", 0)).isr
