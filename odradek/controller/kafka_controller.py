@@ -106,6 +106,23 @@ class KafkaControllerConfig:
     leader_imbalance_check_interval_seconds: int = 300  # leader.imbalance.check.interval.seconds
     delete_topic_enable: bool = True  # delete.topic.enable
     inter_broker_listener_name: str = "PLAINTEXT"
+    controller_socket_timeout_ms: int = 30000  # controller.socket.timeout.ms
+    unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (topics may override)
+
+    @classmethod
+    def from_kafka_config(cls, cfg: Any) -> KafkaControllerConfig:
+        """From a broker's KafkaConfig (anything with ``get(key)`` and ``inter_broker_listener_name``):
+        Kafka's names and defaults."""
+        return cls(
+            broker_id=int(cfg.get("broker.id")),
+            auto_leader_rebalance_enable=bool(cfg.get("auto.leader.rebalance.enable")),
+            leader_imbalance_per_broker_percentage=int(cfg.get("leader.imbalance.per.broker.percentage")),
+            leader_imbalance_check_interval_seconds=int(cfg.get("leader.imbalance.check.interval.seconds")),
+            delete_topic_enable=bool(cfg.get("delete.topic.enable")),
+            inter_broker_listener_name=str(cfg.inter_broker_listener_name),
+            controller_socket_timeout_ms=int(cfg.get("controller.socket.timeout.ms")),
+            unclean_leader_election_enable=bool(cfg.get("unclean.leader.election.enable")),
+        )
 
 
 class KafkaController(LeaderMovements):

@@ -166,12 +166,13 @@ class ZkControllerRuntime:
                  connection_factory: ConnectionFactory | None = None,
                  register_broker: Callable[[], int] | None = None) -> None:
         self.zk_client = zk_client
-        self.adapter = KafkaControllerZkAdapter(zk_client)
+        self.adapter = KafkaControllerZkAdapter(zk_client, config.unclean_leader_election_enable)
         self.channel = ControllerChannelManager(
             config.broker_id,
             connection_factory or network_connection_factory(config.inter_broker_listener_name,
                                                              f"controller-{config.broker_id}"),
             loop,
+            request_timeout_ms=config.controller_socket_timeout_ms,
         )
         self.scheduler = LoopScheduler(loop, self._put)
         self.controller = KafkaController(config, self.adapter, self.channel, self.scheduler, self._put,

@@ -518,3 +518,26 @@ def test_log_dir_failure_queries_the_broker_and_takes_failed_replicas_offline() 
     h.run()
     assert leader(zk, ("t", 1)).leader == 3 and 2 not in leader(zk, ("t", 1)).isr
     assert 2 in leader(zk, ("t", 0)).isr
+
+
+def test_config_from_kafka_config_uses_kafkas_names_and_defaults() -> None:
+    from odradek.controller.kafka_controller import KafkaControllerConfig
+    from odradek.server.kafka_config import KafkaConfig
+
+    # (ZooKeeper mode is still refused by KafkaConfig: a combined KRaft config carries the same keys)
+    base = {"listeners": "PLAINTEXT://127.0.0.1:0,REPL://127.0.0.1:0,CONTROLLER://127.0.0.1:0", "log.dirs": "/tmp/x",
+            "node.id": "3", "broker.id": "3",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "REPL"}
+    c = KafkaControllerConfig.from_kafka_config(KafkaConfig(base))
+    assert (c.broker_id, c.auto_leader_rebalance_enable, c.leader_imbalance_per_broker_percentage,
+            c.leader_imbalance_check_interval_seconds, c.delete_topic_enable, c.inter_broker_listener_name,
+            c.controller_socket_timeout_ms, c.unclean_leader_election_enable) == (3, True, 10, 300, True, "REPL",
+                                                                                 30000, False)
+    c = KafkaControllerConfig.from_kafka_config(KafkaConfig({
+        **base, "auto.leader.rebalance.enable": "false", "leader.imbalance.per.broker.percentage": "25",
+        "leader.imbalance.check.interval.seconds": "7", "delete.topic.enable": "false",
+        "controller.socket.timeout.ms": "1234", "unclean.leader.election.enable": "true"}))
+    assert (c.auto_leader_rebalance_enable, c.leader_imbalance_per_broker_percentage,
+            c.leader_imbalance_check_interval_seconds, c.delete_topic_enable, c.controller_socket_timeout_ms,
+            c.unclean_leader_election_enable) == (False, 25, 7, False, 1234, True)
