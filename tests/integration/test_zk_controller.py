@@ -177,7 +177,7 @@ def test_watches_drive_topic_creation_and_reassignment_through_the_znode(connect
     async def main() -> None:
         loop = asyncio.get_running_loop()
         sessions = seed_cluster(connect)
-        admin = sessions[2]
+        admin = zk_client(connect)
         c = zk_client(connect)
         r = ZkControllerRuntime(KafkaControllerConfig(broker_id=1, auto_leader_rebalance_enable=False), c, loop)
         try:
@@ -200,6 +200,31 @@ def test_watches_drive_topic_creation_and_reassignment_through_the_znode(connect
             admin.create_partition_reassignment([("t", 1, [2])])
             await wait_until(lambda: not admin.exists(z.REASSIGN_PARTITIONS_PATH), "the second reassignment")
             assert admin.get_replica_assignment_and_topic_ids(["t"])["t"].partitions[1].replicas == (2,)
+            # broker 2 dies: u-0 moves to broker 1; broker 2 returns and (as its leader would
+            # after it caught up) rejoins the ISR, announced by /isr_change_notification; then
+            # /admin/preferred_replica_election moves u-0 back to broker 2, its preferred replica
+            sessions.pop(2).close()
+            await wait_until(lambda: admin.get_topic_partition_states([("u", 0)])[("u", 0)].leader == 1,
+                             "u-0 to move to broker 1")
+            sessions[2] = zk_client(connect)
+            sessions[2].register_broker(z.BrokerInfo.create(2, [("PLAINTEXT", "PLAINTEXT", "127.0.0.1", _free_port())],
+                                                            timestamp_ms=int(time.time() * 1000)))
+            await wait_until(lambda: 2 in r.controller.context.live_broker_ids, "broker 2 back")
+            u0 = admin.get_topic_partition_states([("u", 0)])[("u", 0)]
+            res = admin.update_leader_and_isr({("u", 0): z.PartitionState(
+                u0.leader, u0.leader_epoch, (1, 2), u0.controller_epoch, 0, u0.zk_version)}, z.MATCH_ANY_VERSION)
+            assert not res.partitions_to_retry
+            admin.propagate_isr_changes([("u", 0)])
+            def isr_seen() -> bool:
+                info = r.controller.context.partition_leadership_info(("u", 0))
+                return info is not None and info.leader_and_isr.isr == (1, 2)
+
+            await wait_until(isr_seen, "the ISR change to reach the controller")
+            admin.create_preferred_replica_election([("u", 0)])
+            await wait_until(lambda: admin.get_topic_partition_states([("u", 0)])[("u", 0)].leader == 2,
+                             "the preferred replica election")
+            await wait_until(lambda: not admin.exists(z.PREFERRED_REPLICA_ELECTION_PATH), "the election znode to go")
+            assert admin.get_all_isr_change_notifications() == []
             # AllocateProducerIds: consecutive blocks through /latest_producer_id_block
             got: list[dict[str, object]] = []
             epoch1 = r.controller.context.broker_epoch(1)
@@ -212,6 +237,7 @@ def test_watches_drive_topic_creation_and_reassignment_through_the_znode(connect
         finally:
             await r.close()
             c.close()
+            admin.close()
             for s in sessions.values():
                 s.close()
 
