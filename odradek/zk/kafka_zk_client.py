@@ -142,8 +142,12 @@ PartitionStateOrError = z.PartitionState | Exception
 class KafkaZkClient:
     def __init__(self, config: ZkConfig, *, client_id: tuple[int, bytes] | None = None) -> None:
         self.config = config
-        self._kazoo = KazooClient(hosts=config.hosts + (config.chroot or ""),
-                                  timeout=config.session_timeout_ms / 1000.0, client_id=client_id)
+        # Reconnect forever (Kafka's client does): after an outage longer than the session, a
+        # new session follows the expiry, and the state handlers hear of both.
+        self._kazoo = KazooClient(
+            hosts=config.hosts + (config.chroot or ""), timeout=config.session_timeout_ms / 1000.0,
+            client_id=client_id,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0))
         self._dispatcher = ThreadPoolExecutor(1, thread_name_prefix="zk-event")
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="zk-call")
         self._lock = threading.Lock()

@@ -316,6 +316,38 @@ def test_async_callers_run_off_the_loop(connect: str) -> None:
         c.close()
 
 
+def test_requests_wait_out_a_lost_connection() -> None:
+    """ZooKeeper is killed and restarted under a client: a request made while the connection is
+    down waits (kazoo queues it; a request cut off in flight is retried by KafkaZkClient._call)
+    and answers once the server is back, in the same session."""
+    with ZooKeeperServer() as zk:
+        c = client(zk.connect + "/r", session_timeout_ms=20000)
+        try:
+            c.create_top_level_paths()
+            epoch = c.register_broker(broker_info(2))
+            session = c.session_id
+            results: list[object] = []
+
+            def read() -> None:
+                try:
+                    results.append(c.get_all_broker_and_epochs()[2][1])
+                except Exception as e:  # recorded, asserted below
+                    results.append(e)
+
+            zk.kill()
+            wait_until(lambda: not c.connected, what="the connection to drop")
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(1.0)
+            assert results == []  # waiting, not failed
+            zk.start()
+            reader.join(60)
+            assert results == [epoch]
+            assert c.session_id == session
+        finally:
+            c.close()
+
+
 def test_connection_timeout_is_reported() -> None:
     dead = f"127.0.0.1:{_free_port()}"
     c = KafkaZkClient(ZkConfig(dead, 6000, 1000))

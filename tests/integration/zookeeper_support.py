@@ -68,7 +68,7 @@ class ZooKeeperServer:
             if os.environ.get("CI"):
                 pytest.fail(f"ZooKeeper unavailable under CI: {why}")
             pytest.skip(f"ZooKeeper unavailable: {why}")
-        (self.dir / "data").mkdir()
+        (self.dir / "data").mkdir(exist_ok=True)
         cfg = self.dir / "zoo.cfg"
         cfg.write_text(
             f"tickTime={self.tick_ms}\ndataDir={self.dir / 'data'}\nclientPort={self.port}\n"
@@ -76,7 +76,7 @@ class ZooKeeperServer:
             f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n")
         jars = [*CLASSPATH, *([LOGGING] if (JARS / LOGGING).exists() else [])]
         cp = ":".join(str(JARS / j) for j in jars)
-        self._log = open(self.dir / "zookeeper.log", "wb")  # noqa: SIM115 (closed in stop)
+        self._log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             ["java", "-Xmx128m", "-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain",
              str(cfg)], stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -100,6 +100,15 @@ class ZooKeeperServer:
             return (self.dir / "zookeeper.log").read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def kill(self) -> None:
+        """SIGKILL the server, keeping its port and data: :meth:`start` brings it back with its
+        sessions (they are in its log); connections do not survive. Call both from the main
+        thread (the server dies with the thread that started it)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(15)
+        self._log.close()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
