@@ -1,0 +1,333 @@
+"""Fidelity: the Odradek ZooKeeper-mode controller drives a real Kafka 3.9.2 broker.
+
+Our controller wins ``/controller`` first (Kafka's own controller then stays inactive, as any
+broker that loses the election does); the Kafka broker registers, our controller sees it
+(BrokerChange: UpdateMetadata, then LeaderAndIsr), a topic znode we write becomes partition state
+znodes and a LeaderAndIsr that makes the Kafka broker the leader, and a real client produces to it
+and reads everything back. Then the broker is stopped: our controller marks its partition offline
+(leader -1 in ZooKeeper).
+
+And the replication scenario: two Kafka 3.9 brokers, a topic with replicas on both, acks=all
+load; the leader is killed (kill -9): when its registration expires our controller elects the
+other replica (in the ISR), removes the dead one from the ISR, and every acknowledged message is
+still there when everything is read back from the survivor."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from odradek.controller.kafka_controller import KafkaControllerConfig
+from odradek.controller.kafka_controller_driver import ZkControllerRuntime
+from odradek.controller.kafka_zk_adapter import uuid_to_kafka
+from odradek.zk import zk_data as z
+from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+
+from .kafka_reference import KafkaTools, find_kafka_tools
+from .support import die_with_parent
+from .test_zk_kafka_fidelity import ZkModeKafka
+from .zookeeper_support import ZooKeeperServer
+
+pytestmark = pytest.mark.timeout(400)
+
+CONTROLLER_ID = 100
+
+
+async def wait_until(cond: Callable[[], bool], what: str, kafka: ZkModeKafka, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert kafka.proc is not None
+        if kafka.proc.poll() is not None:
+            raise AssertionError(f"Kafka exited {kafka.proc.returncode}:\n{kafka.log_tail()}")
+        try:
+            if cond():
+                return
+        except Exception:
+            pass
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}\n{kafka.log_tail()}")
+
+
+def produce_and_consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    # not idempotent: Kafka 3.9 brokers get producer id blocks from the controller with
+    # AllocateProducerIds, and this controller runs outside any broker (no endpoint to serve it)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False})
+    for i in range(n):
+        p.produce(topic, value=f"m{i}".encode())
+    assert p.flush(60) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+    finally:
+        c.close()
+    return got
+
+
+def test_odradek_controller_drives_a_kafka_39_broker(tmp_path: Path) -> None:
+    tools = find_kafka_tools("3.9")
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-drives-kafka"
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            c.create_top_level_paths()
+            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            r = ZkControllerRuntime(
+                KafkaControllerConfig(broker_id=CONTROLLER_ID, auto_leader_rebalance_enable=False,
+                                      inter_broker_listener_name="INTERNAL"), c, loop)
+            kafka = ZkModeKafka(tools, connect, tmp_path)
+            try:
+                r.start()
+                deadline = time.monotonic() + 30
+                while not r.controller.is_active and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                assert r.controller.is_active and admin.get_controller_id() == CONTROLLER_ID
+                kafka.start()
+                await wait_until(lambda: r.controller.context.live_or_shutting_down_broker_ids == {1},
+                                 "our controller to see Kafka's registration", kafka)
+                assert admin.get_controller_id() == CONTROLLER_ID  # Kafka's controller lost the election
+                topic_id = uuid.uuid4()
+                admin.create_topic_assignment("t", uuid_to_kafka(topic_id), {0: z.ReplicaAssignment((1,)),
+                                                                              1: z.ReplicaAssignment((1,))})
+                await wait_until(lambda: len(admin.get_topic_partition_states([("t", 0), ("t", 1)])) == 2,
+                                 "the partition states", kafka)
+                states = admin.get_topic_partition_states([("t", 0), ("t", 1)])
+                assert all(s.leader == 1 and s.controller_epoch == r.controller.epoch for s in states.values())
+                got = await loop.run_in_executor(None, produce_and_consume, kafka.bootstrap, "t", 20)
+                assert sorted(got) == sorted(f"m{i}".encode() for i in range(20))
+                log = kafka.log_path.read_text("utf-8", "replace")
+                assert "STALE_CONTROLLER_EPOCH" not in log
+                # the broker goes away: its partitions go offline (leader -1), the ISR keeps it
+                await loop.run_in_executor(None, kafka.stop)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    s = admin.get_topic_partition_states([("t", 0)])[("t", 0)]
+                    if s.leader == -1:
+                        break
+                    await asyncio.sleep(0.25)
+                s = admin.get_topic_partition_states([("t", 0)])[("t", 0)]
+                assert s.leader == -1 and s.isr == (1,) and s.leader_epoch > states[("t", 0)].leader_epoch
+            finally:
+                await r.close()
+                c.close()
+                admin.close()
+                kafka.stop()
+
+        asyncio.run(main())
+
+
+class Kafka39Broker(ZkModeKafka):
+    """ZkModeKafka with a broker id of our choosing."""
+
+    def __init__(self, tools: KafkaTools, zk_connect: str, data_dir: Path, broker_id: int) -> None:
+        super().__init__(tools, zk_connect, data_dir)
+        self.broker_id = broker_id
+
+    def start(self) -> Kafka39Broker:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        props = {
+            "broker.id": str(self.broker_id),
+            "zookeeper.connect": self.zk_connect,
+            "zookeeper.session.timeout.ms": "6000",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},INTERNAL://127.0.0.1:{self.internal_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "log.dirs": str(self.data_dir / "logs"),
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "replica.lag.time.max.ms": "600000",
+        }
+        config = self.data_dir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        env = dict(os.environ)
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx384m")
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [str(self.tools.home / "bin" / "kafka-run"), "--line", self.tools.line, "kafka.Kafka", str(config)],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                preexec_fn=die_with_parent)
+        return self
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> int:
+    from confluent_kafka import Producer
+
+    acked: list[bytes] = []
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None:
+            acked.append(msg.value())  # type: ignore[attr-defined]
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+                  "message.timeout.ms": 60000})
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=delivered)
+    p.flush(90)
+    return len(acked)
+
+
+def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+    finally:
+        c.close()
+    return got
+
+
+def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_lost(tmp_path: Path) -> None:
+    tools = find_kafka_tools("3.9")
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-failover"
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            c.create_top_level_paths()
+            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            r = ZkControllerRuntime(
+                KafkaControllerConfig(broker_id=CONTROLLER_ID, auto_leader_rebalance_enable=False,
+                                      inter_broker_listener_name="INTERNAL"), c, loop)
+            brokers = {i: Kafka39Broker(tools, connect, tmp_path / f"b{i}", i) for i in (1, 2)}
+            try:
+                r.start()
+                deadline = time.monotonic() + 30
+                while not r.controller.is_active and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                assert r.controller.is_active
+                for b in brokers.values():
+                    b.start()
+                await wait_until(lambda: r.controller.context.live_or_shutting_down_broker_ids == {1, 2},
+                                 "both registrations", brokers[1])
+                admin.create_topic_assignment("r", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1, 2))})
+                await wait_until(lambda: ("r", 0) in admin.get_topic_partition_states([("r", 0)]), "r-0", brokers[1])
+                first = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                assert first.leader == 1 and first.isr == (1, 2)
+                bootstrap = ",".join(b.bootstrap for b in brokers.values())
+                before = [f"a{i}".encode() for i in range(50)]
+                assert await loop.run_in_executor(None, produce, bootstrap, "r", before) == 50
+                proc = brokers[1].proc
+                assert proc is not None
+                proc.kill()  # kill -9 the leader
+                proc.wait(30)
+
+                def moved() -> bool:
+                    s = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                    return s.leader == 2 and s.isr == (2,)
+
+                await wait_until(moved, "r-0's leadership to move to broker 2", brokers[2], timeout=60)
+                after_state = admin.get_topic_partition_states([("r", 0)])[("r", 0)]
+                assert after_state.leader_epoch > first.leader_epoch
+                assert after_state.controller_epoch == r.controller.epoch
+                after = [f"b{i}".encode() for i in range(50)]
+                assert await loop.run_in_executor(None, produce, brokers[2].bootstrap, "r", after) == 50
+                got = await loop.run_in_executor(None, read_all, brokers[2].bootstrap, "r", 100)
+                assert got == before + after
+            finally:
+                await r.close()
+                c.close()
+                admin.close()
+                for b in brokers.values():
+                    b.stop()
+
+        asyncio.run(main())
+
+
+def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    tools = find_kafka_tools("3.9")
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-sigstop"
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+            admin.create_top_level_paths()
+            log_a = tmp_path / "controller-a.log"
+            with open(log_a, "wb") as out:
+                proc_a = subprocess.Popen(
+                    [sys.executable, "-m", "tests.integration.zk_controller_proc", connect, "100", "INTERNAL"],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
+                    cwd=str(Path(__file__).resolve().parents[2]))
+            kafka = Kafka39Broker(tools, connect, tmp_path / "b1", 1)
+            b_client: KafkaZkClient | None = None
+            b: ZkControllerRuntime | None = None
+            try:
+                await wait_until(lambda: admin.get_controller_id() == 100, "controller A", kafka_stub(proc_a, log_a))
+                kafka.start()
+                admin.create_topic_assignment("t1", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1,))})
+                await wait_until(lambda: ("t1", 0) in admin.get_topic_partition_states([("t1", 0)]), "t1-0", kafka)
+                t1_before = admin.get_topic_partition_states([("t1", 0)])[("t1", 0)]
+                assert t1_before.controller_epoch == 1
+                b_client = KafkaZkClient(ZkConfig(connect, 6000, 20000)).start()
+                b = ZkControllerRuntime(KafkaControllerConfig(broker_id=101, auto_leader_rebalance_enable=False,
+                                                              inter_broker_listener_name="INTERNAL"), b_client, loop)
+                b.start()
+                await wait_until(lambda: b is not None and b.controller.active_controller_id == 100, "B to lose", kafka)
+                proc_a.send_signal(signal.SIGSTOP)  # A stops answering ZooKeeper: its session expires
+                await wait_until(lambda: b is not None and b.controller.is_active, "B to take over", kafka, 60)
+                assert b.controller.epoch == 2 and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                admin.create_topic_assignment("t2", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1,))})
+                await wait_until(lambda: ("t2", 0) in admin.get_topic_partition_states([("t2", 0)]), "t2-0", kafka)
+                proc_a.send_signal(signal.SIGCONT)
+                await wait_until(lambda: b"Resigned" in log_a.read_bytes(), "A to resign when it resumes", kafka, 60)
+                await asyncio.sleep(2)
+                assert admin.get_controller_id() == 101 and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                states = admin.get_topic_partition_states([("t1", 0), ("t2", 0)])
+                assert states[("t2", 0)].controller_epoch == 2 and states[("t2", 0)].leader == 1
+                assert states[("t1", 0)] == t1_before or states[("t1", 0)].controller_epoch == 2
+                got = await loop.run_in_executor(None, produce_and_consume, kafka.bootstrap, "t2", 10)
+                assert sorted(got) == sorted(f"m{i}".encode() for i in range(10))
+            finally:
+                if proc_a.poll() is None:
+                    proc_a.send_signal(signal.SIGCONT)
+                    proc_a.terminate()
+                    try:
+                        proc_a.wait(20)
+                    except subprocess.TimeoutExpired:
+                        proc_a.kill()
+                if b is not None:
+                    await b.close()
+                if b_client is not None:
+                    b_client.close()
+                admin.close()
+                kafka.stop()
+
+        asyncio.run(main())
+
+
+def kafka_stub(proc: subprocess.Popen[bytes], log: Path) -> ZkModeKafka:
+    """wait_until's liveness check for a process that is not Kafka."""
+    stub = ZkModeKafka.__new__(ZkModeKafka)
+    stub.proc = proc
+    stub.log_path = log
+    return stub
