@@ -307,3 +307,37 @@ class ZkAdminManager:
                 return None
             return dict(await self._run(self.admin.fetch_entity_config, "topics", name))
         return dict(await self._run(self.admin.fetch_entity_config, "brokers", name))
+
+
+class ZkAutoTopicCreationManager:
+    """Auto-creation in ZooKeeper mode (Kafka's AutoTopicCreationManager.createTopicsInZk): the
+    broker writes the topics itself through the admin manager, without waiting, and the Metadata
+    answer says LEADER_NOT_AVAILABLE (retriable) until the controller has made the partitions; a
+    topic already being created by an earlier request is not written again."""
+
+    def __init__(self, manager: ZkAdminManager) -> None:
+        self.manager = manager
+        self._inflight: set[str] = set()
+
+    async def create_topics(self, names: list[str], client: object = None) -> dict[str, Errors]:
+        """Same contract as AutoTopicCreationManager.create_topics: the Metadata error per topic."""
+        fresh = [n for n in dict.fromkeys(names) if n not in self._inflight]
+        errors: dict[str, Errors] = {n: Errors.LEADER_NOT_AVAILABLE for n in names}
+        if not fresh:
+            return errors
+        self._inflight.update(fresh)
+        try:
+            results = await self.manager.create_topics(
+                [{"name": n, "num_partitions": -1, "replication_factor": -1} for n in fresh], timeout_ms=0)
+        finally:
+            self._inflight.difference_update(fresh)
+        for r in results:
+            if r.error_code == Errors.NONE:
+                log.info("Auto-created topic %s", r.name)
+            elif r.error_code == Errors.TOPIC_ALREADY_EXISTS:
+                pass
+            else:
+                log.warning("Auto-creation of topic %s failed: %s", r.name, r.error_message or Errors(r.error_code).name)
+                if r.error_code == Errors.INVALID_TOPIC_EXCEPTION:
+                    errors[r.name] = Errors.INVALID_TOPIC_EXCEPTION
+        return errors

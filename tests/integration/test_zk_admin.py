@@ -24,7 +24,7 @@ from odradek.controller.kafka_controller import KafkaControllerConfig
 from odradek.controller.kafka_controller_driver import ZkControllerRuntime
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from odradek.protocol.errors import Errors
-from odradek.server.zk_admin_manager import ZkAdminManager
+from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 from odradek.zk.zk_config_manager import ZkConfigManager
@@ -182,6 +182,14 @@ def test_create_topics_placement_leaders_and_kafkas_refusals(connect: str) -> No
                                    validate_only=True)
         assert (vo[0].error_code, vo[0].num_partitions, vo[0].replication_factor, vo[0].topic_id) == (0, 3, 3, None)
         assert not c.zk.exists(z.topic_path("v")) and not c.zk.exists(z.config_entity_path("topics", "v"))
+
+        # auto-creation: written at once with the defaults, LEADER_NOT_AVAILABLE until it has leaders
+        auto = ZkAutoTopicCreationManager(m)
+        assert await auto.create_topics(["auto", "bad name", "t1"]) == {
+            "auto": Errors.LEADER_NOT_AVAILABLE, "bad name": Errors.INVALID_TOPIC_EXCEPTION,
+            "t1": Errors.LEADER_NOT_AVAILABLE}
+        assert len(c.zk.get_replica_assignment_and_topic_ids(["auto"])["auto"].partitions) == 2
+        await wait_until(lambda: c.topic_ready("auto", 2), "the auto-created topic's leaders")
 
     run(connect, body)
 
