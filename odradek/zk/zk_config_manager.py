@@ -5,6 +5,9 @@ At start every stored entity config is handed to its handler; then every
 ``/config/changes/config_change_<n>`` newer than the last processed one names an entity
 (``topics/<t>``, ``brokers/<id>`` or ``brokers/<default>``) whose whole config is read and handed
 over. Notifications older than ``change_expiration_ms`` are purged, as Kafka does.
+
+Handlers run on the ZooKeeper client's dispatcher thread (startup: the caller's thread); one that
+touches event-loop state hands the work over (``loop.call_soon_threadsafe``).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from odradek.zk import zk_data as z
+from odradek.zk.admin_zk_client import DEFAULT_ENTITY
 from odradek.zk.kafka_zk_client import KafkaZkClient, StateChangeHandler, ZNodeChildChangeHandler
 
 log = logging.getLogger(__name__)
@@ -118,3 +122,24 @@ class ZkConfigManager:
             self.zk.delete_path(path)
         except Exception:
             log.debug("Purging %s failed", path, exc_info=True)
+
+
+class BrokerConfigHandler:
+    """Kafka's BrokerConfigHandler: of ``/config/brokers/*`` only ``<default>`` and this broker's
+    id matter; each change hands both layers to ``apply(default, per_broker)`` (for instance
+    ``KafkaConfig.update_dynamic``, moved onto the event loop by the caller)."""
+
+    def __init__(self, broker_id: int, apply: Callable[[dict[str, str], dict[str, str]], object]) -> None:
+        self.broker_id = broker_id
+        self.apply = apply
+        self.default: dict[str, str] = {}
+        self.per_broker: dict[str, str] = {}
+
+    def process_config_changes(self, entity_name: str, configs: dict[str, str]) -> None:
+        if entity_name == DEFAULT_ENTITY:
+            self.default = dict(configs)
+        elif entity_name == str(self.broker_id):
+            self.per_broker = dict(configs)
+        else:
+            return
+        self.apply(dict(self.default), dict(self.per_broker))

@@ -27,7 +27,7 @@ from odradek.protocol.errors import Errors
 from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
-from odradek.zk.zk_config_manager import ZkConfigManager
+from odradek.zk.zk_config_manager import BrokerConfigHandler, ZkConfigManager
 
 from .zookeeper_support import ZooKeeperServer, _free_port
 
@@ -197,7 +197,10 @@ def test_create_topics_placement_leaders_and_kafkas_refusals(connect: str) -> No
 def test_create_partitions_configs_notifications_and_delete(connect: str) -> None:
     async def body(c: Cluster) -> None:
         m = c.manager
-        topics, brokers = Recorder(), Recorder()
+        topics = Recorder()
+        applied: list[tuple[dict[str, str], dict[str, str]]] = []
+        c.manager.admin.change_broker_config("1", {"num.io.threads": "4"})  # before start: read at startup
+        brokers = BrokerConfigHandler(1, lambda d, b: applied.append((d, b)))
         listener = ZkConfigManager(c.zk, {"topics": topics, "brokers": brokers})
         await c.zk.call_async(listener.startup)
         res = await m.create_topics([{"name": "p", "num_partitions": 2, "replication_factor": 2}], 30000)
@@ -263,9 +266,12 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
         assert vo[0].error_code == 0
         assert c.zk.get_entity_configs("topics", "p") == {"cleanup.policy": "compact,delete"}
         assert len(c.zk.get_children(z.CONFIG_CHANGES_PATH)) == n0 + 2
+        c.manager.admin.change_broker_config("2", {"num.io.threads": "9"})  # another broker's: not applied (announced first)
         c.manager.admin.change_broker_config("", {"log.retention.ms": "5000"})
         assert c.zk.exists(z.config_entity_path("brokers", "<default>"))
-        await wait_until(lambda: ("<default>", {"log.retention.ms": "5000"}) in brokers.seen, "the broker default")
+        await wait_until(lambda: ({"log.retention.ms": "5000"}, {"num.io.threads": "4"}) in applied,
+                         "the broker default")
+        assert ({}, {"num.io.threads": "4"}) in applied and all(b != {"num.io.threads": "9"} for _, b in applied)
         assert await m.describe_overrides(TOPIC_RESOURCE, "p") == {"cleanup.policy": "compact,delete"}
         assert await m.describe_overrides(TOPIC_RESOURCE, "nope") is None
         assert await m.describe_overrides(BROKER_RESOURCE, "") == {"log.retention.ms": "5000"}
