@@ -24,6 +24,8 @@ from odradek.controller.kafka_controller import KafkaControllerConfig
 from odradek.controller.kafka_controller_driver import ZkControllerRuntime
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from odradek.protocol.errors import Errors
+from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
+from odradek.server.kafka_config import KafkaConfig
 from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
@@ -199,7 +201,7 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
         m = c.manager
         topics = Recorder()
         applied: list[tuple[dict[str, str], dict[str, str]]] = []
-        c.manager.admin.change_broker_config("1", {"num.io.threads": "4"})  # before start: read at startup
+        c.manager.admin.change_broker_config("1", {"log.retention.bytes": "4000"})  # before start: read at startup
         brokers = BrokerConfigHandler(1, lambda d, b: applied.append((d, b)))
         listener = ZkConfigManager(c.zk, {"topics": topics, "brokers": brokers})
         await c.zk.call_async(listener.startup)
@@ -256,6 +258,22 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
                                      "configs": [{"name": "log.retention.ms", "config_operation": 0,
                                                   "value": "5000"}]}], incremental=True)
         assert rb[0].error_code == Errors.INVALID_REQUEST  # no broker config policy given: refused
+        policy = DynamicBrokerConfigPolicy(KafkaConfig({"log.dirs": "/nonexistent", "node.id": "1"}))
+        with_policy = ZkAdminManager(c.zk, topic_ready=c.topic_ready, topic_known=c.topic_known,
+                                     broker_configs=policy, node_id=1)
+        rb = await with_policy.alter_configs([
+            {"resource_type": BROKER_RESOURCE, "resource_name": "1",
+             "configs": [{"name": "log.segment.bytes", "config_operation": 0, "value": "2000000"}]},
+            {"resource_type": BROKER_RESOURCE, "resource_name": "1",
+             "configs": [{"name": "broker.id", "config_operation": 0, "value": "7"}]},
+            {"resource_type": BROKER_RESOURCE, "resource_name": "2",
+             "configs": [{"name": "log.segment.bytes", "config_operation": 0, "value": "2000000"}]},
+        ], incremental=True)
+        assert [(r.error_code, r.error_message) for r in rb] == [
+            (0, None), (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: [broker.id]"),
+            (Errors.INVALID_REQUEST, "Unexpected broker id, expected 1, but received 2")]
+        await wait_until(lambda: any(b.get("log.segment.bytes") == "2000000" for _, b in applied),
+                         "this broker's dynamic config")
         bad = await m.alter_configs([{"resource_type": TOPIC_RESOURCE, "resource_name": "p",
                                       "configs": [{"name": "retention.ms", "value": "x"}]},
                                      {"resource_type": TOPIC_RESOURCE, "resource_name": "nope",
@@ -265,13 +283,14 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
                                      "configs": [{"name": "retention.ms", "value": "9"}]}], validate_only=True)
         assert vo[0].error_code == 0
         assert c.zk.get_entity_configs("topics", "p") == {"cleanup.policy": "compact,delete"}
-        assert len(c.zk.get_children(z.CONFIG_CHANGES_PATH)) == n0 + 2
-        c.manager.admin.change_broker_config("2", {"num.io.threads": "9"})  # another broker's: not applied (announced first)
+        assert len(c.zk.get_children(z.CONFIG_CHANGES_PATH)) == n0 + 3  # two topic changes, one broker change
+        c.manager.admin.change_broker_config("2", {"log.retention.bytes": "9000"})  # another broker's: not applied (announced first)
         c.manager.admin.change_broker_config("", {"log.retention.ms": "5000"})
         assert c.zk.exists(z.config_entity_path("brokers", "<default>"))
-        await wait_until(lambda: ({"log.retention.ms": "5000"}, {"num.io.threads": "4"}) in applied,
+        both = {"log.retention.bytes": "4000", "log.segment.bytes": "2000000"}
+        await wait_until(lambda: ({"log.retention.ms": "5000"}, both) in applied,
                          "the broker default")
-        assert ({}, {"num.io.threads": "4"}) in applied and all(b != {"num.io.threads": "9"} for _, b in applied)
+        assert ({}, {"log.retention.bytes": "4000"}) in applied and all(b != {"log.retention.bytes": "9000"} for _, b in applied)
         assert await m.describe_overrides(TOPIC_RESOURCE, "p") == {"cleanup.policy": "compact,delete"}
         assert await m.describe_overrides(TOPIC_RESOURCE, "nope") is None
         assert await m.describe_overrides(BROKER_RESOURCE, "") == {"log.retention.ms": "5000"}
