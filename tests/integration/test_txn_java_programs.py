@@ -1,6 +1,6 @@
 """Transactions proved with Apache Kafka's own Java programs, against a real ``odradek server``
-process and, as the reference, Apache Kafka (the same test on both, fetched by
-``scripts/kafka_reference.sh``):
+process and, with ``ODRADEK_TXN_SERVERS=odradek,kafka``, Apache Kafka as the reference (the
+same test on both, fetched by ``scripts/kafka_reference.sh``):
 
 - a Kafka Streams application with ``processing.guarantee=exactly_once_v2`` (a stateful
   aggregation behind a repartition topic, in a RocksDB store with a changelog topic,
@@ -40,6 +40,7 @@ from odradek.protocol import messages as m
 
 from .kafka_reference import KafkaServer, KafkaTools, find_kafka_tools
 from .support import RawConnection, ServerProcess, die_with_parent, unique_name, wait_until
+from .txn_support import txn_server_kinds
 
 pytestmark = pytest.mark.integration
 
@@ -72,8 +73,10 @@ def kafka_tools() -> KafkaTools:
     return find_kafka_tools("4")
 
 
-@pytest.fixture(params=["odradek", "kafka"])
+@pytest.fixture(params=txn_server_kinds())
 def broker(request: pytest.FixtureRequest, tmp_path: Path, kafka_tools: KafkaTools) -> Iterator[Broker]:
+    """The broker under test: Odradek, or Apache Kafka as the reference when
+    ``ODRADEK_TXN_SERVERS`` names it (as the other transaction tests)."""
     if request.param == "odradek":
         server = ServerProcess(tmp_path / "odradek", BROKER_SETTINGS).start()
         try:
