@@ -184,7 +184,10 @@ class ZkBrokerServer:
         self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config, cfg._int("num.replica.fetchers"))
         alter_channel = zk_controller_channel(cfg, self.metadata_cache, "alter-partition")
         forward_channel = zk_controller_channel(cfg, self.metadata_cache, "forwarding")
-        self._channels = [alter_channel, forward_channel]
+        # producer id blocks on their own channel (Kafka's "producerId" channel manager): never
+        # queued behind a forwarded request
+        pid_channel = zk_controller_channel(cfg, self.metadata_cache, "producer-id")
+        self._channels = [alter_channel, forward_channel, pid_channel]
         rm.replica_fetcher_manager = self.replica_fetcher_manager
         rm.alter_partition_manager = zk_alter_partition_manager(cfg, self.metadata_cache, lambda: self.broker_epoch,
                                                                 alter_channel)
@@ -198,7 +201,7 @@ class ZkBrokerServer:
             controller_channel=forward_channel,
         )
         self.group_coordinator.startup()
-        producer_ids = ProducerIdManager(self.node_id, lambda: self.broker_epoch, forward_channel)
+        producer_ids = ProducerIdManager(self.node_id, lambda: self.broker_epoch, pid_channel)
         txn_apis = self.txn_apis = build_txn_apis(
             node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
             controller_channel=forward_channel, producer_ids=producer_ids,

@@ -1,0 +1,195 @@
+"""ZooKeeper mode end to end: a real ZooKeeper and three ``odradek server`` processes started with
+``zookeeper.connect`` (no ``process.roles``).
+
+Exactly one broker wins ``/controller``; a topic written as Kafka's AdminZkClient writes it
+(``/brokers/topics/<t>``) gets leaders from that controller; confluent-kafka produces with
+``acks=all`` and reads everything back; ``kill -9`` of the controller → another broker wins with
+epoch + 1 and clients keep working; the killed broker restarts (same meta.properties, a new broker
+epoch); ``kill -9`` of a partition leader → a new leader, nothing acknowledged lost.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.controller.kafka_zk_adapter import uuid_to_kafka
+from odradek.zk import zk_data as z
+from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+
+from .support import ServerProcess
+from .zookeeper_support import ZooKeeperServer
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.timeout(400)
+
+SESSION_TIMEOUT_MS = 6000
+TOPIC = "zk-orders"
+PARTITIONS = 3
+
+
+class ZkServerProcess(ServerProcess):
+    """``odradek server`` in ZooKeeper mode: one PLAINTEXT listener, no controller listener."""
+
+    def __init__(self, data_dir: Path, zk_connect: str, broker_id: int) -> None:
+        super().__init__(data_dir)
+        self.broker_id = broker_id
+        self.zk_connect = zk_connect
+
+    def _command(self) -> list[str]:
+        props = {
+            "broker.id": str(self.broker_id),
+            "zookeeper.connect": self.zk_connect,
+            "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+            "log.dirs": str(self.data_dir),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "offsets.topic.replication.factor": "1",
+            "replica.lag.time.max.ms": "5000",
+            "controlled.shutdown.max.retries": "1",
+        }
+        cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
+        for k, v in props.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[[], str]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = cond()
+        except Exception:
+            got = None
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
+
+
+def produce(bootstrap: str, first: int, n: int) -> list[bytes]:
+    """``n`` records with acks=all; returns the values acknowledged."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "message.timeout.ms": 60000, "retry.backoff.ms": 200})
+    acked: list[bytes] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.value())
+
+    for i in range(first, first + n):
+        p.produce(TOPIC, key=str(i).encode(), value=f"v{i}".encode(), on_delivery=on_delivery)
+        p.poll(0)
+    p.flush(90)
+    return acked
+
+
+def consume_all(bootstrap: str, expected: int) -> list[bytes]:
+    """Every record of every partition from the beginning (no group: assign)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        c.assign([confluent_kafka.TopicPartition(TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
+                  for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 90
+        while len(got) < expected and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) -> None:
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek"
+        brokers = {i: ZkServerProcess(tmp_path / f"broker{i}", connect, i) for i in (1, 2, 3)}
+        admin = KafkaZkClient(ZkConfig(connect, 10000, 20000))
+
+        def logs() -> str:
+            return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
+
+        try:
+            for b in brokers.values():
+                b.start(60)
+            admin.start()
+            wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
+            # exactly one controller: /controller names one broker, and only that broker says so
+            controller = wait_for("a controller", admin.get_controller_id, 30, logs)
+            epoch_info = admin.get_controller_epoch()
+            assert controller in brokers and epoch_info is not None
+            epoch = epoch_info[0]
+            wait_for("the controller's log line", lambda: "Ready to serve as the new controller" in
+                     brokers[controller].log_tail(100000), 30, logs)
+            others = [i for i in brokers if i != controller]
+            for i in others:
+                assert "Ready to serve as the new controller" not in brokers[i].log_tail(100000)
+            # epoch > 0, czxid broker epochs
+            regs = admin.get_all_broker_and_epochs()
+            assert sorted(regs) == [1, 2, 3] and all(e > 0 for _, e in regs.values())
+
+            # a topic as AdminZkClient writes it: RF 3, 3 partitions
+            assignment = {p: z.ReplicaAssignment(tuple((p + k) % 3 + 1 for k in range(3))) for p in range(PARTITIONS)}
+            admin.create_topic_assignment(TOPIC, uuid_to_kafka(uuid.uuid4()), assignment)
+            tps = [(TOPIC, p) for p in range(PARTITIONS)]
+
+            def states() -> dict[tuple[str, int], z.PartitionState]:
+                return admin.get_topic_partition_states(tps)
+
+            wait_for("leaders", lambda: len(states()) == PARTITIONS and all(
+                s.leader in brokers and len(s.isr) == 3 for s in states().values()), 30, logs)
+            bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
+            acked = produce(bootstrap, 0, 300)
+            assert len(acked) == 300, logs()
+            got = consume_all(bootstrap, 300)
+            assert sorted(got) == sorted(acked)
+
+            # kill -9 the controller: another broker wins with epoch + 1
+            brokers[controller].kill()
+            new_controller = wait_for("a new controller", lambda: (
+                c if (c := admin.get_controller_id()) not in (None, controller) else None),
+                SESSION_TIMEOUT_MS / 1000 + 30, logs)
+            assert new_controller in others
+            new_epoch = admin.get_controller_epoch()
+            assert new_epoch is not None and new_epoch[0] == epoch + 1
+            wait_for("leaders on live brokers", lambda: all(
+                s.leader in others and controller not in s.isr for s in states().values()), 30, logs)
+            live_bootstrap = ",".join(brokers[i].bootstrap_servers for i in others)
+            acked += produce(live_bootstrap, 300, 300)
+            assert len(acked) == 600, logs()
+
+            # the killed broker comes back (same meta.properties, a new broker epoch) and catches up
+            old_epoch = regs[controller][1]
+            brokers[controller].start(60)
+            wait_for("re-registration", lambda: controller in admin.get_all_broker_and_epochs(), 30, logs)
+            assert admin.get_all_broker_and_epochs()[controller][1] > old_epoch
+            assert admin.get_controller_id() == new_controller
+            wait_for("the ISR to take the restarted broker back", lambda: all(
+                len(s.isr) == 3 for s in states().values()), 60, logs)
+
+            # kill -9 a partition leader (not the controller): a new leader, nothing acknowledged lost
+            victim = next(s.leader for s in states().values() if s.leader != new_controller)
+            before = {tp: s.leader_epoch for tp, s in states().items()}
+            brokers[victim].kill()
+            wait_for("new leaders", lambda: all(
+                s.leader not in (victim, -1) for s in states().values()), SESSION_TIMEOUT_MS / 1000 + 30, logs)
+            assert any(s.leader_epoch > before[tp] for tp, s in states().items())
+            survivors = ",".join(brokers[i].bootstrap_servers for i in brokers if i != victim)
+            acked += produce(survivors, 600, 300)
+            assert len(acked) == 900, logs()
+            got = consume_all(survivors, len(acked))
+            missing = set(acked) - set(got)
+            assert not missing, f"{len(missing)} acknowledged records lost\n{logs()}"
+            assert sorted(got) == sorted(acked)  # idempotent producer: no duplicates either
+        finally:
+            admin.close()
+            for b in brokers.values():
+                b.kill()
