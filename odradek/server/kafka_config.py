@@ -303,7 +303,7 @@ class KafkaConfig:
                 )
         roles = self.process_roles
         if self.get("zookeeper.connect"):
-            if self.is_set("process.roles"):
+            if not self.is_zk_mode:
                 raise ConfigError(
                     "zookeeper.connect cannot be combined with process.roles (KRaft mode): "
                     "migration from ZooKeeper to KRaft is not supported; remove "
@@ -440,7 +440,8 @@ class KafkaConfig:
     @property
     def is_zk_mode(self) -> bool:
         """ZooKeeper mode: ``zookeeper.connect`` set and ``process.roles`` not (Kafka's KafkaServer)."""
-        return bool(self.get("zookeeper.connect")) and not self.is_set("process.roles")
+        return bool(self.get("zookeeper.connect")) and not (
+            self.is_set("process.roles") and self.get("process.roles"))
 
     @property
     def is_kraft(self) -> bool:

@@ -100,7 +100,8 @@ def test_invalid_config_subprocess() -> None:
          "uses security protocol SASL_SSL; TLS and SASL are not supported yet"),
         (["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
          "ACL authorization is not supported yet"),
-        (["zookeeper.connect=localhost:2181"], "ZooKeeper mode is not supported yet"),
+        (["zookeeper.connect=localhost:2181", "process.roles=broker,controller"],
+         "zookeeper.connect cannot be combined with process.roles"),
     ],
 )
 def test_unsupported_security_and_zookeeper_exit_2(tmp_path: Path, overrides: list[str], needle: str) -> None:
