@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 
 from odradek.controller.kafka_zk_adapter import uuid_to_kafka
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.protocol.messages import generated as g
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
-from .support import ServerProcess
+from .support import RawConnection, ServerProcess
 from .zookeeper_support import ZooKeeperServer
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -132,6 +135,21 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             others = [i for i in brokers if i != controller]
             for i in others:
                 assert "Ready to serve as the new controller" not in brokers[i].log_tail(100000)
+            # ApiVersions: what a Kafka 3.9 ZooKeeper broker serves (the controller's requests, the
+            # controller-bound ones), not KRaft's DescribeQuorum
+            conn = RawConnection.to(brokers[others[0]])
+            try:
+                keys = {k["api_key"] for k in conn.request(m.API_VERSIONS, 3, {
+                    "client_software_name": "t", "client_software_version": "1"})["api_keys"]}
+                for api in (g.LEADER_AND_ISR, g.UPDATE_METADATA, g.STOP_REPLICA, g.CONTROLLED_SHUTDOWN,
+                            g.ALTER_PARTITION, g.ALLOCATE_PRODUCER_IDS, m.PRODUCE, m.FETCH):
+                    assert api.api_key in keys, api
+                assert m.DESCRIBE_QUORUM.api_key not in keys
+                # a controller-bound request to a broker that is not the controller: NOT_CONTROLLER
+                resp = conn.request(g.ALTER_PARTITION, 0, {"broker_id": others[0], "broker_epoch": 1, "topics": []})
+                assert resp["error_code"] == Errors.NOT_CONTROLLER
+            finally:
+                conn.close()
             # epoch > 0, czxid broker epochs
             regs = admin.get_all_broker_and_epochs()
             assert sorted(regs) == [1, 2, 3] and all(e > 0 for _, e in regs.values())
@@ -189,6 +207,15 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             missing = set(acked) - set(got)
             assert not missing, f"{len(missing)} acknowledged records lost\n{logs()}"
             assert sorted(got) == sorted(acked)  # idempotent producer: no duplicates either
+
+            # SIGTERM the survivor that is not the controller: controlled shutdown moves its
+            # leaderships to the controller's broker first, then it exits cleanly
+            leaving = next(i for i in brokers if i not in (victim, new_controller))
+            assert brokers[leaving].terminate(60) == 0
+            assert "Controlled shutdown succeeded" in brokers[leaving].log_tail(100000), logs()
+            assert all(s.leader == new_controller for s in states().values())
+            got = consume_all(brokers[new_controller].bootstrap_servers, len(acked))
+            assert sorted(got) == sorted(acked)
         finally:
             admin.close()
             for b in brokers.values():
