@@ -730,6 +730,13 @@ class KafkaZkClient:
         except NoNodeError:
             self.create_recursive(path, data)
 
+    def delete_path(self, path: str) -> None:
+        """Delete one znode (no children), fine when it is already gone."""
+        try:
+            self._call(lambda: self._kazoo.delete(path), path)
+        except NoNodeError:
+            pass
+
     def create_config_change_notification(self, entity_path: str) -> str:
         """``/config/changes/config_change_<n>`` announcing a change of ``topics/<t>`` etc."""
         path = f"{z.CONFIG_CHANGES_PATH}/{z.CONFIG_CHANGE_PREFIX}"
