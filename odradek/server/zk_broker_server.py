@@ -54,6 +54,8 @@ from odradek.server.replica_manager import ReplicaManager
 from odradek.server.shared_server import bind_listener, network_limits, now_ms
 from odradek.server.txn_apis import TxnApis, build_txn_apis
 from odradek.server.txn_partition_apis import TxnPartitionApis
+from odradek.server.zk_admin_channel import ZkAdminChannel
+from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.server.zk_broker_channels import (
     controlled_shutdown_from_config,
     zk_alter_partition_manager,
@@ -195,16 +197,30 @@ class ZkBrokerServer:
         rm.broker_epoch = lambda: self.broker_epoch
         rm.replica_lag_time_max_ms = cfg.replica_lag_time_max_ms
 
-        # 4. Coordinators and the APIs.
+        # 4. Coordinators and the APIs. Admin requests (and the coordinators' internal topics)
+        # are written to ZooKeeper by this broker (ZkAdminManager); the rest goes to the controller.
+        cache = self.metadata_cache
+
+        def topic_ready(topic: str, n: int) -> bool:
+            parts = cache.get_topic_partitions(topic)
+            return len(parts) >= n and all(p.leader >= 0 for p in parts.values())
+
+        admin = ZkAdminManager(
+            zk, topic_ready=topic_ready, topic_known=lambda t: cache.get_topic_id(t) is not None,
+            default_num_partitions=cfg._int("num.partitions"),
+            default_replication_factor=cfg._int("default.replication.factor"),
+            delete_topic_enable=cfg._bool("delete.topic.enable"), node_id=self.node_id,
+        )
+        admin_channel = ZkAdminChannel(admin, forward_channel)
         self.group_coordinator = GroupCoordinator(
             node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
-            controller_channel=forward_channel,
+            controller_channel=admin_channel,
         )
         self.group_coordinator.startup()
         producer_ids = ProducerIdManager(self.node_id, lambda: self.broker_epoch, pid_channel)
         txn_apis = self.txn_apis = build_txn_apis(
             node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
-            controller_channel=forward_channel, producer_ids=producer_ids,
+            controller_channel=admin_channel, producer_ids=producer_ids,
             offsets_partition_for=self.group_coordinator.partition_for,
         )
         txn_apis.startup()
@@ -216,11 +232,12 @@ class ZkBrokerServer:
         bound = ZkControllerBoundApis(lambda: controller.controller.is_active, controller.events.put)
         apis = KafkaApis(
             producer_id_manager=producer_ids, node_id=self.node_id, cluster_id=self.cluster_id, config=cfg,
-            metadata_cache=self.metadata_cache, replica_manager=rm, controller_channel=forward_channel,
+            metadata_cache=self.metadata_cache, replica_manager=rm, controller_channel=admin_channel,
             log_manager=lm, extensions=[group_apis, txn_apis, zk_apis, bound],
             txn_apis=TxnPartitionApis(rm, lambda: cfg.request_timeout_ms),
         )
         bound.restrict(apis)
+        apis.auto_topic_creation = ZkAutoTopicCreationManager(admin)  # type: ignore[assignment]  # same create_topics
         txn_apis.idempotent_init_producer_id = apis.handle_init_producer_id
         group_apis.transaction_version = txn_apis.transaction_version
         for server in self._servers:

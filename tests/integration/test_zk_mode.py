@@ -2,7 +2,7 @@
 ``zookeeper.connect`` (no ``process.roles``).
 
 Exactly one broker wins ``/controller``; a topic written as Kafka's AdminZkClient writes it
-(``/brokers/topics/<t>``) gets leaders from that controller; confluent-kafka produces with
+(``/brokers/topics/<t>``, by the broker that gets CreateTopics) gets leaders from that controller; confluent-kafka produces with
 ``acks=all`` and reads everything back; ``kill -9`` of the controller → another broker wins with
 epoch + 1 and clients keep working; the killed broker restarts (same meta.properties, a new broker
 epoch); ``kill -9`` of a partition leader → a new leader, nothing acknowledged lost.
@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from odradek.controller.kafka_zk_adapter import uuid_to_kafka
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
@@ -30,6 +29,7 @@ from .support import RawConnection, ServerProcess
 from .zookeeper_support import ZooKeeperServer
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka_admin = pytest.importorskip("confluent_kafka.admin")
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -154,9 +154,12 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             regs = admin.get_all_broker_and_epochs()
             assert sorted(regs) == [1, 2, 3] and all(e > 0 for _, e in regs.values())
 
-            # a topic as AdminZkClient writes it: RF 3, 3 partitions
-            assignment = {p: z.ReplicaAssignment(tuple((p + k) % 3 + 1 for k in range(3))) for p in range(PARTITIONS)}
-            admin.create_topic_assignment(TOPIC, uuid_to_kafka(uuid.uuid4()), assignment)
+            # CreateTopics from a Kafka admin client: the broker writes /brokers/topics/<t> (ZkAdminManager)
+            bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
+            ac = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+            fut = ac.create_topics([kafka_admin.NewTopic(TOPIC, PARTITIONS, 3)], request_timeout=30)[TOPIC]
+            assert fut.result(60) is None
+            assert admin.get_replica_assignment_and_topic_ids([TOPIC])[TOPIC] is not None
             tps = [(TOPIC, p) for p in range(PARTITIONS)]
 
             def states() -> dict[tuple[str, int], z.PartitionState]:
@@ -164,7 +167,6 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
 
             wait_for("leaders", lambda: len(states()) == PARTITIONS and all(
                 s.leader in brokers and len(s.isr) == 3 for s in states().values()), 30, logs)
-            bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
             acked = produce(bootstrap, 0, 300)
             assert len(acked) == 300, logs()
             got = consume_all(bootstrap, 300)
