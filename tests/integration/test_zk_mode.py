@@ -111,6 +111,27 @@ def consume_all(bootstrap: str, expected: int) -> list[bytes]:
     return got
 
 
+def consume_group(bootstrap: str, expected: int) -> list[bytes]:
+    """Through a consumer group (subscribe, commit): __consumer_offsets is created by the broker
+    through ZooKeeper, the group coordinator serves the group."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"grp-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        c.subscribe([TOPIC])
+        deadline = time.monotonic() + 90
+        while len(got) < expected and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.commit(asynchronous=False)
+        committed = c.committed([confluent_kafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)
+        assert sum(tp.offset for tp in committed) == expected
+    finally:
+        c.close()
+    return got
+
+
 def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) -> None:
     with ZooKeeperServer() as zk:
         connect = zk.connect + "/odradek"
@@ -171,6 +192,7 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             assert len(acked) == 300, logs()
             got = consume_all(bootstrap, 300)
             assert sorted(got) == sorted(acked)
+            assert sorted(consume_group(bootstrap, 300)) == sorted(acked)
 
             # kill -9 the controller: another broker wins with epoch + 1
             brokers[controller].kill()
