@@ -1,6 +1,7 @@
 """The ControllerChannel of a ZooKeeper-mode broker (what KafkaApis, the coordinators and the
 auto-creation forward to): CreateTopics, DeleteTopics and CreatePartitions are carried out by this
-broker itself through :class:`~odradek.server.zk_admin_manager.ZkAdminManager` (it writes
+broker itself through :class:`~odradek.server.zk_admin_manager.ZkAdminManager` (AlterConfigs and
+IncrementalAlterConfigs too: ``/config/<type>/<name>`` and a ``/config/changes`` notification) (it writes
 ZooKeeper, the controller acts on its watches: Kafka 3.9's ZooKeeper-mode KafkaApis does the
 same, nothing is forwarded); every other request goes to the ZooKeeper controller over the network
 channel. Responses are the request's response bodies with Kafka's per-topic errors.
@@ -48,6 +49,12 @@ class ZkAdminChannel(ControllerChannel):
                 req["topics"], req.get("timeout_ms", 30000), bool(req.get("validate_only")))
             return {"throttle_time_ms": 0, "results": [
                 {"name": r.name, "error_code": r.error_code, "error_message": r.error_message} for r in results]}
+        if key in (m.ALTER_CONFIGS.api_key, m.INCREMENTAL_ALTER_CONFIGS.api_key):
+            configs = await self.manager.alter_configs(
+                req["resources"], bool(req.get("validate_only")), incremental=key != m.ALTER_CONFIGS.api_key)
+            return {"throttle_time_ms": 0, "responses": [
+                {"error_code": c.error_code, "error_message": c.error_message, "resource_type": c.resource_type,
+                 "resource_name": c.resource_name} for c in configs]}
         return await self.network.send(request)
 
     async def _create_topics(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,6 @@ from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
-from odradek.metadata.zk_metadata_cache import ZkMetadataCache
 from odradek.network.socket_server import SocketServer
 from odradek.server import config_defs
 from odradek.server.broker_server import run_periodically
@@ -61,10 +60,12 @@ from odradek.server.zk_broker_channels import (
     zk_alter_partition_manager,
     zk_controller_channel,
 )
+from odradek.server.zk_broker_configs import TopicConfigHandler, ZkBrokerMetadataCache
 from odradek.server.zk_controller_apis import ZkControllerApis
 from odradek.server.zk_controller_bound_apis import ZkControllerBoundApis
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+from odradek.zk.zk_config_manager import BrokerConfigHandler, ZkConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ class ZkBrokerServer:
         self.cluster_id = ""
         self.bound_ports: dict[str, int] = {}
         self.broker_epoch = -1
-        self.metadata_cache = ZkMetadataCache(self.node_id)
+        self.metadata_cache = ZkBrokerMetadataCache(self.node_id)
+        self.config_manager: ZkConfigManager | None = None
         self.zk_client: KafkaZkClient | None = None
         self.controller: ZkControllerRuntime | None = None
         self.log_manager: LogManager | None = None
@@ -156,6 +158,7 @@ class ZkBrokerServer:
         self.cluster_id = await loop.run_in_executor(None, zk.create_or_get_cluster_id,
                                                      proposed or random_uuid_base64())
         check_meta_properties(list(cfg.log_dirs), self.node_id, self.cluster_id)
+        self.metadata_cache.zk = zk
 
         # 2. Listeners bound (port 0 resolved before registration), logs loaded.
         limits = network_limits(cfg)
@@ -244,6 +247,26 @@ class ZkBrokerServer:
             server.handler = apis
             await server.start()
 
+        # 4b. Topic and broker config overrides from /config (and its change notifications).
+        def apply_topic(topic: str) -> None:
+            log_config = self.log_config_for(topic)
+            for (t, _p), part in rm.partitions.items():
+                if t == topic and part.log is not None:
+                    part.log.update_config(log_config)
+
+        def apply_broker(default: dict[str, str], per_broker: dict[str, str]) -> None:
+            def run() -> None:
+                ignored = cfg.update_dynamic(default, per_broker)
+                if ignored:
+                    log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
+            loop.call_soon_threadsafe(run)
+
+        self.config_manager = ZkConfigManager(zk, {
+            "topics": TopicConfigHandler(self.metadata_cache, loop, apply_topic),
+            "brokers": BrokerConfigHandler(self.node_id, apply_broker),
+        })
+        await loop.run_in_executor(None, self.config_manager.startup)
+
         # 5. Register (the broker epoch) and race for /controller.
         await loop.run_in_executor(None, self.register_broker)
         controller.start()
@@ -286,6 +309,8 @@ class ZkBrokerServer:
                          "succeeded" if result.succeeded else "failed", result.attempts, time.monotonic() - started)
         for server in self._servers:
             server.begin_shutdown()
+        if self.config_manager is not None:
+            self.config_manager.shutdown()
         if self.controller is not None:
             await self.controller.close()
         if self.txn_apis is not None:

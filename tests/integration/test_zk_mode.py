@@ -183,6 +183,24 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             assert admin.get_replica_assignment_and_topic_ids([TOPIC])[TOPIC] is not None
             tps = [(TOPIC, p) for p in range(PARTITIONS)]
 
+            # topic configs: given at creation, described, changed through /config/changes
+            cfg_topic = "zk-configured"
+            fut = ac.create_topics([kafka_admin.NewTopic(cfg_topic, 1, 1, config={"retention.ms": "123456789"})],
+                                   request_timeout=30)[cfg_topic]
+            assert fut.result(60) is None
+            resource = kafka_admin.ConfigResource(kafka_admin.ResourceType.TOPIC, cfg_topic)
+
+            def retention() -> str:
+                entries = ac.describe_configs([resource])[resource].result(30)
+                return str(entries["retention.ms"].value)
+
+            assert retention() == "123456789"
+            change = kafka_admin.ConfigResource(kafka_admin.ResourceType.TOPIC, cfg_topic, incremental_configs=[
+                kafka_admin.ConfigEntry("retention.ms", "987654321",
+                                        incremental_operation=kafka_admin.AlterConfigOpType.SET)])
+            ac.incremental_alter_configs([change])[change].result(30)
+            wait_for("the new retention.ms", lambda: retention() == "987654321", 30, logs)
+
             def states() -> dict[tuple[str, int], z.PartitionState]:
                 return admin.get_topic_partition_states(tps)
 
