@@ -232,7 +232,9 @@ class ZkBrokerServer:
         zk_apis = ZkControllerApis(self.node_id, self.metadata_cache, rm, lambda: self.broker_epoch)
         controller = self.controller = ZkControllerRuntime(
             KafkaControllerConfig.from_kafka_config(cfg), zk, loop, register_broker=self.register_broker)
-        bound = ZkControllerBoundApis(lambda: controller.controller.is_active, controller.events.put)
+        bound = ZkControllerBoundApis(
+            lambda: controller.controller.is_active, controller.events.put,
+            lambda: [(t, p) for t in cache.get_all_topics() for p in cache.get_topic_partitions(t)])
         apis = KafkaApis(
             producer_id_manager=producer_ids, node_id=self.node_id, cluster_id=self.cluster_id, config=cfg,
             metadata_cache=self.metadata_cache, replica_manager=rm, controller_channel=admin_channel,

@@ -235,6 +235,16 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             wait_for("the ISR to take the restarted broker back", lambda: all(
                 len(s.isr) == 3 for s in states().values()), 60, logs)
 
+            # preferred leader election from an admin client (ElectLeaders, served by the controller's
+            # broker): every partition led by its first replica again
+            preferred = {p: a.replicas[0] for p, a in
+                         admin.get_replica_assignment_and_topic_ids([TOPIC])[TOPIC].partitions.items()}
+            ac_all = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+            ac_all.elect_leaders(confluent_kafka.ElectionType.PREFERRED, [
+                confluent_kafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)]).result(60)
+            wait_for("preferred leaders", lambda: all(
+                states()[(TOPIC, p)].leader == preferred[p] for p in range(PARTITIONS)), 30, logs)
+
             # kill -9 a partition leader (not the controller): a new leader, nothing acknowledged lost
             victim = next(s.leader for s in states().values() if s.leader != new_controller)
             before = {tp: s.leader_epoch for tp, s in states().items()}
