@@ -190,15 +190,14 @@ class ZkAdminManager:
             return results
         for r in results:
             if not self.topic_known(r.name):
-                r.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                r.error_message = "This server does not host this topic-partition."
+                r.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION  # Kafka's ZK path sets codes only
                 continue
             try:
                 await self._run(self.admin.delete_topic, r.name)
             except TopicAlreadyMarkedForDeletion:
                 log.info("Topic %s is already marked for deletion", r.name)  # waited on like a fresh one
             except AdminError as e:
-                r.error_code, r.error_message = e.error, e.message
+                r.error_code = e.error
         pending = [r for r in results if r.error_code == Errors.NONE]
         if timeout_ms <= 0 or not pending:
             return results

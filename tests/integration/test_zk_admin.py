@@ -298,7 +298,7 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
         # DeleteTopics: /admin/delete_topics/<t>; nobody answers StopReplica here, so the wait times out
         d = await m.delete_topics(["p", "ghost"], timeout_ms=0)
         assert [(r.error_code, r.error_message) for r in d] == [
-            (0, None), (Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")]
+            (0, None), (Errors.UNKNOWN_TOPIC_OR_PARTITION, None)]
         assert c.zk.exists(z.delete_topic_path("p"))
         await wait_until(lambda: "p" in c.runtime.controller.context.topics_to_be_deleted, "the deletion to start")
         again = await m.delete_topics(["p"], timeout_ms=200)  # already marked: waited on, then timed out
