@@ -10,6 +10,7 @@ epoch); ``kill -9`` of a partition leader → a new leader, nothing acknowledged
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 import uuid
@@ -267,6 +268,70 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             assert "Controlled shutdown succeeded" in brokers[leaving].log_tail(100000), logs()
             assert all(s.leader == new_controller for s in states().values())
             got = consume_all(brokers[new_controller].bootstrap_servers, len(acked))
+            assert sorted(got) == sorted(acked)
+        finally:
+            admin.close()
+            for b in brokers.values():
+                b.kill()
+
+
+def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_path: Path) -> None:
+    """SIGSTOP the controller past zookeeper.session.timeout.ms: another broker wins with epoch + 1;
+    SIGCONT: the old one finds its session expired, resigns, registers again (a new broker epoch),
+    does not take /controller back, and its replicas rejoin the ISR; nothing acknowledged lost."""
+    with ZooKeeperServer() as zk:
+        connect = zk.connect + "/odradek-expiry"
+        brokers = {i: ZkServerProcess(tmp_path / f"broker{i}", connect, i) for i in (1, 2, 3)}
+        admin = KafkaZkClient(ZkConfig(connect, 10000, 20000))
+
+        def logs() -> str:
+            return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
+
+        try:
+            for b in brokers.values():
+                b.start(60)
+            admin.start()
+            wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
+            old = wait_for("a controller", admin.get_controller_id, 30, logs)
+            epoch = admin.get_controller_epoch()
+            assert epoch is not None
+            old_broker_epoch = admin.get_all_broker_and_epochs()[old][1]
+            bootstrap = ",".join(b.bootstrap_servers for b in brokers.values())
+            ac = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+            ac.create_topics([kafka_admin.NewTopic(TOPIC, PARTITIONS, 3)], request_timeout=30)[TOPIC].result(60)
+            tps = [(TOPIC, p) for p in range(PARTITIONS)]
+
+            def states() -> dict[tuple[str, int], z.PartitionState]:
+                return admin.get_topic_partition_states(tps)
+
+            wait_for("leaders", lambda: len(states()) == PARTITIONS and all(
+                len(s.isr) == 3 for s in states().values()), 30, logs)
+            acked = produce(bootstrap, 0, 100)
+            assert len(acked) == 100, logs()
+
+            proc = brokers[old].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                new = wait_for("a new controller", lambda: (
+                    c if (c := admin.get_controller_id()) not in (None, old) else None),
+                    SESSION_TIMEOUT_MS / 1000 + 30, logs)
+                new_epoch = admin.get_controller_epoch()
+                assert new_epoch is not None and new_epoch[0] == epoch[0] + 1
+                wait_for("the stopped broker out of every ISR", lambda: all(
+                    old not in s.isr for s in states().values()), 30, logs)
+                others = ",".join(brokers[i].bootstrap_servers for i in brokers if i != old)
+                acked += produce(others, 100, 100)
+                assert len(acked) == 200, logs()
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            wait_for("the resumed broker registered again", lambda: (
+                admin.get_all_broker_and_epochs().get(old, (None, -1))[1] > old_broker_epoch), 60, logs)
+            wait_for("its replicas back in the ISR", lambda: all(
+                len(s.isr) == 3 for s in states().values()), 60, logs)
+            assert admin.get_controller_id() == new
+            assert admin.get_controller_epoch() == new_epoch  # the old controller wrote nothing more
+            got = consume_all(bootstrap, len(acked))
             assert sorted(got) == sorted(acked)
         finally:
             admin.close()
