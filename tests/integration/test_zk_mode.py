@@ -333,6 +333,19 @@ def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_pa
             assert admin.get_controller_epoch() == new_epoch  # the old controller wrote nothing more
             got = consume_all(bootstrap, len(acked))
             assert sorted(got) == sorted(acked)
+
+            # SIGTERM the controller itself: a controlled shutdown through its own controller, a
+            # clean exit, and its closed session hands /controller over at once (epoch + 1)
+            assert brokers[new].terminate(60) == 0
+            assert "Controlled shutdown succeeded" in brokers[new].log_tail(100000), logs()
+            third = wait_for("the next controller", lambda: (
+                c if (c := admin.get_controller_id()) not in (None, new) else None), 30, logs)
+            assert third != new
+            last = admin.get_controller_epoch()
+            assert last is not None and last[0] == new_epoch[0] + 1
+            survivors = ",".join(brokers[i].bootstrap_servers for i in brokers if i != new)
+            acked += produce(survivors, 200, 50)
+            assert len(acked) == 250, logs()
         finally:
             admin.close()
             for b in brokers.values():
