@@ -64,7 +64,7 @@ from odradek.server.zk_broker_configs import TopicConfigHandler, ZkBrokerMetadat
 from odradek.server.zk_controller_apis import ZkControllerApis
 from odradek.server.zk_controller_bound_apis import ZkControllerBoundApis
 from odradek.zk import zk_data as z
-from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig, ZooKeeperClientTimeoutError
 from odradek.zk.zk_config_manager import BrokerConfigHandler, ZkConfigManager
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,10 @@ class ZkBrokerServer:
         # 1. ZooKeeper: the session, the top-level paths, the cluster id.
         zk = self.zk_client = KafkaZkClient(zk_config(cfg))
         log.info("Connecting to zookeeper on %s", cfg.get("zookeeper.connect"))
-        await loop.run_in_executor(None, zk.start)
+        try:
+            await loop.run_in_executor(None, zk.start)
+        except ZooKeeperClientTimeoutError as e:  # one line and exit 2, as a port already taken
+            raise StartupError(str(e)) from e
         await loop.run_in_executor(None, zk.create_top_level_paths)
         proposed = None
         for d in cfg.log_dirs:
