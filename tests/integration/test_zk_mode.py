@@ -55,6 +55,8 @@ class ZkServerProcess(ServerProcess):
             "log.dirs": str(self.data_dir),
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
             "replica.lag.time.max.ms": "5000",
             "controlled.shutdown.max.retries": "1",
         }
@@ -94,10 +96,11 @@ def produce(bootstrap: str, first: int, n: int) -> list[bytes]:
     return acked
 
 
-def consume_all(bootstrap: str, expected: int) -> list[bytes]:
-    """Every record of every partition from the beginning (no group: assign)."""
+def consume_all(bootstrap: str, expected: int, read_committed: bool = True) -> list[bytes]:
+    """Every (committed) record of every partition from the beginning (no group: assign)."""
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
     got: list[bytes] = []
     try:
         c.assign([confluent_kafka.TopicPartition(TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
@@ -213,6 +216,23 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             assert sorted(got) == sorted(acked)
             assert sorted(consume_group(bootstrap, 300)) == sorted(acked)
 
+            # a transaction (coordinator on __transaction_state, created through ZooKeeper): an
+            # aborted one is invisible to read_committed, a committed one is read
+            for commit, first in ((False, 10000), (True, 20000)):
+                tp = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"zk-tx-{first}"})
+                tp.init_transactions(60)
+                tp.begin_transaction()
+                for i in range(first, first + 10):
+                    tp.produce(TOPIC, key=str(i).encode(), value=f"v{i}".encode())
+                tp.flush(60)
+                if commit:
+                    tp.commit_transaction(60)
+                    acked += [f"v{i}".encode() for i in range(first, first + 10)]
+                else:
+                    tp.abort_transaction(60)
+            got = consume_all(bootstrap, len(acked))
+            assert sorted(got) == sorted(acked)
+
             # kill -9 the controller: another broker wins with epoch + 1
             brokers[controller].kill()
             new_controller = wait_for("a new controller", lambda: (
@@ -225,7 +245,7 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
                 s.leader in others and controller not in s.isr for s in states().values()), 30, logs)
             live_bootstrap = ",".join(brokers[i].bootstrap_servers for i in others)
             acked += produce(live_bootstrap, 300, 300)
-            assert len(acked) == 600, logs()
+            assert len(acked) == 610, logs()
 
             # the killed broker comes back (same meta.properties, a new broker epoch) and catches up
             old_epoch = regs[controller][1]
@@ -255,7 +275,7 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             assert any(s.leader_epoch > before[tp] for tp, s in states().items())
             survivors = ",".join(brokers[i].bootstrap_servers for i in brokers if i != victim)
             acked += produce(survivors, 600, 300)
-            assert len(acked) == 900, logs()
+            assert len(acked) == 910, logs()
             got = consume_all(survivors, len(acked))
             missing = set(acked) - set(got)
             assert not missing, f"{len(missing)} acknowledged records lost\n{logs()}"
