@@ -33,7 +33,12 @@ from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.network.socket_server import SocketServer
+from odradek.protocol.errors import Errors
 from odradek.server import config_defs
+from odradek.server.add_partitions_to_txn_manager import (
+    AddPartitionsToTxnManager,
+    TransactionVerifier,
+)
 from odradek.server.broker_server import run_periodically
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.group_apis import GroupApis
@@ -118,6 +123,7 @@ class ZkBrokerServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self._channels: list[NodeToControllerChannel] = []
+        self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self._servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[DirLock] = []
@@ -242,12 +248,22 @@ class ZkBrokerServer:
             producer_id_manager=producer_ids, node_id=self.node_id, cluster_id=self.cluster_id, config=cfg,
             metadata_cache=self.metadata_cache, replica_manager=rm, controller_channel=admin_channel,
             log_manager=lm, extensions=[group_apis, txn_apis, zk_apis, bound],
-            txn_apis=TxnPartitionApis(rm, lambda: cfg.request_timeout_ms),
+            txn_apis=self._txn_partition_apis(cfg, rm),
         )
         bound.restrict(apis)
         apis.auto_topic_creation = ZkAutoTopicCreationManager(admin)  # type: ignore[assignment]  # same create_topics
         txn_apis.idempotent_init_producer_id = apis.handle_init_producer_id
         group_apis.transaction_version = txn_apis.transaction_version
+        adder = self.add_partitions_to_txn_manager
+        if adder is not None:
+            verifier = adder
+
+            async def add_txn_partitions(
+                tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]
+            ) -> dict[tuple[str, int], Errors]:
+                return await verifier.verify(tid, pid, epoch, tps, add=True)
+
+            group_apis.add_txn_partitions = add_txn_partitions
         for server in self._servers:
             server.handler = apis
             await server.start()
@@ -290,6 +306,18 @@ class ZkBrokerServer:
                  "broker epoch %d", self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs),
                  self.broker_epoch)
 
+    def _txn_partition_apis(self, cfg: KafkaConfig, rm: ReplicaManager) -> TxnPartitionApis:
+        """Transactional produce verified against the transaction coordinators (KIP-890, as in
+        KRaft mode: Kafka 3.9's ZooKeeper broker verifies too)."""
+        manager = self.add_partitions_to_txn_manager = AddPartitionsToTxnManager(
+            self.metadata_cache, cfg.inter_broker_listener_name, cfg.request_timeout_ms,
+            cfg._int("transaction.state.log.num.partitions"),
+        )
+        verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
+        if self.group_coordinator is not None:
+            self.group_coordinator.offset_manager.txn_verifier = verifier.verify
+        return TxnPartitionApis(rm, lambda: cfg.request_timeout_ms, verifier)
+
     async def _isr_expiration(self, interval_ms: int) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000.0)
@@ -322,6 +350,8 @@ class ZkBrokerServer:
             await self.txn_apis.shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
+        if self.add_partitions_to_txn_manager is not None:
+            await self.add_partitions_to_txn_manager.close()
         if self.replica_fetcher_manager is not None:
             await self.replica_fetcher_manager.shutdown()
         if self.replica_manager is not None:
