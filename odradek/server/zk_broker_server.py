@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from odradek.controller.kafka_controller import KafkaControllerConfig
@@ -280,6 +281,12 @@ class ZkBrokerServer:
                 ignored = cfg.update_dynamic(default, per_broker)
                 if ignored:
                     log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
+                # every log's config may default from a changed broker key (Kafka's DynamicLogConfig)
+                lm.default_config = config_defs.build_log_config(cfg, {})
+                for topic in {t for t, _p in rm.partitions}:
+                    apply_topic(topic)
+                log.info("Dynamic broker configs now in effect: cluster default %s, broker %d %s",
+                         default, self.node_id, per_broker)
             loop.call_soon_threadsafe(run)
 
         self.config_manager = ZkConfigManager(zk, {
@@ -293,6 +300,10 @@ class ZkBrokerServer:
         controller.start()
 
         # 6. Background work.
+        if cleaner_config.enable:  # compaction (__consumer_offsets, compacted topics), off the request path
+            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lm.clean_logs)
+        self._schedule("producer-expiration", cfg._int("producer.id.expiration.check.interval.ms"),
+                       lm.remove_expired_producers)
         self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
         self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
         self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
@@ -327,8 +338,9 @@ class ZkBrokerServer:
             except Exception:
                 log.exception("isr-expiration failed")
 
-    def _schedule(self, name: str, interval_ms: int, fn: Any) -> None:
-        if 0 < interval_ms < 2**62:
+    def _schedule(self, name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
+        first = interval_ms() if callable(interval_ms) else interval_ms
+        if 0 < first < 2**62:
             self._tasks.append(asyncio.get_running_loop().create_task(run_periodically(name, interval_ms, fn)))
 
     async def shutdown(self) -> None:
