@@ -42,6 +42,7 @@ from odradek.server.add_partitions_to_txn_manager import (
 )
 from odradek.server.broker_server import run_periodically
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
+from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
@@ -223,6 +224,7 @@ class ZkBrokerServer:
             default_num_partitions=cfg._int("num.partitions"),
             default_replication_factor=cfg._int("default.replication.factor"),
             delete_topic_enable=cfg._bool("delete.topic.enable"), node_id=self.node_id,
+            broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
         admin_channel = ZkAdminChannel(admin, forward_channel)
         self.group_coordinator = GroupCoordinator(

@@ -205,6 +205,16 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             ac.incremental_alter_configs([change])[change].result(30)
             wait_for("the new retention.ms", lambda: retention() == "987654321", 30, logs)
 
+            # a dynamic per-broker config: /config/brokers/<id> + notification, in effect there
+            target = others[0]
+            change_b = kafka_admin.ConfigResource(kafka_admin.ResourceType.BROKER, str(target), incremental_configs=[
+                kafka_admin.ConfigEntry("log.cleaner.backoff.ms", "4321",
+                                        incremental_operation=kafka_admin.AlterConfigOpType.SET)])
+            ac.incremental_alter_configs([change_b])[change_b].result(30)
+            one = kafka_admin.ConfigResource(kafka_admin.ResourceType.BROKER, str(target))
+            wait_for("the dynamic broker config", lambda: str(
+                ac.describe_configs([one])[one].result(30)["log.cleaner.backoff.ms"].value) == "4321", 30, logs)
+
             def states() -> dict[tuple[str, int], z.PartitionState]:
                 return admin.get_topic_partition_states(tps)
 
