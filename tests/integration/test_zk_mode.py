@@ -205,6 +205,15 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
             ac.incremental_alter_configs([change])[change].result(30)
             wait_for("the new retention.ms", lambda: retention() == "987654321", 30, logs)
 
+            # DeleteTopics: /admin/delete_topics, StopReplica to the replicas, the topic's znodes gone
+            ac.delete_topics([cfg_topic], request_timeout=30)[cfg_topic].result(60)
+            wait_for("the deleted topic gone from ZooKeeper", lambda: cfg_topic not in admin.get_all_topics()
+                     and not admin.exists(f"/admin/delete_topics/{cfg_topic}"), 30, logs)
+            wait_for("the deleted topic gone from the metadata", lambda: cfg_topic not in
+                     ac.list_topics(timeout=10).topics, 30, logs)
+            wait_for("its log removed", lambda: not any(
+                (b.data_dir / f"{cfg_topic}-0").exists() for b in brokers.values()), 30, logs)
+
             # a dynamic per-broker config: /config/brokers/<id> + notification, in effect there
             target = others[0]
             change_b = kafka_admin.ConfigResource(kafka_admin.ResourceType.BROKER, str(target), incremental_configs=[
