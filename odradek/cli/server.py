@@ -82,6 +82,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _default_factory(config: KafkaConfig) -> ServerLike:
+    if config.is_zk_mode:
+        from odradek.server.zk_broker_server import ZkBrokerServer
+
+        zk_server: ServerLike = ZkBrokerServer(config)
+        return zk_server
     from odradek.server.kafka_raft_server import KafkaRaftServer
 
     server: ServerLike = KafkaRaftServer(config)

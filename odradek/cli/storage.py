@@ -126,7 +126,14 @@ def run_random_uuid(args: argparse.Namespace) -> int:
 
 
 def _load_config(path: str) -> KafkaConfig:
-    return KafkaConfig.from_file(path)
+    config = KafkaConfig.from_file(path)
+    if config.is_zk_mode:  # Kafka's StorageTool: ZooKeeper mode is never formatted
+        raise ConfigError(
+            "The kafka configuration file appears to be for a legacy cluster (ZooKeeper mode). "
+            "Formatting is only supported for clusters in KRaft mode; a ZooKeeper-mode broker "
+            "writes its meta.properties itself."
+        )
+    return config
 
 
 def directories_of(config: KafkaConfig) -> list[str]:

@@ -302,22 +302,17 @@ class KafkaConfig:
                     "set only node.id"
                 )
         roles = self.process_roles
-        if not roles:
-            raise ConfigError(
-                "process.roles is empty, which means ZooKeeper mode: ZooKeeper mode is not "
-                "supported yet; set process.roles=broker,controller (KRaft)"
-            )
         if self.get("zookeeper.connect"):
-            if self.is_set("process.roles"):
+            if not self.is_zk_mode:
                 raise ConfigError(
                     "zookeeper.connect cannot be combined with process.roles (KRaft mode): "
-                    "ZooKeeper mode and migration from it are not supported yet; remove "
-                    "zookeeper.connect"
+                    "migration from ZooKeeper to KRaft is not supported; remove "
+                    "zookeeper.connect (KRaft) or process.roles (ZooKeeper mode)"
                 )
+        elif not roles:
             raise ConfigError(
-                "zookeeper.connect is set and process.roles is not, which means ZooKeeper mode: "
-                "ZooKeeper mode is not supported yet; remove zookeeper.connect and set "
-                "process.roles=broker,controller (KRaft)"
+                "process.roles is empty and zookeeper.connect is not set: set "
+                "process.roles=broker,controller (KRaft) or zookeeper.connect (ZooKeeper mode)"
             )
         dirs = self.log_dirs
         if not dirs:
@@ -438,7 +433,15 @@ class KafkaConfig:
 
     @property
     def process_roles(self) -> list[str]:
+        if self.is_zk_mode:
+            return []
         return list(self.get("process.roles") or [])
+
+    @property
+    def is_zk_mode(self) -> bool:
+        """ZooKeeper mode: ``zookeeper.connect`` set and ``process.roles`` not (Kafka's KafkaServer)."""
+        return bool(self.get("zookeeper.connect")) and not (
+            self.is_set("process.roles") and self.get("process.roles"))
 
     @property
     def is_kraft(self) -> bool:

@@ -3,8 +3,9 @@
 Accepting them would look as if they worked: an ``SSL://`` or ``SASL_*`` listener would serve
 plaintext with no login, an authorizer would allow everything, a CreateTopicPolicy would never
 run. :func:`unsupported_settings` names each such setting; :class:`KafkaConfig` refuses the
-configuration with all of them (the CLI exits with code 2). ZooKeeper mode is refused in
-:class:`KafkaConfig` itself.
+configuration with all of them (the CLI exits with code 2). ZooKeeper mode (``zookeeper.connect``
+without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; combined with
+``process.roles`` (a migration) it is refused in :class:`KafkaConfig` itself.
 
 ``ssl.*`` and ``sasl.*`` keys (also per listener, ``listener.name.<name>.ssl.*`` and
 ``listener.name.<name>.<mechanism>.sasl.*``) are refused when set to anything but empty or

@@ -100,7 +100,8 @@ def test_invalid_config_subprocess() -> None:
          "uses security protocol SASL_SSL; TLS and SASL are not supported yet"),
         (["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
          "ACL authorization is not supported yet"),
-        (["zookeeper.connect=localhost:2181"], "ZooKeeper mode is not supported yet"),
+        (["zookeeper.connect=localhost:2181", "process.roles=broker,controller"],
+         "zookeeper.connect cannot be combined with process.roles"),
     ],
 )
 def test_unsupported_security_and_zookeeper_exit_2(tmp_path: Path, overrides: list[str], needle: str) -> None:
@@ -218,3 +219,17 @@ def test_pytest_fixture_real_broker(odradek_broker: EmbeddedBroker) -> None:
     assert odradek_broker.config.message_max_bytes == 2000000
     _connect(odradek_broker.port)
     assert odradek_broker.cluster_id
+
+
+def test_zookeeper_mode_without_a_zookeeper_exits_2(tmp_path: Path) -> None:
+    """ZooKeeper mode is started (no longer refused); a ZooKeeper that cannot be reached within
+    zookeeper.connection.timeout.ms ends the start with one line and exit code 2."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    args = [sys.executable, "-m", "odradek.cli.main", "server", "-o", f"log.dirs={tmp_path / 'data'}",
+            "-o", f"zookeeper.connect=127.0.0.1:{port}", "-o", "zookeeper.connection.timeout.ms=1000",
+            "-o", "broker.id=1", "-o", "listeners=PLAINTEXT://127.0.0.1:0"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Timed out waiting for connection to 127.0.0.1:" in proc.stderr

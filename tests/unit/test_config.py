@@ -256,7 +256,7 @@ def test_parse_properties_syntax() -> None:
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "nonroutable"),
         ({"inter.broker.listener.name": "INTERNAL"}, "inter.broker.listener.name=INTERNAL"),
         ({"node.id": "1", "broker.id": "2"}, "broker.id=2 and node.id=1 differ"),
-        ({"process.roles": ""}, "ZooKeeper mode is not supported yet"),
+        ({"process.roles": ""}, "process.roles is empty and zookeeper.connect is not set"),
         (
             {"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"},
             "group.min.session.timeout.ms=10",
@@ -440,7 +440,7 @@ def test_meta_properties_cluster_id_mismatch(tmp_path: Path) -> None:
         ensure_formatted([a, b], 1)
 
 
-# ---- modes and protocols not implemented are refused --------------------------------------
+# ---- ZooKeeper mode; protocols not implemented are refused --------------------------------------
 
 ZK_SERVER_PROPERTIES = """
 broker.id=0
@@ -455,21 +455,36 @@ zookeeper.connection.timeout.ms=18000
     "props",
     [
         {"process.roles": "", "zookeeper.connect": "localhost:2181", "listeners": "PLAINTEXT://localhost:9092"},
-        {"zookeeper.connect": "localhost:2181"},
-        {"zookeeper.connect": "localhost:2181", "process.roles": "broker,controller"},
-        {"process.roles": ""},
+        {"zookeeper.connect": "localhost:2181", "listeners": "PLAINTEXT://localhost:9092"},
     ],
 )
-def test_zookeeper_mode_is_refused(props: dict[str, str]) -> None:
-    with pytest.raises(ConfigError, match="ZooKeeper mode"):
+def test_zookeeper_mode_is_accepted(props: dict[str, str]) -> None:
+    """zookeeper.connect without process.roles (or with it empty) is ZooKeeper mode (Kafka's
+    KafkaServer): no KRaft role, no controller listener needed."""
+    cfg = KafkaConfig(props)
+    assert cfg.is_zk_mode and cfg.process_roles == [] and not cfg.is_kraft
+
+
+@pytest.mark.parametrize(
+    ("props", "needle"),
+    [
+        ({"zookeeper.connect": "localhost:2181", "process.roles": "broker,controller"},
+         "cannot be combined with process.roles"),
+        ({"process.roles": ""}, "process.roles is empty and zookeeper.connect is not set"),
+    ],
+)
+def test_zookeeper_and_kraft_mixed_or_neither_refused(props: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
         KafkaConfig(props)
 
 
-def test_zookeeper_server_properties_refused(tmp_path: Path) -> None:
+def test_zookeeper_server_properties_accepted(tmp_path: Path) -> None:
+    """Kafka's own ZooKeeper-mode server.properties loads as a ZooKeeper-mode configuration."""
     path = tmp_path / "server.properties"
     path.write_text(ZK_SERVER_PROPERTIES)
-    with pytest.raises(ConfigError, match="ZooKeeper mode is not supported yet"):
-        KafkaConfig.from_file(str(path))
+    cfg = KafkaConfig.from_file(str(path))
+    assert cfg.is_zk_mode and cfg.node_id == 0
+    assert cfg.get("zookeeper.connection.timeout.ms") == 18000
 
 
 _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
