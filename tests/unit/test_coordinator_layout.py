@@ -85,4 +85,4 @@ def test_zk_package_holds_the_znode_layer_only() -> None:
     zk = importlib.import_module("odradek.zk")
     assert "issue 14" in (zk.__doc__ or "")
     assert sorted(m.name for m in pkgutil.iter_modules(zk.__path__)) == [
-        "kafka_zk_client", "zk_data"]
+        "admin_zk_client", "kafka_zk_client", "zk_config_manager", "zk_data"]
