@@ -84,14 +84,14 @@ def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[
     raise AssertionError(f"timed out waiting for {what}\n{logs()}")
 
 
-def produce(bootstrap: str, values: list[bytes], partitions: int) -> list[bytes]:
+def produce(bootstrap: str, values: list[bytes], partitions: int, idempotent: bool) -> list[bytes]:
     acked: list[bytes] = []
 
     def delivered(err: Any, msg: Any) -> None:
         if err is None:
             acked.append(msg.value())
 
-    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": idempotent,
                                   "message.timeout.ms": 60000, "retry.backoff.ms": 200})
     for i, v in enumerate(values):
         p.produce(TOPIC, value=v, partition=i % partitions, on_delivery=delivered)
@@ -117,7 +117,11 @@ def read_all(bootstrap: str, n: int, partitions: int) -> list[bytes]:
     return got
 
 
-def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kafka_replica", [False, True], ids=["rf2-odradek-only", "rf3-with-kafka"])
+def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Path, kafka_replica: bool) -> None:
+    """RF 2 on the Odradek brokers only (non-idempotent producer), or RF 3 with the Kafka broker a
+    follower fetching from the Odradek leaders (idempotent producer: the Odradek brokers get their
+    producer id blocks from Kafka's controller with AllocateProducerIds)."""
     tools: KafkaTools = find_kafka_tools("3.9")
     with ZooKeeperServer() as zk:
         connect = zk.connect + "/mixed"
@@ -140,8 +144,9 @@ def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Pat
             for b in ours.values():
                 assert "Ready to serve as the new controller" not in b.log_tail(100000)
 
+            extra = (KAFKA_ID,) if kafka_replica else ()
             admin.create_topic_assignment(TOPIC, uuid_to_kafka(uuid.uuid4()),
-                                          {0: z.ReplicaAssignment((2, 3)), 1: z.ReplicaAssignment((3, 2))})
+                                          {0: z.ReplicaAssignment((2, 3) + extra), 1: z.ReplicaAssignment((3, 2) + extra)})
             tps = [(TOPIC, 0), (TOPIC, 1)]
 
             def states() -> dict[tuple[str, int], z.PartitionState]:
@@ -150,27 +155,36 @@ def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Pat
             wait_for("Kafka's controller to elect the Odradek replicas", lambda: len(states()) == 2 and
                      states()[tps[0]].leader == 2 and states()[tps[1]].leader == 3, 60, logs)
             first = states()
-            assert all(sorted(s.isr) == [2, 3] for s in first.values()), first
+            assert all(sorted(s.isr) == sorted((2, 3) + extra) for s in first.values()), first
             # the Odradek brokers acted on Kafka's LeaderAndIsr: leader and follower on each
             bootstrap = ",".join([kafka.bootstrap] + [b.bootstrap_servers for b in ours.values()])
             ac = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
             md = wait_for("metadata with both partitions", lambda: (lambda t: t if t is not None and len(
                 t.partitions) == 2 else None)(ac.list_topics(TOPIC, timeout=10).topics.get(TOPIC)), 60, logs)
             assert {p: md.partitions[p].leader for p in (0, 1)} == {0: 2, 1: 3}
+            line = "Handled LeaderAndIsr from controller 1 epoch 1: 1 leader(s), 1 follower(s), 0 refused"
+            for b in ours.values():
+                assert wait_for("the LeaderAndIsr log line", lambda b=b: line in b.log_tail(100000), 30, logs)
 
             before = [f"a{i}".encode() for i in range(100)]
-            acked = produce(bootstrap, before, 2)
+            acked = produce(bootstrap, before, 2, kafka_replica)
             assert sorted(acked) == sorted(before)
 
+            if kafka_replica:  # the Kafka follower fetched the records from the Odradek leaders
+                for p in (0, 1):
+                    seg = kafka.data_dir / "logs" / f"{TOPIC}-{p}" / "00000000000000000000.log"
+                    wait_for(f"Kafka's replica of {TOPIC}-{p} to fetch", lambda seg=seg: seg.stat().st_size > 0,
+                             30, logs)
+                assert all(KAFKA_ID in s.isr for s in states().values())
             # kill -9 the Odradek broker leading partition 0
             ours[2].kill()
             wait_for("Kafka's controller to move partition 0 to broker 3", lambda: (
-                states()[tps[0]].leader == 3 and states()[tps[0]].isr == (3,)), 60, logs)
+                states()[tps[0]].leader == 3 and sorted(states()[tps[0]].isr) == sorted((3,) + extra)), 60, logs)
             after_state = states()[tps[0]]
             assert after_state.leader_epoch > first[tps[0]].leader_epoch
             survivors = ",".join([kafka.bootstrap, ours[3].bootstrap_servers])
             after = [f"b{i}".encode() for i in range(100)]
-            acked += produce(survivors, after, 2)
+            acked += produce(survivors, after, 2, kafka_replica)
             assert set(after) <= set(acked), "records to the surviving leader were not acknowledged"
             got = read_all(survivors, len(acked), 2)
             assert set(acked) <= set(got), f"acknowledged but lost: {sorted(set(acked) - set(got))[:10]}"
