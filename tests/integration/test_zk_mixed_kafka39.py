@@ -12,6 +12,7 @@ acknowledged record is read back.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
@@ -82,6 +83,14 @@ def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[
             return got
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what}\n{logs()}")
+
+
+def logged(server: ZkServerProcess, line: str) -> bool:
+    return line in server.log_tail(100000)
+
+
+def non_empty(path: Path) -> bool:
+    return path.stat().st_size > 0
 
 
 def produce(bootstrap: str, values: list[bytes], partitions: int, idempotent: bool) -> list[bytes]:
@@ -164,7 +173,7 @@ def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Pat
             assert {p: md.partitions[p].leader for p in (0, 1)} == {0: 2, 1: 3}
             line = "Handled LeaderAndIsr from controller 1 epoch 1: 1 leader(s), 1 follower(s), 0 refused"
             for b in ours.values():
-                assert wait_for("the LeaderAndIsr log line", lambda b=b: line in b.log_tail(100000), 30, logs)
+                assert wait_for("the LeaderAndIsr log line", functools.partial(logged, b, line), 30, logs)
 
             before = [f"a{i}".encode() for i in range(100)]
             acked = produce(bootstrap, before, 2, kafka_replica)
@@ -173,8 +182,7 @@ def test_kafka_39_controller_drives_odradek_brokers_through_a_kill(tmp_path: Pat
             if kafka_replica:  # the Kafka follower fetched the records from the Odradek leaders
                 for p in (0, 1):
                     seg = kafka.data_dir / "logs" / f"{TOPIC}-{p}" / "00000000000000000000.log"
-                    wait_for(f"Kafka's replica of {TOPIC}-{p} to fetch", lambda seg=seg: seg.stat().st_size > 0,
-                             30, logs)
+                    wait_for(f"Kafka's replica of {TOPIC}-{p} to fetch", functools.partial(non_empty, seg), 30, logs)
                 assert all(KAFKA_ID in s.isr for s in states().values())
             # kill -9 the Odradek broker leading partition 0
             ours[2].kill()
