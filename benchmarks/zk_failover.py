@@ -12,8 +12,9 @@ brokers (separate processes; Odradek has no combined mode in LocalCluster).
 
 1. **controller failover** (``--rounds`` rounds): kill -9 of the controller (ZooKeeper mode: the
    broker named in ``/controller``; KRaft: the active controller from DescribeQuorum) → the first
-   CreateTopics (confluent-kafka AdminClient, bootstrap = the survivors, retried every 50 ms for at
-   most 120 s) that succeeds. The killed node is restarted between rounds.
+   CreateTopics (confluent-kafka AdminClient, bootstrap = the survivors; a new client per attempt,
+   so no cached controller id decides where it goes, with a 2 s request timeout; retried 50 ms
+   after each failure, for at most 120 s) that succeeds. The killed node is restarted between rounds.
 2. **leader election** (once): a topic of ``--partitions`` partitions with replication factor 3;
    kill -9 of the broker leading the most of them (ZooKeeper mode: not the controller, so
    that only the leader elections are timed) → the first Metadata answer (from the survivors,
@@ -28,6 +29,7 @@ counterparts are ``controller.quorum.fetch.timeout.ms`` (2000) and ``broker.sess
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -61,18 +63,29 @@ LIMIT_S = 120.0
 # Measurements shared by both modes
 
 
+def admin(bootstrap: str) -> AdminClient:
+    """A fresh AdminClient that learns the controller from Metadata every 250 ms (librdkafka's
+    default of 5 minutes would keep a long-lived client on the dead controller) and keeps
+    librdkafka's connection-refused lines off stderr."""
+    return AdminClient({"bootstrap.servers": bootstrap, "topic.metadata.refresh.interval.ms": 250,
+                        "socket.connection.setup.timeout.ms": 2000, "log_level": 0})
+
+
 def create_until_ok(bootstrap: str, name: str) -> tuple[float, int, list[str]]:
-    """CreateTopics of a 1-partition topic until it succeeds: (when, attempts, errors seen)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000,
-                         "reconnect.backoff.max.ms": 100})
+    """CreateTopics of a 1-partition topic until it succeeds: (when, attempts, errors seen).
+    Each attempt uses a new client (no cached controller) with a 2 s request timeout."""
     errors: list[str] = []
     attempts = 0
     deadline = time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:
         attempts += 1
+        client = admin(bootstrap)  # held until the future is done: it resolves the future
         try:
-            admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=5, request_timeout=10)[name].result(15)
+            client.create_topics([NewTopic(name, 1, 1)], operation_timeout=5,
+                                 request_timeout=2)[name].result(10)
             return time.monotonic(), attempts, errors
+        except concurrent.futures.TimeoutError:
+            errors.append("no answer in 10 s")
         except KafkaException as e:
             err = e.args[0]
             if err.name() == "TOPIC_ALREADY_EXISTS":
@@ -83,7 +96,7 @@ def create_until_ok(bootstrap: str, name: str) -> tuple[float, int, list[str]]:
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics.get(topic)
+    md = admin(bootstrap).list_topics(topic, timeout=10).topics.get(topic)
     if md is None or md.error is not None:
         return {}
     return {p: pm.leader for p, pm in md.partitions.items()}
@@ -91,8 +104,9 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 def create_big_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     """``partitions`` partitions of RF 3; waits until all have a leader; partition → leader."""
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, partitions, 3)], operation_timeout=60, request_timeout=90)[topic].result(120)
+    client = admin(bootstrap)
+    client.create_topics([NewTopic(topic, partitions, 3)], operation_timeout=60,
+                         request_timeout=90)[topic].result(120)
     deadline = time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:
         got = leaders(bootstrap, topic)
@@ -126,7 +140,7 @@ def wait_brokers(bootstrap: str, expected: set[int]) -> None:
     deadline = time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:
         try:
-            if set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == expected:
+            if set(admin(bootstrap).list_topics(timeout=5).brokers) == expected:
                 return
         except KafkaException:
             pass
