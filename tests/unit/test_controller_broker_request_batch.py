@@ -4,6 +4,7 @@ generated protocol, each carrying the controller epoch and the receiver's broker
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -168,7 +169,13 @@ def test_responses_reach_the_handler_stop_replica_only_for_deletions() -> None:
     assert [(b, d) for b, _, d in c.responses.stop_replica] == [(2, {T0})]
 
 
-def test_run_round_sends_or_clears_the_batch(caplog: pytest.LogCaptureFixture) -> None:
+def test_run_round_sends_or_clears_the_batch(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whatever logging set-up earlier tests of the run left behind: this logger reports ERRORs.
+    state_change = logging.getLogger("odradek.state.change.logger")
+    monkeypatch.setattr(state_change, "disabled", False)
+    caplog.set_level(logging.ERROR, logger=state_change.name)
     c = make_cluster()
     c.ctx.put_partition_leadership_info(T0, info(1, [1, 2, 3]))
 
