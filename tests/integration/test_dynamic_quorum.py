@@ -162,6 +162,12 @@ def test_standalone_then_add_two_controllers_kill_the_first_and_remove_it(tmp_pa
                 )
             status = _status(first)
             assert _voter_ids(status) == [1, 2, 3], status
+            # The broker is an observer once its first metadata fetch reaches the leader (it was
+            # started just before: on a loaded machine that can come after the adds).
+            deadline = time.monotonic() + 60
+            while "CurrentObservers:       [{\"id\": 10}]" not in status and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                status = _status(first)
             assert "CurrentObservers:       [{\"id\": 10}]" in status, status
             _wait_for_brokers(broker, {10}, 60, [*nodes, broker])
             _create_topic(AdminClient({"bootstrap.servers": broker.bootstrap}), "before-kill", 2)
