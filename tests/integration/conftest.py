@@ -7,6 +7,7 @@ broker for the session (``broker``); tests that restart or kill a node get their
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from odradek.embedded import EmbeddedBroker
 
 from .support import ServerProcess, unique_name
 from .txn_support import Target, start_target, txn_server_kinds
+from .zookeeper_support import ZooKeeperServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,3 +64,16 @@ def txn_target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     broker settings."""
     overrides = getattr(request.module, "TXN_SERVER_OVERRIDES", None)
     yield from start_target(request.param, tmp_path_factory.mktemp("txn"), overrides)
+
+
+@pytest.fixture(scope="module")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper per test module (the ZooKeeper-mode tests)."""
+    with ZooKeeperServer() as server:
+        yield server
+
+
+@pytest.fixture
+def connect(zookeeper: ZooKeeperServer) -> str:
+    """A fresh chroot per test, so tests share the server but not their znodes."""
+    return f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}"

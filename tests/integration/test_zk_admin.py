@@ -16,7 +16,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -28,41 +28,13 @@ from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.zk import zk_data as z
-from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 from odradek.zk.zk_config_manager import BrokerConfigHandler, ZkConfigManager
 
-from .zookeeper_support import ZooKeeperServer, _free_port
+from .zookeeper_support import _free_port, wait_until, zk_client
 
 pytestmark = pytest.mark.timeout(180)
 
 RACKS = {1: "a", 2: "b", 3: "a"}
-
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer() as server:
-        yield server
-
-
-@pytest.fixture
-def connect(zookeeper: ZooKeeperServer) -> str:
-    return f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}"
-
-
-def zk_client(connect: str) -> KafkaZkClient:
-    c = KafkaZkClient(ZkConfig(connect, 6000, 10000))
-    c.start()
-    c.create_top_level_paths()
-    return c
-
-
-async def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Recorder:

@@ -19,28 +19,18 @@ from odradek.protocol.errors import Errors
 from odradek.server.zk_admin_manager import ZkAdminManager
 from odradek.zk import zk_data as z
 from odradek.zk.admin_zk_client import AdminZkClient
-from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+from odradek.zk.kafka_zk_client import KafkaZkClient
 from odradek.zk.zk_config_manager import ZkConfigManager
 
-from .kafka_reference import find_kafka_tools
-from .test_zk_kafka_fidelity import CHROOT, ZkModeKafka, wait_for
-from .zookeeper_support import ZooKeeperServer
+from .zk_cluster_support import ZkModeKafka, kafka39_and_client, wait_for
 
 pytestmark = pytest.mark.timeout(400)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ZkModeKafka, KafkaZkClient]]:
-    tools = find_kafka_tools("3.9")
-    with ZooKeeperServer() as zk:
-        kafka = ZkModeKafka(tools, zk.connect + CHROOT, tmp_path_factory.mktemp("kafka39")).start()
-        client = KafkaZkClient(ZkConfig(zk.connect + CHROOT, 10000, 20000)).start()
-        try:
-            wait_for(lambda: client.get_controller_id() == 1, "Kafka to register and lead", kafka)
-            yield kafka, client
-        finally:
-            client.close()
-            kafka.stop()
+    with kafka39_and_client(tmp_path_factory) as pair:
+        yield pair
 
 
 class Recorder:

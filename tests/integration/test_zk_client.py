@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -28,18 +27,6 @@ from odradek.zk.kafka_zk_client import (
 from .zookeeper_support import ZooKeeperServer, _free_port
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer() as server:
-        yield server
-
-
-@pytest.fixture
-def connect(zookeeper: ZooKeeperServer) -> str:
-    """A fresh chroot per test, so tests share the server but not their znodes."""
-    return f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}"
 
 
 def client(connect: str, session_timeout_ms: int = 6000, **kw: object) -> KafkaZkClient:

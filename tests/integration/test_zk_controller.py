@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -24,39 +23,12 @@ from odradek.controller.kafka_controller_zk import KafkaControllerZkClient
 from odradek.controller.kafka_zk_adapter import KafkaControllerZkAdapter
 from odradek.controller.zk_producer_ids import AllocateProducerIds
 from odradek.zk import zk_data as z
-from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
 from .test_zk_client import expire_session
-from .zookeeper_support import ZooKeeperServer, _free_port
+from .zookeeper_support import ZooKeeperServer, _free_port, wait_until, zk_client
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def zookeeper() -> Iterator[ZooKeeperServer]:
-    with ZooKeeperServer() as server:
-        yield server
-
-
-@pytest.fixture
-def connect(zookeeper: ZooKeeperServer) -> str:
-    return f"{zookeeper.connect}/odradek-{uuid.uuid4().hex[:8]}"
-
-
-def zk_client(connect: str) -> KafkaZkClient:
-    c = KafkaZkClient(ZkConfig(connect, 6000, 10000))
-    c.start()
-    c.create_top_level_paths()
-    return c
-
-
-async def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def seed_cluster(connect: str) -> dict[int, KafkaZkClient]:

@@ -15,12 +15,12 @@ still there when everything is read back from the survivor."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +32,7 @@ from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
 from .kafka_reference import KafkaTools, find_kafka_tools
 from .support import die_with_parent
-from .test_zk_kafka_fidelity import ZkModeKafka
+from .zk_cluster_support import ZkModeKafka, wait_until
 from .zookeeper_support import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(400)
@@ -40,19 +40,44 @@ pytestmark = pytest.mark.timeout(400)
 CONTROLLER_ID = 100
 
 
-async def wait_until(cond: Callable[[], bool], what: str, kafka: ZkModeKafka, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert kafka.proc is not None
-        if kafka.proc.poll() is not None:
-            raise AssertionError(f"Kafka exited {kafka.proc.returncode}:\n{kafka.log_tail()}")
-        try:
-            if cond():
-                return
-        except Exception:
-            pass
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}\n{kafka.log_tail()}")
+def controller_runtime(broker_id: int, client: KafkaZkClient,
+                       loop: asyncio.AbstractEventLoop) -> ZkControllerRuntime:
+    """Our controller, in-process, reaching the Kafka brokers on their INTERNAL listener."""
+    return ZkControllerRuntime(KafkaControllerConfig(broker_id=broker_id, auto_leader_rebalance_enable=False,
+                                                     inter_broker_listener_name="INTERNAL"), client, loop)
+
+
+def controller_and_admin(connect: str, loop: asyncio.AbstractEventLoop,
+                         ) -> tuple[KafkaZkClient, KafkaZkClient, ZkControllerRuntime]:
+    """The controller's session (top-level paths created), an admin session, and the controller
+    (not started) with id CONTROLLER_ID."""
+    c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+    c.create_top_level_paths()
+    admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
+    return c, admin, controller_runtime(CONTROLLER_ID, c, loop)
+
+
+async def start_and_win(r: ZkControllerRuntime) -> None:
+    """Start the controller and wait (up to 30 s) for it to win the election."""
+    r.start()
+    deadline = time.monotonic() + 30
+    while not r.controller.is_active and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def collect(c: Any, n: int, attach: Callable[[], None]) -> list[bytes]:
+    """``attach`` the consumer (subscribe or assign), poll up to 60 s for ``n`` values, close it."""
+    got: list[bytes] = []
+    try:
+        attach()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+    finally:
+        c.close()
+    return got
 
 
 def produce_and_consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
@@ -66,17 +91,7 @@ def produce_and_consume(bootstrap: str, topic: str, n: int) -> list[bytes]:
     assert p.flush(60) == 0
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    got: list[bytes] = []
-    try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is not None and m.error() is None:
-                got.append(m.value() or b"")
-    finally:
-        c.close()
-    return got
+    return collect(c, n, lambda: c.subscribe([topic]))
 
 
 def test_odradek_controller_drives_a_kafka_39_broker(tmp_path: Path) -> None:
@@ -86,18 +101,10 @@ def test_odradek_controller_drives_a_kafka_39_broker(tmp_path: Path) -> None:
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
-            c.create_top_level_paths()
-            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
-            r = ZkControllerRuntime(
-                KafkaControllerConfig(broker_id=CONTROLLER_ID, auto_leader_rebalance_enable=False,
-                                      inter_broker_listener_name="INTERNAL"), c, loop)
+            c, admin, r = controller_and_admin(connect, loop)
             kafka = ZkModeKafka(tools, connect, tmp_path)
             try:
-                r.start()
-                deadline = time.monotonic() + 30
-                while not r.controller.is_active and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
+                await start_and_win(r)
                 assert r.controller.is_active and admin.get_controller_id() == CONTROLLER_ID
                 kafka.start()
                 await wait_until(lambda: r.controller.context.live_or_shutting_down_broker_ids == {1},
@@ -142,29 +149,7 @@ class Kafka39Broker(ZkModeKafka):
 
     def start(self) -> Kafka39Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        props = {
-            "broker.id": str(self.broker_id),
-            "zookeeper.connect": self.zk_connect,
-            "zookeeper.session.timeout.ms": "6000",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},INTERNAL://127.0.0.1:{self.internal_port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-            "inter.broker.listener.name": "INTERNAL",
-            "log.dirs": str(self.data_dir / "logs"),
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "replica.lag.time.max.ms": "600000",
-        }
-        config = self.data_dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        env = dict(os.environ)
-        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx384m")
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [str(self.tools.home / "bin" / "kafka-run"), "--line", self.tools.line, "kafka.Kafka", str(config)],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=die_with_parent)
-        return self
+        return self.launch(self.broker_id, 6000, {"replica.lag.time.max.ms": "600000"}, heap="-Xmx384m")
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> int:
@@ -189,17 +174,7 @@ def read_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest"})
-    got: list[bytes] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 60
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is not None and m.error() is None:
-                got.append(m.value() or b"")
-    finally:
-        c.close()
-    return got
+    return collect(c, n, lambda: c.assign([TopicPartition(topic, 0, 0)]))
 
 
 def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_lost(tmp_path: Path) -> None:
@@ -209,18 +184,10 @@ def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_l
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            c = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
-            c.create_top_level_paths()
-            admin = KafkaZkClient(ZkConfig(connect, 10000, 20000)).start()
-            r = ZkControllerRuntime(
-                KafkaControllerConfig(broker_id=CONTROLLER_ID, auto_leader_rebalance_enable=False,
-                                      inter_broker_listener_name="INTERNAL"), c, loop)
+            c, admin, r = controller_and_admin(connect, loop)
             brokers = {i: Kafka39Broker(tools, connect, tmp_path / f"b{i}", i) for i in (1, 2)}
             try:
-                r.start()
-                deadline = time.monotonic() + 30
-                while not r.controller.is_active and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
+                await start_and_win(r)
                 assert r.controller.is_active
                 for b in brokers.values():
                     b.start()
@@ -289,8 +256,7 @@ def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tm
                 t1_before = admin.get_topic_partition_states([("t1", 0)])[("t1", 0)]
                 assert t1_before.controller_epoch == 1
                 b_client = KafkaZkClient(ZkConfig(connect, 6000, 20000)).start()
-                b = ZkControllerRuntime(KafkaControllerConfig(broker_id=101, auto_leader_rebalance_enable=False,
-                                                              inter_broker_listener_name="INTERNAL"), b_client, loop)
+                b = controller_runtime(101, b_client, loop)
                 b.start()
                 await wait_until(lambda: b is not None and b.controller.active_controller_id == 100, "B to lose", kafka)
                 proc_a.send_signal(signal.SIGSTOP)  # A stops answering ZooKeeper: its session expires

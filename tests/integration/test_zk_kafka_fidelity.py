@@ -9,114 +9,21 @@ admin client had written them.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from odradek.zk import zk_data as z
-from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+from odradek.zk.kafka_zk_client import KafkaZkClient
 
-from .kafka_reference import KafkaTools, find_kafka_tools
-from .support import die_with_parent
-from .zookeeper_support import ZooKeeperServer, _free_port
+from .zk_cluster_support import ZkModeKafka, kafka39_and_client, wait_for
 
 pytestmark = pytest.mark.timeout(400)
 
-CHROOT = "/kafka39"
-
-
-class ZkModeKafka:
-    """One Kafka 3.9 broker (broker.id=1) in ZooKeeper mode: it is also the controller."""
-
-    def __init__(self, tools: KafkaTools, zk_connect: str, data_dir: Path) -> None:
-        self.tools = tools
-        self.port = _free_port()
-        self.internal_port = _free_port()
-        self.data_dir = data_dir
-        self.zk_connect = zk_connect
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir / "kafka.log"
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> ZkModeKafka:
-        props = {
-            "broker.id": "1",
-            "zookeeper.connect": self.zk_connect,
-            "zookeeper.session.timeout.ms": "10000",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},INTERNAL://127.0.0.1:{self.internal_port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-            "inter.broker.listener.name": "INTERNAL",
-            "broker.rack": "rack-a",
-            "log.dirs": str(self.data_dir / "logs"),
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-        }
-        config = self.data_dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        env = dict(os.environ)
-        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx512m")
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [str(self.tools.home / "bin" / "kafka-run"), "--line", self.tools.line,
-                 "kafka.Kafka", str(config)],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=die_with_parent)
-        return self
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text("utf-8", "replace")[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-
-
-def wait_for(cond: object, what: str, kafka: ZkModeKafka, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert kafka.proc is not None
-        if kafka.proc.poll() is not None:
-            raise AssertionError(f"Kafka exited {kafka.proc.returncode}:\n{kafka.log_tail()}")
-        try:
-            if cond():  # type: ignore[operator]
-                return
-        except Exception:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}\n{kafka.log_tail()}")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ZkModeKafka, KafkaZkClient]]:
-    tools = find_kafka_tools("3.9")
-    with ZooKeeperServer() as zk:
-        kafka = ZkModeKafka(tools, zk.connect + CHROOT, tmp_path_factory.mktemp("kafka39")).start()
-        client = KafkaZkClient(ZkConfig(zk.connect + CHROOT, 10000, 20000)).start()
-        try:
-            wait_for(lambda: client.get_controller_id() == 1, "Kafka to register and lead", kafka)
-            yield kafka, client
-        finally:
-            client.close()
-            kafka.stop()
+    with kafka39_and_client(tmp_path_factory) as pair:
+        yield pair
 
 
 def reencodes(data: bytes, encoded: bytes, what: str) -> None:

@@ -13,8 +13,6 @@ acknowledged record is read back.
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -27,10 +25,10 @@ from odradek.controller.kafka_zk_adapter import uuid_to_kafka
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
+from . import zookeeper_support
 from .kafka_reference import KafkaTools, find_kafka_tools
-from .support import die_with_parent
-from .test_zk_kafka_fidelity import ZkModeKafka
 from .test_zk_mode import ZkServerProcess
+from .zk_cluster_support import ZkModeKafka
 from .zookeeper_support import ZooKeeperServer
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -48,41 +46,13 @@ class PlainKafka39(ZkModeKafka):
 
     def start(self) -> PlainKafka39:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        props = {
-            "broker.id": str(KAFKA_ID),
-            "zookeeper.connect": self.zk_connect,
-            "zookeeper.session.timeout.ms": "6000",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "log.dirs": str(self.data_dir / "logs"),
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "auto.leader.rebalance.enable": "false",
-            "group.initial.rebalance.delay.ms": "0",
-        }
-        config = self.data_dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        env = dict(os.environ)
-        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx384m")
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                [str(self.tools.home / "bin" / "kafka-run"), "--line", self.tools.line, "kafka.Kafka", str(config)],
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                preexec_fn=die_with_parent)
-        return self
+        return self.launch(KAFKA_ID, 6000, {"auto.leader.rebalance.enable": "false",
+                                            "group.initial.rebalance.delay.ms": "0"},
+                           heap="-Xmx384m", internal_listener=False)
 
 
 def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            got = cond()
-        except Exception:
-            got = None
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
+    return zookeeper_support.wait_for(what, cond, timeout, logs, interval=0.25)
 
 
 def logged(server: ZkServerProcess, line: str) -> bool:

@@ -27,7 +27,7 @@ from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
 from .support import RawConnection, ServerProcess
-from .zookeeper_support import ZooKeeperServer
+from .zookeeper_support import ZooKeeperServer, wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka_admin = pytest.importorskip("confluent_kafka.admin")
@@ -64,19 +64,6 @@ class ZkServerProcess(ServerProcess):
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
-
-
-def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            got = cond()
-        except Exception:
-            got = None
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
 
 
 def produce(bootstrap: str, first: int, n: int) -> list[bytes]:
@@ -136,6 +123,20 @@ def consume_group(bootstrap: str, expected: int) -> list[bytes]:
     return got
 
 
+def all_logs(brokers: dict[int, ZkServerProcess]) -> str:
+    return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
+
+
+def start_brokers(brokers: dict[int, ZkServerProcess], admin: KafkaZkClient, logs: Callable[[], str]) -> Any:
+    """Start the brokers and the admin session, wait for brokers 1, 2, 3 to register; returns the
+    controller's id once /controller names one."""
+    for b in brokers.values():
+        b.start(60)
+    admin.start()
+    wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
+    return wait_for("a controller", admin.get_controller_id, 30, logs)
+
+
 def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) -> None:
     with ZooKeeperServer() as zk:
         connect = zk.connect + "/odradek"
@@ -143,15 +144,11 @@ def test_three_zk_mode_brokers_elect_fail_over_and_lose_nothing(tmp_path: Path) 
         admin = KafkaZkClient(ZkConfig(connect, 10000, 20000))
 
         def logs() -> str:
-            return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
+            return all_logs(brokers)
 
         try:
-            for b in brokers.values():
-                b.start(60)
-            admin.start()
-            wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
             # exactly one controller: /controller names one broker, and only that broker says so
-            controller = wait_for("a controller", admin.get_controller_id, 30, logs)
+            controller = start_brokers(brokers, admin, logs)
             epoch_info = admin.get_controller_epoch()
             assert controller in brokers and epoch_info is not None
             epoch = epoch_info[0]
@@ -324,14 +321,10 @@ def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_pa
         admin = KafkaZkClient(ZkConfig(connect, 10000, 20000))
 
         def logs() -> str:
-            return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
+            return all_logs(brokers)
 
         try:
-            for b in brokers.values():
-                b.start(60)
-            admin.start()
-            wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
-            old = wait_for("a controller", admin.get_controller_id, 30, logs)
+            old = start_brokers(brokers, admin, logs)
             epoch = admin.get_controller_epoch()
             assert epoch is not None
             old_broker_epoch = admin.get_all_broker_and_epochs()[old][1]

@@ -7,17 +7,23 @@ Without Java or the package the tests skip, except under CI, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .support import die_with_parent
+
+if TYPE_CHECKING:  # conftest imports this module: kazoo only when a client is made
+    from odradek.zk.kafka_zk_client import KafkaZkClient
 
 JARS = Path("/usr/share/java")
 CLASSPATH = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar")
@@ -127,3 +133,39 @@ class ZooKeeperServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def zk_client(connect: str) -> KafkaZkClient:
+    """A started client (6 s session) with Kafka's top-level paths created."""
+    from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+
+    c = KafkaZkClient(ZkConfig(connect, 6000, 10000))
+    c.start()
+    c.create_top_level_paths()
+    return c
+
+
+async def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll ``cond`` every 50 ms from a coroutine (the in-process controller runs on the loop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for(what: str, cond: Callable[[], Any], timeout: float, logs: Callable[[], str],
+             interval: float = 0.2) -> Any:
+    """Poll ``cond`` (an exception counts as not yet) until it returns something true, which is
+    returned; on timeout fail with ``logs()``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = cond()
+        except Exception:
+            got = None
+        if got:
+            return got
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
