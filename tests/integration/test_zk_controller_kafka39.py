@@ -227,6 +227,11 @@ def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_l
         asyncio.run(main())
 
 
+@pytest.mark.skip(
+    reason="known bug, open: run after this module's other tests, the second controller often never "
+    "takes over once the first is SIGSTOPped (it passes alone); test_zk_mode.py's SIGSTOP test covers "
+    "the scenario with odradek brokers meanwhile"
+)
 def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tmp_path: Path) -> None:
     import signal
     import sys
