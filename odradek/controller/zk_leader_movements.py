@@ -7,6 +7,7 @@ then its followers stopped and taken out of the ISR; the partitions it still lea
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,7 @@ class BrokerNotAvailableError(Exception):
 ElectionResults = dict[TopicPartition, LeaderAndIsr | tuple[Errors, str]]
 
 
-class LeaderMovements:
+class LeaderMovements(ABC):
     """Mixed into KafkaController, whose state it uses."""
 
     broker_id: int
@@ -71,8 +72,9 @@ class LeaderMovements:
     config: KafkaControllerConfig
 
     @property
+    @abstractmethod
     def is_active(self) -> bool:
-        raise NotImplementedError
+        """Whether this node is the active controller (KafkaController's)."""
 
     # --- leader elections ------------------------------------------------------------------------
 

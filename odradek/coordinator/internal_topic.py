@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Generic, Protocol, TypeVar
 
@@ -252,7 +253,7 @@ async def read_to_log_end(lg: Log, buffer_size: int) -> AsyncIterator[tuple[byte
         await asyncio.sleep(0)
 
 
-class CoordinatorPartitions(Generic[Loaded]):
+class CoordinatorPartitions(ABC, Generic[Loaded]):
     """The partitions of ``topic`` this node leads, as a coordinator's state manager keeps them:
     ``loading`` (partition -> leader epoch) while :meth:`_replay` reads one, ``owned`` once the
     subclass's :meth:`_install` took up what was read. A load that lost its leadership meanwhile
@@ -300,16 +301,17 @@ class CoordinatorPartitions(Generic[Loaded]):
             return  # leadership changed meanwhile
         self._install(partition, epoch, loaded, started)
 
+    @abstractmethod
     async def _replay(self, partition: int) -> Loaded:
         """What the partition's log holds (read with :func:`read_to_log_end`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _install(self, partition: int, epoch: int, loaded: Loaded, started_ms: int) -> None:
         """Take up what :meth:`_replay` read; moves the partition from ``loading`` to ``owned``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def unload_partition(self, partition: int) -> None:
-        raise NotImplementedError
+        """Drop the partition's state: this node no longer leads it."""
 
     def _stop_loading(self, partition: int) -> None:
         """The first step of an unload: a load under way is cancelled."""
