@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
+from odradek.security.kafka_principal import ANONYMOUS, KafkaPrincipal
+
 ResponseBuffers: TypeAlias = Sequence[bytes | bytearray | memoryview]
 """One response, without the 4-byte size prefix, as a sequence of buffers written without joining."""
 
@@ -25,6 +27,10 @@ class ConnectionInfo:
     connection_id: str
     peer: str
     listener_name: str
+    # The listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) and who the
+    # connection authenticated as; User:ANONYMOUS until (and unless) it authenticates.
+    security_protocol: str = "PLAINTEXT"
+    principal: KafkaPrincipal = ANONYMOUS
 
 
 class RequestHandler(Protocol):
