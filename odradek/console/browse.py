@@ -9,6 +9,7 @@ cut to :data:`MAX_SHOWN_BYTES` for display (the page says how long they were). C
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from odradek.console.client import EARLIEST, LATEST, ConsoleClient, ConsoleError
@@ -25,6 +26,7 @@ MAX_FETCHES = 8
 DECOMPRESS_LIMIT = 16 * 1024 * 1024
 MAX_SHOWN_BYTES = 2048
 MAX_HEADERS = 50
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass
@@ -50,8 +52,11 @@ class Shown:
 
     @property
     def is_text(self) -> bool:
+        """UTF-8 without control characters other than tab and line breaks."""
         if self.data is None:
             return True
+        if _CONTROL.search(self.data):
+            return False
         try:
             self.data.decode("utf-8")
         except UnicodeDecodeError as e:  # a multi-byte character cut at the end is still text

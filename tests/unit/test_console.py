@@ -76,7 +76,8 @@ def test_shown_bytes_are_cut_and_shown_as_text_or_hex() -> None:
     long = Shown.of(b"x" * (MAX_SHOWN_BYTES + 10))
     assert long.truncated and long.length == MAX_SHOWN_BYTES + 10 and len(long.text()) == MAX_SHOWN_BYTES
     assert Shown.of(b"\x00\xff").hex() == "00 ff" and not Shown.of(b"\x00\xff").is_text
-    assert Shown.of("héllo".encode()).is_text
+    assert Shown.of("héllo\tw\r\n".encode()).is_text
+    assert not Shown.of(b"\x01\x02").is_text  # valid UTF-8, but control characters: hex
     cut = Shown.of(b"a" * (MAX_SHOWN_BYTES - 1) + "é".encode())  # a character cut in two is still text
     assert cut.truncated and cut.is_text
     null = Shown.of(None)
