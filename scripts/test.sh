@@ -26,7 +26,7 @@ java_ok() {
 }
 
 if command -v apt-get >/dev/null 2>&1; then
-    packages=(kcat redis-server redis-tools zookeeper python3-pip python3-venv curl)
+    packages=(kcat redis-server redis-tools zookeeper python3-pip python3-venv curl chromium)
     if ! command -v mvn >/dev/null 2>&1; then
         packages+=(maven)  # fetches Apache Kafka, the reference (scripts/kafka_reference.sh)
     fi

@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
     "odradek.cli.transactions",
+    "odradek.cli.console",
 )
 
 
