@@ -229,3 +229,59 @@ def test_a_bad_listener_is_refused_at_startup(tmp_path: Path, bad: str) -> None:
     )
     assert proc.returncode != 0
     assert "metrics.prometheus.listener" in proc.stderr and "http://HOST:PORT" in proc.stderr, proc.stderr
+
+
+def test_zookeeper_mode_broker_serves_metrics(connect: str) -> None:
+    from odradek.server.zk_broker_server import ZkBrokerServer
+
+    with EmbeddedBroker({
+        "zookeeper.connect": connect, "broker.id": "1", "listeners": "PLAINTEXT://127.0.0.1:0",
+        "metrics.prometheus.listener": "http://127.0.0.1:0",
+    }, server_factory=ZkBrokerServer) as b:
+        assert b.server.metrics is not None
+        url = b.server.metrics.url
+        active = "kafka_controller_kafkacontroller_activecontrollercount"
+        wait_until(lambda: value(scrape(url), active) == 1, timeout=30, what="the ZooKeeper controller elected")
+        topic = unique_name("zkprom")
+        _create(b.bootstrap_servers, topic)
+        _produce(b.bootstrap_servers, topic, 20)
+        samples = scrape(url)
+        assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 20
+        assert value(samples, "kafka_controller_kafkacontroller_globalpartitioncount") >= 1
+        produces = sum(v for (n, lb), v in samples.items()
+                       if n == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in lb)
+        assert produces >= 1
+
+
+def test_under_replicated_partitions_after_a_broker_dies(tmp_path: Path) -> None:
+    from .replication_cluster import ReplicationCluster
+    from .test_raft_quorum import _free_ports
+
+    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n")
+    ports = dict(zip((0, 1, 2, 3), _free_ports(4), strict=True))
+    for node in cluster.nodes:
+        with node.config.open("a") as f:
+            f.write(f"metrics.prometheus.listener=http://127.0.0.1:{ports[node.node_id]}\n")
+    url = {i: f"http://127.0.0.1:{p}/metrics" for i, p in ports.items()}
+    cluster.start()
+    try:
+        topic = unique_name("urp")
+        admin = cluster.admin()
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+        cluster.wait_for(topic, lambda s: len(s) == 3 and all(len(isr) == 3 for _, _, isr in s.values()),
+                         what="fully replicated")
+        urp = "kafka_server_replicamanager_underreplicatedpartitions"
+        assert sum(value(scrape(url[b]), urp) for b in (1, 2, 3)) == 0
+        # The controller-only process: the active controller, with the cluster's partitions.
+        ctl = scrape(url[0])
+        assert value(ctl, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+        assert value(ctl, "kafka_controller_kafkacontroller_globalpartitioncount") >= 3
+        assert value(scrape(url[1]), "kafka_controller_kafkacontroller_activecontrollercount") == 0
+        cluster.brokers[3].kill()
+        # Fenced after broker.session.timeout.ms: out of every ISR, and the leaders on 1 and 2
+        # count their partitions as under-replicated.
+        wait_until(lambda: sum(value(scrape(url[b]), urp) for b in (1, 2)) == 3, timeout=60,
+                   what="3 under-replicated partitions on brokers 1 and 2")
+        assert value(scrape(url[0]), "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    finally:
+        cluster.stop()
