@@ -78,6 +78,25 @@ class RequestCollector(Collector):
         yield total
 
 
+class ConnectionCollector(Collector):
+    """kafka.server:type=socket-server-metrics,listener=L,name=connection-count."""
+
+    def __init__(self, sockets: Sequence[SocketServer]) -> None:
+        self.sockets = sockets
+
+    def collect(self) -> Iterator[Metric]:
+        conns = GaugeMetricFamily(
+            "kafka_server_socket_server_metrics_connection_count", "Open connections per listener",
+            labels=["listener"],
+        )
+        counts: dict[str, int] = {}
+        for s in self.sockets:
+            counts[s.listener_name] = counts.get(s.listener_name, 0) + s.connection_count
+        for listener, n in sorted(counts.items()):
+            conns.add_metric([listener], n)
+        yield conns
+
+
 class LogFlushCollector(Collector):
     """kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs (the process's fsyncs)."""
 
@@ -94,11 +113,9 @@ class BrokerCollector(Collector):
     """The broker role: topic traffic, replica manager, purgatories, connections, groups."""
 
     def __init__(
-        self, replica_manager: ReplicaManager, sockets: Sequence[SocketServer],
-        group_coordinator: Callable[[], GroupCoordinator | None],
+        self, replica_manager: ReplicaManager, group_coordinator: Callable[[], GroupCoordinator | None],
     ) -> None:
         self.rm = replica_manager
-        self.sockets = sockets
         self.group_coordinator = group_coordinator
 
     def collect(self) -> Iterator[Metric]:
@@ -111,16 +128,6 @@ class BrokerCollector(Collector):
         for p in (self.rm.produce_purgatory, self.rm.fetch_purgatory):
             purgatory.add_metric([p.name], p.watched())
         yield purgatory
-        conns = GaugeMetricFamily(
-            "kafka_server_socket_server_metrics_connection_count", "Open client connections",
-            labels=["listener"],
-        )
-        counts: dict[str, int] = {}
-        for s in self.sockets:
-            counts[s.listener_name] = counts.get(s.listener_name, 0) + s.connection_count
-        for listener, n in sorted(counts.items()):
-            conns.add_metric([listener], n)
-        yield conns
         gc = self.group_coordinator()
         if gc is not None:
             yield from self._groups(gc)

@@ -25,9 +25,10 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from odradek.metrics.collectors import LogFlushCollector, RequestCollector
+from odradek.metrics.collectors import ConnectionCollector, LogFlushCollector, RequestCollector
 from odradek.metrics.listener import parse_http_listener
 from odradek.network.request_metrics import RequestMetrics
+from odradek.network.socket_server import SocketServer
 from odradek.server.api_dispatcher import ApiDispatcher
 from odradek.server.kafka_config import KafkaConfig
 
@@ -57,7 +58,11 @@ class PrometheusEndpoint:
         self.registry = CollectorRegistry(auto_describe=False)
         self.request_metrics = RequestMetrics()
         self.event_loop_lag_s = 0.0
-        for c in (RequestCollector(self.request_metrics), LogFlushCollector(), _LagCollector(self)):
+        self.sockets: list[SocketServer] = []  # every listener of the process
+        for c in (
+            RequestCollector(self.request_metrics), ConnectionCollector(self.sockets), LogFlushCollector(),
+            _LagCollector(self),
+        ):
             self.registry.register(c)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -68,9 +73,11 @@ class PrometheusEndpoint:
     def add(self, collector: Collector) -> None:
         self.registry.register(collector)
 
-    def observe(self, apis: ApiDispatcher) -> None:
-        """Count ``apis``' completed requests into this endpoint's request metrics."""
+    def observe(self, apis: ApiDispatcher, sockets: list[SocketServer]) -> None:
+        """Count ``apis``' completed requests into this endpoint's request metrics, and the
+        connections of the listeners it serves."""
         apis.request_metrics = self.request_metrics
+        self.sockets.extend(sockets)
 
     @property
     def url(self) -> str:
@@ -140,9 +147,11 @@ def prometheus_endpoint(cfg: KafkaConfig) -> PrometheusEndpoint | None:
     return PrometheusEndpoint(listener) if listener else None
 
 
-def observe_requests(apis: ApiDispatcher, cfg: KafkaConfig, endpoint: PrometheusEndpoint | None) -> None:
-    """Give a listener's request handler the slow-request threshold and, when metrics are
-    served, the request metrics to count into."""
+def observe_requests(
+    apis: ApiDispatcher, sockets: list[SocketServer], cfg: KafkaConfig, endpoint: PrometheusEndpoint | None
+) -> None:
+    """Give the request handler of the listeners ``sockets`` the slow-request threshold and,
+    when metrics are served, the request metrics to count into."""
     apis.slow_request_ms = float(cfg.get("request.slow.threshold.ms"))
     if endpoint is not None:
-        endpoint.observe(apis)
+        endpoint.observe(apis, sockets)

@@ -274,9 +274,9 @@ class BrokerServer:
             group_apis.add_txn_partitions = add_txn_partitions
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         metrics = self.shared.metrics
-        observe_requests(broker_apis, cfg, metrics)
+        observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
-            metrics.add(BrokerCollector(self.replica_manager, self._servers, lambda: self.group_coordinator))
+            metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
         for server in self._servers:
             server.handler = broker_apis
             await server.start()

@@ -132,7 +132,7 @@ class ControllerServer:
         self.controller_apis = controller_apis
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
         metrics = self.shared.metrics
-        observe_requests(handler, cfg, metrics)
+        observe_requests(handler, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(QuorumControllerCollector(controller))
         for server in self._servers:

@@ -272,9 +272,9 @@ class ZkBrokerServer:
                 return await verifier.verify(tid, pid, epoch, tps, add=True)
 
             group_apis.add_txn_partitions = add_txn_partitions
-        observe_requests(apis, cfg, self.metrics)
+        observe_requests(apis, self._servers, cfg, self.metrics)
         if self.metrics is not None:
-            self.metrics.add(BrokerCollector(rm, self._servers, lambda: self.group_coordinator))
+            self.metrics.add(BrokerCollector(rm, lambda: self.group_coordinator))
             self.metrics.add(ZkControllerCollector(controller.controller))
         for server in self._servers:
             server.handler = apis
