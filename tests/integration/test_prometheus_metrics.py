@@ -285,3 +285,22 @@ def test_under_replicated_partitions_after_a_broker_dies(tmp_path: Path) -> None
         assert value(scrape(url[0]), "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     finally:
         cluster.stop()
+
+
+def test_request_log_of_a_server_process_enabled_from_the_command_line(tmp_path: Path) -> None:
+    from .support import ServerProcess
+
+    class Logged(ServerProcess):
+        def _command(self) -> list[str]:
+            return [*super()._command(), "--log-level", "kafka.request.logger=DEBUG"]
+
+    server = Logged(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap_servers, "client.id": "req-log-test"})
+        admin.list_topics(timeout=10)
+        wait_until(lambda: "clientId=req-log-test api=Metadata" in server.log_tail(20000), timeout=10,
+                   what="the Metadata request in the request log")
+        line = next(x for x in server.log_tail(20000).splitlines() if "clientId=req-log-test api=Metadata" in x)
+        assert " DEBUG kafka.request.logger: Completed request from 127.0.0.1:" in line, line
+    finally:
+        server.terminate()
