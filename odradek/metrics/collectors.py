@@ -68,14 +68,17 @@ class RequestCollector(Collector):
         for (api, error), n in sorted(m.errors.items()):
             errors.add_metric([api, error], n)
         yield errors
-        total = HistogramMetricFamily(
-            "kafka_network_requestmetrics_totaltimems",
-            "Time from a request's arrival to its response being ready (ms), per API",
-            labels=["request"],
+        docs = (
+            ("totaltimems", "Time from a request's arrival to its response being ready (ms), per API"),
+            ("localtimems", "Time spent handling a request (ms), per API"),
+            ("remotetimems", "Time a request waited for a delayed operation (ms), per API"),
         )
-        for api, hist in sorted(m.total_time_ms.items()):
-            total.add_metric([api], hist.cumulative(), hist.sum)
-        yield total
+        times = sorted(m.times_ms.items())
+        for i, (name, doc) in enumerate(docs):
+            family = HistogramMetricFamily("kafka_network_requestmetrics_" + name, doc, labels=["request"])
+            for api, hists in times:
+                family.add_metric([api], hists[i].cumulative(), hists[i].sum)
+            yield family
 
 
 class ConnectionCollector(Collector):

@@ -31,15 +31,19 @@ class RequestMetrics:
     def __init__(self) -> None:
         self.requests: dict[tuple[str, int], int] = {}  # (API name, version) -> completed
         self.errors: dict[tuple[str, str], int] = {}  # (API name, error name) -> count
-        self.total_time_ms: dict[str, Histogram] = {}  # API name -> latency
+        # API name -> (total, local, remote) time: from arrival to the response being ready,
+        # the part spent handling it, and the part waiting (purgatory, a controller write).
+        self.times_ms: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
 
-    def record(self, api: str, version: int, total_ms: float, error: str | None) -> None:
+    def record(self, api: str, version: int, total_ms: float, local_ms: float, error: str | None) -> None:
         key = (api, version)
         self.requests[key] = self.requests.get(key, 0) + 1
-        hist = self.total_time_ms.get(api)
-        if hist is None:
-            hist = self.total_time_ms[api] = Histogram()
-        hist.observe(total_ms)
+        hists = self.times_ms.get(api)
+        if hists is None:
+            hists = self.times_ms[api] = (Histogram(), Histogram(), Histogram())
+        hists[0].observe(total_ms)
+        hists[1].observe(local_ms)
+        hists[2].observe(total_ms - local_ms)
         if error is not None:
             ekey = (api, error)
             self.errors[ekey] = self.errors.get(ekey, 0) + 1

@@ -137,24 +137,27 @@ class ApiDispatcher(ABC):
             out = self._encode(api, version, correlation_id, result)
             self._completed(ctx, api, start, out, result)
             return out
-        return self._await_and_encode(ctx, api, start, result)
+        local_end = time.monotonic() if self.request_metrics is not None else 0.0
+        return self._await_and_encode(ctx, api, start, local_end, result)
 
     async def _await_and_encode(
-        self, ctx: RequestContext, api: Api, start: float, pending: Awaitable[dict[str, Any] | None]
+        self, ctx: RequestContext, api: Api, start: float, local_end: float,
+        pending: Awaitable[dict[str, Any] | None],
     ) -> ResponseBuffers | None:
         body = await pending
         if body is None:
-            self._completed(ctx, api, start, None, None)
+            self._completed(ctx, api, start, None, None, local_end)
             return None
         out = self._encode(api, ctx.version, ctx.header.correlation_id, body)
-        self._completed(ctx, api, start, out, body)
+        self._completed(ctx, api, start, out, body, local_end)
         return out
 
     def _completed(
         self, ctx: RequestContext, api: Api, start: float, out: ResponseBuffers | None,
-        body: dict[str, Any] | None,
+        body: dict[str, Any] | None, local_end: float = 0.0,
     ) -> None:
-        """Count a completed request and log it (request log at DEBUG, slow ones at WARNING)."""
+        """``local_end``: when the handler returned the awaitable of a delayed response (0: the
+        response was ready at once); the time after it is Kafka's RemoteTimeMs."""
         metrics = self.request_metrics
         debug = request_logger.isEnabledFor(logging.DEBUG)
         slow_ms = self.slow_request_ms
@@ -166,7 +169,8 @@ class ApiDispatcher(ABC):
             return
         error = top_level_error(body)
         if metrics is not None:
-            metrics.record(api.name, ctx.version, total_ms, error)
+            local_ms = (local_end - start) * 1000.0 if local_end else total_ms
+            metrics.record(api.name, ctx.version, total_ms, local_ms, error)
         if slow or debug:
             size = response_size(out)
             log_request(

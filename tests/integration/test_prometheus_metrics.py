@@ -201,6 +201,10 @@ def test_request_log_at_debug_and_slow_requests_at_warn(
         slow = next(r for r in caplog.records if "api=Fetch" in r.getMessage())
         assert slow.levelno == logging.WARNING
         assert float(slow.getMessage().split("totalTimeMs=")[1].split()[0]) >= 200
+    # That fetch waited in the purgatory: remote time, not local time.
+    samples = scrape(metrics_url(metered))
+    assert value(samples, "kafka_network_requestmetrics_remotetimems_sum", request="Fetch") >= 500
+    assert value(samples, "kafka_network_requestmetrics_localtimems_count", request="Fetch") >= 1
 
 
 def _waiting_fetch(topic: str, wait_ms: int) -> dict[str, Any]:

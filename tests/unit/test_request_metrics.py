@@ -48,7 +48,9 @@ def test_completed_requests_are_counted_when_metrics_are_on() -> None:
     apis.handle(CONN, _api_versions_frame())
     apis.handle(CONN, _api_versions_frame())
     assert metrics.requests == {("ApiVersions", 3): 2}
-    assert metrics.total_time_ms["ApiVersions"].count == 2
+    total, local, remote = metrics.times_ms["ApiVersions"]
+    assert total.count == local.count == remote.count == 2
+    assert remote.sum == 0  # answered at once
     assert metrics.errors == {}
 
 
