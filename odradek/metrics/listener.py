@@ -13,6 +13,8 @@ def parse_http_listener(value: str) -> tuple[str, int]:
         port = url.port
     except ValueError as e:
         raise ValueError(f"expected http://HOST:PORT, got {value!r} ({e})") from None
+    if "://" not in value:
+        raise ValueError(f"expected http://HOST:PORT, got {value!r} (no http:// scheme)")
     if url.scheme != "http":
         raise ValueError(f"expected http://HOST:PORT, got {value!r} (only http is served)")
     if not url.hostname or port is None:

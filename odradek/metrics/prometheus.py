@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,6 +31,7 @@ from odradek.metrics.listener import parse_http_listener
 from odradek.network.request_metrics import RequestMetrics
 from odradek.network.socket_server import SocketServer
 from odradek.server.api_dispatcher import ApiDispatcher
+from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_config import KafkaConfig
 
 log = logging.getLogger(__name__)
@@ -85,10 +87,18 @@ class PrometheusEndpoint:
         return f"http://{host}:{self.port}/metrics"
 
     async def start(self) -> None:
-        """Listen (a taken port raises OSError) and start measuring the event loop's lag."""
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self._requested_port, limit=_MAX_HEAD_BYTES
-        )
+        """Listen (a port that cannot be bound raises StartupError) and start measuring the
+        event loop's lag."""
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, self.host, self._requested_port, limit=_MAX_HEAD_BYTES
+            )
+        except OSError as e:
+            reason = os.strerror(e.errno) if e.errno else str(e)
+            raise StartupError(
+                f"cannot listen on {self.host}:{self._requested_port} (metrics.prometheus.listener): "
+                f"{reason[:1].lower()}{reason[1:]}"
+            ) from e
         self.port = self._server.sockets[0].getsockname()[1]
         self._lag_task = asyncio.get_running_loop().create_task(self._measure_lag(), name="event-loop-lag")
         log.info("Prometheus metrics on %s", self.url)

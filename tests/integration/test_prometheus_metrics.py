@@ -308,3 +308,21 @@ def test_request_log_of_a_server_process_enabled_from_the_command_line(tmp_path:
         assert " DEBUG kafka.request.logger: Completed request from 127.0.0.1:" in line, line
     finally:
         server.terminate()
+
+
+def test_a_taken_metrics_port_fails_the_start_with_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "odradek.cli.main", "server", "--override", f"log.dirs={tmp_path}",
+             "--override", "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+             "--override", f"metrics.prometheus.listener=http://127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port} (metrics.prometheus.listener)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
