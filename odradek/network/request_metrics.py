@@ -15,11 +15,12 @@ applies, a request costs one ``isEnabledFor`` check and a comparison.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import Any
 
 from odradek.logs import safe
-from odradek.metrics.histogram import Histogram
+from odradek.metrics.histogram import LATENCY_BUCKETS_MS, Histogram
 from odradek.protocol.errors import Errors
 
 REQUEST_LOGGER_NAME = "kafka.request.logger"
@@ -41,9 +42,18 @@ class RequestMetrics:
         hists = self.times_ms.get(api)
         if hists is None:
             hists = self.times_ms[api] = (Histogram(), Histogram(), Histogram())
-        hists[0].observe(total_ms)
-        hists[1].observe(local_ms)
-        hists[2].observe(total_ms - local_ms)
+        total, local, remote = hists
+        if local_ms == total_ms:  # answered at once: one bucket lookup for both, no wait
+            i = bisect.bisect_left(LATENCY_BUCKETS_MS, total_ms)
+            total.counts[i] += 1
+            total.sum += total_ms
+            local.counts[i] += 1
+            local.sum += total_ms
+            remote.counts[0] += 1
+        else:
+            total.observe(total_ms)
+            local.observe(local_ms)
+            remote.observe(total_ms - local_ms)
         if error is not None:
             ekey = (api, error)
             self.errors[ekey] = self.errors.get(ekey, 0) + 1
