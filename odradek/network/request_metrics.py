@@ -2,15 +2,17 @@
 ``kafka.request.logger``).
 
 :class:`RequestMetrics` keeps plain counters (requests per API and version, top-level errors per
-API) and one latency :class:`Histogram` per API; the Prometheus endpoint reads them at scrape time.
+API) and latency histograms per API (total, local, remote: Kafka's TotalTimeMs, LocalTimeMs,
+RemoteTimeMs); the Prometheus endpoint reads them at scrape time.
 Nothing here locks or formats on the request path: a completed request costs a few dict and list
 updates.
 
 :func:`log_request` writes one line per completed request on the logger named
 ``kafka.request.logger`` (as Kafka's) at DEBUG — off unless that logger is enabled at DEBUG
 (``odradek server --log-level kafka.request.logger=DEBUG``) — and a WARNING line, with the same
-fields, for every request slower than ``request.slow.threshold.ms`` (0: never). When neither
-applies, a request costs one ``isEnabledFor`` check and a comparison.
+fields, for every request slower than ``request.slow.threshold.ms`` (0: never; for the long
+polls Fetch, JoinGroup and SyncGroup only the time spent handling them counts, not the wait).
+When neither applies, a request costs one ``isEnabledFor`` check and a comparison.
 """
 
 from __future__ import annotations

@@ -45,6 +45,9 @@ _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 Handler = Callable[["RequestContext", dict[str, Any]], Any]
 
+# APIs whose requests wait by design (long polls): judged slow on their handling time alone.
+_WAIT_BY_DESIGN = frozenset({m.FETCH.api_key, m.JOIN_GROUP.api_key, m.SYNC_GROUP.api_key})
+
 
 class ApiExtension(Protocol):
     """A set of APIs served by another component (e.g. the group coordinator's GroupApis).
@@ -137,8 +140,7 @@ class ApiDispatcher(ABC):
             out = self._encode(api, version, correlation_id, result)
             self._completed(ctx, api, start, out, result)
             return out
-        local_end = time.monotonic() if self.request_metrics is not None else 0.0
-        return self._await_and_encode(ctx, api, start, local_end, result)
+        return self._await_and_encode(ctx, api, start, time.monotonic(), result)
 
     async def _await_and_encode(
         self, ctx: RequestContext, api: Api, start: float, local_end: float,
@@ -164,12 +166,14 @@ class ApiDispatcher(ABC):
         if metrics is None and not debug and slow_ms <= 0:
             return
         total_ms = (time.monotonic() - start) * 1000.0
-        slow = 0 < slow_ms <= total_ms
+        local_ms = (local_end - start) * 1000.0 if local_end else total_ms
+        # A long poll (a fetch's max.wait.ms, a JoinGroup/SyncGroup waiting for the rebalance)
+        # is not slow: for those only the time spent handling the request counts.
+        slow = 0 < slow_ms <= (local_ms if api.api_key in _WAIT_BY_DESIGN else total_ms)
         if metrics is None and not debug and not slow:
             return
         error = top_level_error(body)
         if metrics is not None:
-            local_ms = (local_end - start) * 1000.0 if local_end else total_ms
             metrics.record(api.name, ctx.version, total_ms, local_ms, error)
         if slow or debug:
             size = response_size(out)

@@ -77,6 +77,28 @@ def test_slow_requests_are_warned_about(caplog: pytest.LogCaptureFixture) -> Non
     assert rec.levelno == logging.WARNING and "api=ApiVersions" in rec.getMessage()
 
 
+def test_a_long_poll_is_judged_on_its_handling_time(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    apis = _Apis()
+    apis.slow_request_ms = 50
+
+    async def waits() -> dict[str, object]:
+        await asyncio.sleep(0.1)
+        return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+
+    async def run() -> None:
+        pending = apis.handle(CONN, _api_versions_frame())  # ApiVersions answered after a wait
+        assert not isinstance(pending, list) and pending is not None
+        await pending  # type: ignore[misc]
+
+    apis.handlers[m.API_VERSIONS.api_key] = lambda ctx, req: waits()
+    with caplog.at_level(logging.INFO, logger="kafka.request.logger"):
+        asyncio.run(run())
+    (rec,) = _request_lines(caplog)  # 100 ms > 50 ms: slow
+    assert rec.levelno == logging.WARNING
+
+
 def test_histogram_buckets_are_cumulative() -> None:
     h = Histogram((1, 10))
     for v in (0.5, 1, 5, 50):
