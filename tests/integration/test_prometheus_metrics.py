@@ -334,3 +334,16 @@ def test_a_taken_metrics_port_fails_the_start_with_one_line(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stderr
     assert f"cannot listen on 127.0.0.1:{port} (metrics.prometheus.listener)" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_log_flushes_are_timed(metered: EmbeddedBroker) -> None:
+    url = metrics_url(metered)
+    flushes = "kafka_log_logflushstats_logflushrateandtimems_count"
+    before = value(scrape(url), flushes)
+    topic = unique_name("flush")
+    admin = AdminClient({"bootstrap.servers": metered.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"flush.messages": "1"})])[topic].result(30)
+    _produce(metered.bootstrap_servers, topic, 3)  # an fsync before each acknowledgement
+    after = scrape(url)
+    assert value(after, flushes) > before
+    assert value(after, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(after, flushes)
