@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 from odradek.log.append_origin import AppendOrigin
 from odradek.log.checkpoint import fsync_dir
@@ -28,6 +29,7 @@ from odradek.log.errors import (
 from odradek.log.fetch_data_info import FetchDataInfo, FileRegion
 from odradek.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochFileCache
 from odradek.log.log_config import LogConfig
+from odradek.log.log_flush_stats import LOG_FLUSH_STATS
 from odradek.log.log_loader import LogLoader
 from odradek.log.log_segments import LogSegments, open_segment, remove_quietly
 from odradek.log.log_transactions import (
@@ -712,12 +714,15 @@ class Log(LogTransactionsMixin):
             ]
             if target == leo:
                 self._unflushed_messages = 0
+        started = time.monotonic()
         for s in segs:
             try:
                 s.flush()
             except OSError as e:
                 if not s.closed:
                     raise self._storage_failure(e, "flushing") from e
+        if segs:
+            LOG_FLUSH_STATS.record((time.monotonic() - started) * 1000.0)
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = target

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +22,13 @@ from typing import Any, Protocol
 from odradek.controller.feature_control_manager import SUPPORTED_FEATURES
 from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.network.request_channel import CloseConnection, ConnectionInfo, ResponseBuffers
+from odradek.network.request_metrics import (
+    RequestMetrics,
+    log_request,
+    request_logger,
+    response_size,
+    top_level_error,
+)
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.header import (
@@ -36,6 +44,9 @@ log = logging.getLogger(__name__)
 _SOFTWARE_RE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 Handler = Callable[["RequestContext", dict[str, Any]], Any]
+
+# APIs whose requests wait by design (long polls): judged slow on their handling time alone.
+_WAIT_BY_DESIGN = frozenset({m.FETCH.api_key, m.JOIN_GROUP.api_key, m.SYNC_GROUP.api_key})
 
 
 class ApiExtension(Protocol):
@@ -64,6 +75,10 @@ class ApiDispatcher(ABC):
 
     apis: dict[int, Api]
     handlers: dict[int, Handler]
+    # Set by the server (odradek.network.request_metrics): what completed requests count into
+    # (None: nothing counted) and the slow-request warning threshold (0: none).
+    request_metrics: RequestMetrics | None = None
+    slow_request_ms: float = 0.0
 
     @abstractmethod
     def finalized_features(self) -> FinalizedFeatures:
@@ -84,6 +99,7 @@ class ApiDispatcher(ABC):
     def handle(
         self, conn: ConnectionInfo, frame: bytearray
     ) -> ResponseBuffers | Awaitable[ResponseBuffers | None] | None:
+        start = time.monotonic()
         try:
             api_key, version, correlation_id = peek_request_header(frame)
         except SchemaError as e:
@@ -118,18 +134,53 @@ class ApiDispatcher(ABC):
         ctx = RequestContext(header, conn)
         result = self.handlers[api_key](ctx, request)
         if result is None:
+            self._completed(ctx, api, start, None, None)
             return None
         if isinstance(result, dict):
-            return self._encode(api, version, correlation_id, result)
-        return self._await_and_encode(api, version, correlation_id, result)
+            out = self._encode(api, version, correlation_id, result)
+            self._completed(ctx, api, start, out, result)
+            return out
+        return self._await_and_encode(ctx, api, start, time.monotonic(), result)
 
     async def _await_and_encode(
-        self, api: Api, version: int, correlation_id: int, pending: Awaitable[dict[str, Any] | None]
+        self, ctx: RequestContext, api: Api, start: float, local_end: float,
+        pending: Awaitable[dict[str, Any] | None],
     ) -> ResponseBuffers | None:
         body = await pending
         if body is None:
+            self._completed(ctx, api, start, None, None, local_end)
             return None
-        return self._encode(api, version, correlation_id, body)
+        out = self._encode(api, ctx.version, ctx.header.correlation_id, body)
+        self._completed(ctx, api, start, out, body, local_end)
+        return out
+
+    def _completed(
+        self, ctx: RequestContext, api: Api, start: float, out: ResponseBuffers | None,
+        body: dict[str, Any] | None, local_end: float = 0.0,
+    ) -> None:
+        """``local_end``: when the handler returned the awaitable of a delayed response (0: the
+        response was ready at once); the time after it is Kafka's RemoteTimeMs."""
+        metrics = self.request_metrics
+        debug = request_logger.isEnabledFor(logging.DEBUG)
+        slow_ms = self.slow_request_ms
+        if metrics is None and not debug and slow_ms <= 0:
+            return
+        total_ms = (time.monotonic() - start) * 1000.0
+        local_ms = (local_end - start) * 1000.0 if local_end else total_ms
+        # A long poll (a fetch's max.wait.ms, a JoinGroup/SyncGroup waiting for the rebalance)
+        # is not slow: for those only the time spent handling the request counts.
+        slow = 0 < slow_ms <= (local_ms if api.api_key in _WAIT_BY_DESIGN else total_ms)
+        if metrics is None and not debug and not slow:
+            return
+        error = top_level_error(body)
+        if metrics is not None:
+            metrics.record(api.name, ctx.version, total_ms, local_ms, error)
+        if slow or debug:
+            size = response_size(out)
+            log_request(
+                logging.WARNING if slow else logging.DEBUG, ctx.conn.peer, ctx.header.client_id,
+                api.name, ctx.version, ctx.header.correlation_id, total_ms, size, error,
+            )
 
     def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:
         header = encode_response_header(correlation_id, api.response_header_version(version))

@@ -27,6 +27,8 @@ from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.metrics.collectors import BrokerCollector
+from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
 from odradek.server import config_defs
@@ -271,6 +273,10 @@ class BrokerServer:
 
             group_apis.add_txn_partitions = add_txn_partitions
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
+        metrics = self.shared.metrics
+        observe_requests(broker_apis, self._servers, cfg, metrics)
+        if metrics is not None:
+            metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
         for server in self._servers:
             server.handler = broker_apis
             await server.start()

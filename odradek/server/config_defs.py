@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from odradek.metrics.listener import parse_http_listener
 from odradek.records.compression import (
     GZIP_LEVEL_DEFAULT,
     GZIP_LEVEL_MAX,
@@ -119,6 +120,20 @@ class ThrottledReplicaList(Validator):
             f"{self.key} must be the literal '*' or a list of replicas in the following format: "
             "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
         )
+
+
+@dataclass(frozen=True)
+class HttpListener(Validator):
+    """Empty (off) or ``http://HOST:PORT`` (``metrics.prometheus.listener``)."""
+
+    def check(self, value: Any) -> str | None:
+        if not value:
+            return None
+        try:
+            parse_http_listener(str(value))
+        except ValueError as e:
+            return str(e)
+        return None
 
 
 def _num(x: float) -> str:
@@ -541,6 +556,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", None, "Inter-broker SASL"),
     C("sasl.mechanism.controller.protocol", "string", "GSSAPI", None, "Controller SASL"),
     C("metric.reporters", "list", "", None, "Metric reporters"),
+    # Odradek's own: the Prometheus /metrics endpoint (odradek.metrics) and the slow-request
+    # warning of kafka.request.logger (odradek.network.request_metrics).
+    C("metrics.prometheus.listener", "string", "", HttpListener(),
+      "http://HOST:PORT serving Prometheus metrics on /metrics (empty: off)"),
+    C("request.slow.threshold.ms", "long", "5000", at_least(0),
+      "Requests slower than this are logged at WARN on kafka.request.logger (0: never)"),
     C("auto.include.jmx.reporter", "boolean", "true", None, "JMX reporter"),
     C("quota.window.num", "int", "11", at_least(1), "Quota samples"),
     C("quota.window.size.seconds", "int", "1", at_least(1), "Quota sample window"),

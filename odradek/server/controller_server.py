@@ -19,6 +19,8 @@ from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.controller.quorum_controller import QuorumController
 from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
+from odradek.metrics.collectors import QuorumControllerCollector
+from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.record_batches import BatchCodec
@@ -129,6 +131,10 @@ class ControllerServer:
         }
         self.controller_apis = controller_apis
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
+        metrics = self.shared.metrics
+        observe_requests(handler, self._servers, cfg, metrics)
+        if metrics is not None:
+            metrics.add(QuorumControllerCollector(controller))
         for server in self._servers:
             server.handler = handler
             await server.start()

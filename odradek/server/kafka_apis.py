@@ -431,10 +431,14 @@ class KafkaApis(ApiDispatcher):
             client_rack,
         )
 
+        topic_stats = self.replica_manager.topic_stats
+
         def body(results: list[FetchPartitionResult]) -> dict[str, Any]:
             updates: list[tuple[CachedPartition, dict[str, Any]]] = []
             for part, r in zip(read_parts, results, strict=True):
                 res = r.result
+                if res.records:
+                    topic_stats.record_bytes_out(r.request.topic, len(res.records), replica_id >= 0)
                 if version < 10 and self._zstd_topic(r.request.topic, r.request.partition):
                     # As Kafka: consumers older than Fetch v10 cannot read zstd, so a topic
                     # whose compression.type is zstd answers them UNSUPPORTED_COMPRESSION_TYPE.

@@ -64,7 +64,11 @@ class KafkaRaftServer:
                 await self.controller.bind_listeners()
             if self.broker is not None:
                 await self.broker.bind_listeners()
+            if self.shared.metrics is not None:
+                await self.shared.metrics.start()
         except BaseException:
+            if self.shared.metrics is not None:
+                await self.shared.metrics.stop()
             await self._close_roles()
             self.shared.release_locks()
             raise
@@ -108,4 +112,6 @@ class KafkaRaftServer:
         """Broker first (it answers what it has taken), then the controller, then Raft and the
         metadata log."""
         await self._close_roles()
+        if self.shared.metrics is not None:
+            await self.shared.metrics.stop()
         await self.shared.shutdown()

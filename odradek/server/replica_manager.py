@@ -42,6 +42,7 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.records.errors import RecordError, RecordValidationError
 from odradek.server.alter_partition_manager import AlterPartitionItem
+from odradek.server.broker_topic_stats import BrokerTopicStats
 from odradek.server.delayed_fetch import (
     DelayedFetch,
     FetchPartitionRequest,
@@ -145,6 +146,10 @@ class ReplicaManager:
         # The leader replication throttle (None: followers are never throttled).
         self.leader_quota: ReplicationQuotaManager | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # Metrics (read at scrape time): bytes/messages in and out, ISR changes committed.
+        self.topic_stats = BrokerTopicStats()
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- metadata → partition states -------------------------------------------------------------
 
@@ -299,6 +304,10 @@ class ReplicaManager:
             self._after_change(tp, p)
             if delete and (tp in self._pending_log_work or self.log_manager.get_log(*tp) is not None):
                 self._submit_log_work(tp, functools.partial(self.log_manager.delete_log, tp[0], tp[1]))
+        if delete:
+            hosted = {t for t, _ in self.partitions}
+            for topic in {t for t, _ in tps} - hosted:
+                self.topic_stats.remove_topic(topic)
 
     def _get_or_create_partition(self, st: PartitionState) -> Partition:
         tp = (st.topic, st.partition)
@@ -477,6 +486,7 @@ class ReplicaManager:
                     st.record_errors = e.record_errors
                 log.warning("Rejected produce to %s: %s", p, e)
                 continue
+            self.topic_stats.record_append(tp[0], len(buf), info.num_records)
             st.base_offset = info.first_offset
             st.log_append_time = info.log_append_time_ms
             assert p.log is not None
@@ -724,7 +734,13 @@ class ReplicaManager:
         def done(error: Errors, l_epoch: int, p_epoch: int, isr: tuple[int, ...]) -> None:
             if self.partitions.get(tp) is not p or p.leader_epoch != leader_epoch:
                 return
-            if p.alter_isr_done(proposed, error, l_epoch, p_epoch, isr):
+            before = len(p.isr)
+            moved = p.alter_isr_done(proposed, error, l_epoch, p_epoch, isr)
+            if len(p.isr) < before:
+                self.isr_shrinks += 1
+            elif len(p.isr) > before:
+                self.isr_expands += 1
+            if moved:
                 self._complete_delayed(tp)
 
         epochs = tuple(

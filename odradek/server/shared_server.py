@@ -29,6 +29,7 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE, MetadataRecord
 from odradek.metadata.snapshot_generator import SnapshotGenerator
+from odradek.metrics.prometheus import PrometheusEndpoint, prometheus_endpoint
 from odradek.network.limits import ConnectionQuotas, RequestMemoryPool
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
@@ -126,6 +127,8 @@ class SharedServer:
         self._snapshot_cleaner: asyncio.Task[None] | None = None
         self._voter_endpoints: dict[int, tuple[str, int]] = {}
         self.dynamic_quorum: DynamicQuorum | None = None
+        # The process's /metrics endpoint (metrics.prometheus.listener), shared by its roles.
+        self.metrics: PrometheusEndpoint | None = prometheus_endpoint(config)
 
     def lock_dirs(self) -> None:
         """Lock every data directory (log.dirs and metadata.log.dir) before anything in them

@@ -33,6 +33,8 @@ from odradek.coordinator.group.group_coordinator import GroupCoordinator
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
+from odradek.metrics.collectors import BrokerCollector, ZkControllerCollector
+from odradek.metrics.prometheus import observe_requests, prometheus_endpoint
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
 from odradek.server import config_defs
@@ -129,6 +131,7 @@ class ZkBrokerServer:
         self._servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._locks: list[DirLock] = []
+        self.metrics = prometheus_endpoint(config)  # metrics.prometheus.listener
         self._started = False
 
     def log_config_for(self, topic: str) -> LogConfig:
@@ -177,6 +180,8 @@ class ZkBrokerServer:
             server = await bind_listener(cfg, lst, limits)
             self._servers.append(server)
             self.bound_ports[lst.name] = server.port
+        if self.metrics is not None:
+            await self.metrics.start()
         cleaner_config = CleanerConfig(
             enable=cfg.log_cleaner_enable, backoff_ms=cfg.log_cleaner_backoff_ms,
             dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
@@ -267,6 +272,10 @@ class ZkBrokerServer:
                 return await verifier.verify(tid, pid, epoch, tps, add=True)
 
             group_apis.add_txn_partitions = add_txn_partitions
+        observe_requests(apis, self._servers, cfg, self.metrics)
+        if self.metrics is not None:
+            self.metrics.add(BrokerCollector(rm, lambda: self.group_coordinator))
+            self.metrics.add(ZkControllerCollector(controller.controller))
         for server in self._servers:
             server.handler = apis
             await server.start()
@@ -375,6 +384,8 @@ class ZkBrokerServer:
         for server in self._servers:
             await server.stop()
         self._servers.clear()
+        if self.metrics is not None:
+            await self.metrics.stop()
         for ch in self._channels:
             await ch.close()
         for task in self._tasks:

@@ -111,6 +111,34 @@ def test_a_caught_up_follower_is_proposed_for_the_isr_and_a_lagging_one_removed(
     assert apm.items[-1].new_isr == (1,)
 
 
+def test_committed_isr_changes_and_appends_are_counted_for_the_metrics(s: Setup) -> None:
+    apm = FakeAlterPartitionManager()
+    s.rm.alter_partition_manager = apm  # type: ignore[assignment]
+    register(s, 1, 2)
+    topic(s, leader=1, isr=[1])
+    s.worker.run_all()
+    produce(s, 2)
+    stats = s.rm.topic_stats
+    assert (stats.all_topics.messages_in, stats.topics["t"].messages_in) == (2, 2)
+    assert stats.topics["t"].bytes_in > 0
+    follower_fetch(s, 2)
+    (expand,) = apm.items
+    expand.callback(Errors.INVALID_UPDATE_VERSION, 0, 1, (1, 2))  # not committed: not counted
+    assert (s.rm.isr_expands, s.rm.isr_shrinks) == (0, 0)
+    s.rm.partitions[TP].pending_isr = None
+    follower_fetch(s, 2)
+    apm.items[-1].callback(Errors.NONE, 0, 1, (1, 2))
+    assert (s.rm.isr_expands, s.rm.isr_shrinks) == (1, 0)
+    s.rm.replica_lag_time_max_ms = 100
+    now = [0]
+    s.rm.clock_ms = lambda: now[0]
+    produce(s, 1)
+    now[0] = 1000
+    assert s.rm.maybe_shrink_isrs() == 1
+    apm.items[-1].callback(Errors.NONE, 0, 2, (1,))
+    assert (s.rm.isr_expands, s.rm.isr_shrinks) == (1, 1)
+
+
 def test_a_follower_fetches_from_its_leaders_inter_broker_listener(s: Setup) -> None:
     fm = ReplicaFetcherManager(s.rm, FetcherConfig(node_id=1))
     s.rm.replica_fetcher_manager = fm
