@@ -27,7 +27,7 @@ from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
 from .support import RawConnection, ServerProcess
-from .zk_stale_controller import assert_old_controller_is_fenced
+from .zk_stale_controller import assert_old_controller_is_fenced, assert_resigned_and_silent
 from .zookeeper_support import ZooKeeperServer, wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -369,6 +369,7 @@ def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_pa
                 len(s.isr) == 3 for s in states().values()), 60, logs)
             assert admin.get_controller_id() == new
             assert admin.get_controller_epoch() == new_epoch  # the old controller wrote nothing more
+            assert_resigned_and_silent(brokers[old].log_tail(1_000_000))
             got = consume_all(bootstrap, len(acked))
             assert sorted(got) == sorted(acked)
 

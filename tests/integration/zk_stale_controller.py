@@ -119,3 +119,15 @@ def assert_old_controller_is_fenced(admin: KafkaZkClient, broker: ServerProcess,
     assert admin.get_topic_partition_states([tp])[tp] == state
     assert admin.get_controller_epoch() == current_epoch
 
+
+def assert_resigned_and_silent(log: str) -> None:
+    """In an ``odradek server`` log: after the last ZooKeeper session expiry the controller
+    resigned, and after that it neither won ``/controller`` nor sent a controller request."""
+    assert "ZooKeeper session expired" in log, "no session expiry logged"
+    after_expiry = log.rsplit("ZooKeeper session expired", 1)[1]
+    assert "Resigned" in after_expiry, "the controller did not resign after its session expired"
+    after_resigning = after_expiry.split("Resigned", 1)[1]
+    assert "successfully elected as the controller" not in after_resigning
+    assert not any(f"Sending {r} request" in after_resigning for r in ("LeaderAndIsr", "UpdateMetadata", "StopReplica")), \
+        after_resigning[-3000:]
+
