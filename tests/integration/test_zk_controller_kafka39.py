@@ -10,7 +10,11 @@ and reads everything back. Then the broker is stopped: our controller marks its 
 And the replication scenario: two Kafka 3.9 brokers, a topic with replicas on both, acks=all
 load; the leader is killed (kill -9): when its registration expires our controller elects the
 other replica (in the ISR), removes the dead one from the ISR, and every acknowledged message is
-still there when everything is read back from the survivor."""
+still there when everything is read back from the survivor.
+
+And a SIGSTOPped controller of ours is replaced (by a second controller of ours or by the Kafka
+broker's own controller: both are candidates, either may win), and when it resumes it finds its
+session expired, resigns, and nothing of its lands in ZooKeeper."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 from .kafka_reference import KafkaTools, find_kafka_tools
 from .support import die_with_parent
 from .zk_cluster_support import ZkModeKafka, wait_until
+from .zk_stale_controller import assert_resigned_and_silent
 from .zookeeper_support import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(400)
@@ -227,12 +232,13 @@ def test_kafka_39_leader_killed_our_controller_fails_over_nothing_acknowledged_l
         asyncio.run(main())
 
 
-@pytest.mark.skip(
-    reason="known bug, open: run after this module's other tests, the second controller often never "
-    "takes over once the first is SIGSTOPped (it passes alone); test_zk_mode.py's SIGSTOP test covers "
-    "the scenario with odradek brokers meanwhile"
-)
-def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_b", [True, False], ids=["odradek-b-and-kafka-race", "kafka-takes-over"])
+def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tmp_path: Path, with_b: bool) -> None:
+    """Our controller A (in a process of its own) leads a Kafka 3.9 broker; A is SIGSTOPped past
+    its session: a successor wins with epoch 2. The Kafka broker's own controller is always a
+    candidate; with ``with_b`` a second controller of ours (B) races it and either may win (which
+    one is a race, as between any two brokers); without, Kafka's must win. A resumes, resigns,
+    and nothing of its lands in ZooKeeper."""
     import signal
     import sys
 
@@ -252,6 +258,7 @@ def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tm
                     cwd=str(Path(__file__).resolve().parents[2]))
             kafka = Kafka39Broker(tools, connect, tmp_path / "b1", 1)
             proc_b: subprocess.Popen[bytes] | None = None
+            log_b = tmp_path / "controller-b.log"
             try:
                 await wait_until(lambda: admin.get_controller_id() == 100, "controller A", kafka_stub(proc_a, log_a))
                 kafka.start()
@@ -259,26 +266,35 @@ def test_sigstopped_controller_is_replaced_and_writes_nothing_when_it_resumes(tm
                 await wait_until(lambda: ("t1", 0) in admin.get_topic_partition_states([("t1", 0)]), "t1-0", kafka)
                 t1_before = admin.get_topic_partition_states([("t1", 0)])[("t1", 0)]
                 assert t1_before.controller_epoch == 1
-                # B in a process of its own too: in this test process, after the module's other
-                # tests, an in-process B sometimes never saw /controller go (not understood yet).
-                log_b = tmp_path / "controller-b.log"
-                with open(log_b, "wb") as out:
-                    proc_b = subprocess.Popen(
-                        [sys.executable, "-m", "tests.integration.zk_controller_proc", connect, "101", "INTERNAL"],
-                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
-                        cwd=str(Path(__file__).resolve().parents[2]))
-                await wait_until(lambda: log_b.stat().st_size > 0, "B to start", kafka_stub(proc_b, log_b))
-                await asyncio.sleep(3)
-                assert admin.get_controller_id() == 100  # B lost the race while A lives
+                if with_b:  # B in a process of its own, as A: the test process only watches ZooKeeper
+                    with open(log_b, "wb") as out:
+                        proc_b = subprocess.Popen(
+                            [sys.executable, "-m", "tests.integration.zk_controller_proc", connect, "101", "INTERNAL"],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent, cwd=str(Path(__file__).resolve().parents[2]))
+                    await wait_until(lambda: log_b.stat().st_size > 0, "B to start", kafka_stub(proc_b, log_b))
+                    await asyncio.sleep(3)
+                assert admin.get_controller_id() == 100  # B and Kafka lost the race while A lives
                 proc_a.send_signal(signal.SIGSTOP)  # A stops answering ZooKeeper: its session expires
-                await wait_until(lambda: admin.get_controller_id() == 101, "B to take over", kafka_stub(proc_b, log_b), 60)
+                # The candidates race for /controller once it goes: the Kafka broker's own
+                # controller (every ZooKeeper-mode Kafka broker runs one; it lost to A only because
+                # A was first) and B when there is one. A never wins; one controller, epoch 2.
+                candidates = (101, 1) if with_b else (1,)
+                await wait_until(lambda: admin.get_controller_id() in candidates, f"one of {candidates} to take over",
+                                 kafka_stub(proc_b, log_b) if proc_b is not None else kafka, 60)
+                successor = admin.get_controller_id()
+                print(f"controller after A was stopped: {successor}")
                 assert (admin.get_controller_epoch() or (0, 0))[0] == 2
                 admin.create_topic_assignment("t2", uuid_to_kafka(uuid.uuid4()), {0: z.ReplicaAssignment((1,))})
                 await wait_until(lambda: ("t2", 0) in admin.get_topic_partition_states([("t2", 0)]), "t2-0", kafka)
                 proc_a.send_signal(signal.SIGCONT)
                 await wait_until(lambda: b"Resigned" in log_a.read_bytes(), "A to resign when it resumes", kafka, 60)
                 await asyncio.sleep(2)
-                assert admin.get_controller_id() == 101 and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                assert admin.get_controller_id() == successor and (admin.get_controller_epoch() or (0, 0))[0] == 2
+                assert_resigned_and_silent(log_a.read_text("utf-8", "replace"))
+                if with_b:  # B believes it is the controller exactly when it is (no split brain)
+                    elected_b = b"101 successfully elected as the controller" in log_b.read_bytes()
+                    assert elected_b == (successor == 101), (successor, log_b.read_text("utf-8", "replace")[-2000:])
                 states = admin.get_topic_partition_states([("t1", 0), ("t2", 0)])
                 assert states[("t2", 0)].controller_epoch == 2 and states[("t2", 0)].leader == 1
                 assert states[("t1", 0)] == t1_before or states[("t1", 0)].controller_epoch == 2

@@ -27,6 +27,7 @@ from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
 from .support import RawConnection, ServerProcess
+from .zk_stale_controller import assert_old_controller_is_fenced, assert_resigned_and_silent
 from .zookeeper_support import ZooKeeperServer, wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -352,6 +353,11 @@ def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_pa
                 assert new_epoch is not None and new_epoch[0] == epoch[0] + 1
                 wait_for("the stopped broker out of every ISR", lambda: all(
                     old not in s.isr for s in states().values()), 30, logs)
+                # what the old controller would send when it resumes is refused by every live
+                # broker with STALE_CONTROLLER_EPOCH, and its epoch-guarded writes fail
+                for i in brokers:
+                    if i != old:
+                        assert_old_controller_is_fenced(admin, brokers[i], i, TOPIC, 0, old, epoch[0], epoch[1])
                 others = ",".join(brokers[i].bootstrap_servers for i in brokers if i != old)
                 acked += produce(others, 100, 100)
                 assert len(acked) == 200, logs()
@@ -363,6 +369,7 @@ def test_stopped_controller_loses_its_session_resigns_and_registers_again(tmp_pa
                 len(s.isr) == 3 for s in states().values()), 60, logs)
             assert admin.get_controller_id() == new
             assert admin.get_controller_epoch() == new_epoch  # the old controller wrote nothing more
+            assert_resigned_and_silent(brokers[old].log_tail(1_000_000))
             got = consume_all(bootstrap, len(acked))
             assert sorted(got) == sorted(acked)
 
