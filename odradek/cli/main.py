@@ -21,6 +21,11 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
     "odradek.cli.transactions",
+    "odradek.cli.get_offsets",
+    "odradek.cli.delete_records",
+    "odradek.cli.log_dirs",
+    "odradek.cli.features",
+    "odradek.cli.completion",
 )
 
 

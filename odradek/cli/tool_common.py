@@ -23,19 +23,26 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from odradek.cli.admin import DEFAULT_API_TIMEOUT_MS, AdminClient, AdminError
 
 TIMEOUT_MESSAGE = "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node assignment."
 
 
-def add_connection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", metavar="HOST:PORT",
-                   help="REQUIRED: the server(s) to connect to, HOST1:PORT1,HOST2:PORT2")
+def add_connection_args(p: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """``nested``: the flags of a sub-subcommand that its parent also takes (``features
+    --bootstrap-server B describe`` as Kafka's, or ``features describe --bootstrap-server B``):
+    they default to nothing so as not to overwrite the parent's."""
+    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
+    names = ["--bootstrap-server", "-b"] if nested else ["--bootstrap-server"]
+    p.add_argument(*names, metavar="HOST:PORT",
+                   help="REQUIRED: the server(s) to connect to, HOST1:PORT1,HOST2:PORT2", **extra)
     p.add_argument("--command-config", metavar="FILE",
-                   help="a properties file for the Admin client (default.api.timeout.ms, client.id; PLAINTEXT only)")
+                   help="a properties file for the Admin client (default.api.timeout.ms, client.id; PLAINTEXT only)",
+                   **extra)
     p.add_argument("--timeout", type=int, metavar="MS",
-                   help="how long to wait for the cluster, in ms (default: default.api.timeout.ms or 60000)")
+                   help="how long to wait for the cluster, in ms (default: default.api.timeout.ms or 60000)", **extra)
 
 
 def load_properties(path: str) -> dict[str, str]:
