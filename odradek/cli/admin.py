@@ -31,6 +31,8 @@ _EXCEPTION_NAMES = {
     Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
     Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
     Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
+    Errors.KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    Errors.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException",
 }
 
 

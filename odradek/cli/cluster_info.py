@@ -7,7 +7,7 @@ prints the cluster id, the controller (as DescribeCluster reports it: in KRaft a
 
     Cluster ID: 4L6g3nShT-eMCtK--X86sw
     Controller: 1
-    Broker: 1	Endpoint: 127.0.0.1:9092	Rack: null	ApiKeys: 58	Produce: 3-12	Fetch: 4-17	metadata.version: 3.9-IV0
+    Broker: 1	Endpoint: 127.0.0.1:9092	Rack: null	ApiKeys: 41	Produce: 0-12	Fetch: 4-17	metadata.version: 3.9-IV0
 
 The broker list comes from DescribeCluster (Metadata where a broker does not serve it); the
 API counts, Produce/Fetch ranges and finalized metadata.version come from each broker's own
@@ -70,7 +70,7 @@ async def info(admin: AdminClient) -> list[str]:
     summaries = await asyncio.gather(*(_broker_versions(admin, b["host"], b["port"]) for b in brokers))
     lines = [f"Cluster ID: {desc['cluster_id']}", f"Controller: {desc['controller_id']}"]
     for b, summary in zip(brokers, summaries, strict=True):
-        lines.append(f"Broker: {b['node_id']}\tEndpoint: {b['host']}:{b['port']}\tRack: {b['rack']}\t{summary}")
+        lines.append(f"Broker: {b['node_id']}\tEndpoint: {b['host']}:{b['port']}\tRack: {b['rack'] if b['rack'] is not None else 'null'}\t{summary}")
     return lines
 
 

@@ -15,6 +15,7 @@ UpdateFeatures.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from odradek.cli.admin import AdminClient
@@ -72,7 +73,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_usage()
+    p.print_usage(sys.stderr)
     p.exit(2, f"{p.prog}: error: a command is required: describe\n")
 
 
