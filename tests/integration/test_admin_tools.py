@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from odradek.cli.cluster import LocalCluster, Node
 from odradek.cli.main import main
 from odradek.embedded import EmbeddedBroker
 
@@ -138,3 +139,50 @@ def test_log_dirs_features_and_cluster_id_as_kafkas_tools(
     host, port = broker.bootstrap_servers.split(":")
     assert lines[2].startswith(f"Broker: 1\tEndpoint: {host}:{port}\tRack: null\tApiKeys: ")
     assert "\tProduce: " in lines[2] and "\tmetadata.version: 3.9-IV0" in lines[2]
+
+
+class _RackCluster(LocalCluster):
+    """A LocalCluster whose brokers have racks (``rack-<id>``)."""
+
+    def _properties(self, node: Node) -> dict[str, str]:
+        props = super()._properties(node)
+        if node.role == "broker":
+            props["broker.rack"] = f"rack-{node.node_id}"
+        return props
+
+
+@pytest.mark.timeout(240)
+def test_tools_on_a_two_broker_cluster(kafka: KafkaTools, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Leader-bound requests (ListOffsets, DeleteRecords) reach each partition's leader;
+    broker-bound ones (DescribeLogDirs) every broker; cluster info lists both with their racks."""
+    with _RackCluster(1, 2, tmp_path / "cluster") as cluster:
+        bs = ["--bootstrap-server", cluster.brokers[0].address]
+        assert _run(capsys, "topics", *bs, "--create", "--topic", "spread", "--replica-assignment",
+                    "101,102,101,102") == (0, "Created topic spread.\n", "")
+        wait_until(lambda: "Leader: none" not in _run(capsys, "topics", *bs, "--describe", "--topic", "spread")[1]
+                   and _run(capsys, "topics", *bs, "--describe", "--topic", "spread")[0] == 0,
+                   timeout=30, what="leaders for spread")
+        _produce(cluster.bootstrap_servers, "spread", {0: 1, 1: 2, 2: 3, 3: 4})
+
+        code, ours, err = _run(capsys, "get-offsets", *bs, "--topic", "spread")
+        assert (code, ours, err) == (0, "spread:0:1\nspread:1:2\nspread:2:3\nspread:3:4\n", "")
+        assert ours == kafka.run("kafka-get-offsets", *bs, "--topic", "spread").stdout
+
+        plan = tmp_path / "delete.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "spread", "partition": p, "offset": 1} for p in range(4)]}))
+        code, out, _ = _run(capsys, "delete-records", *bs, "--offset-json-file", str(plan))
+        assert code == 0 and out.count("\tlow_watermark: 1\n") == 4, out
+        assert _run(capsys, "get-offsets", *bs, "--topic", "spread", "--time", "-2")[1] == (
+            "spread:0:1\nspread:1:1\nspread:2:1\nspread:3:1\n")
+
+        code, ours, _ = _run(capsys, "log-dirs", *bs, "--describe", "--topic-list", "spread")
+        assert code == 0 and ours == kafka.run("kafka-log-dirs", *bs, "--describe", "--topic-list", "spread").stdout
+        assert ours.splitlines()[1] == "Received log directory information from brokers 101,102"
+
+        code, out, _ = _run(capsys, "cluster", "info", *bs)
+        lines = out.splitlines()
+        assert code == 0 and lines[0] == f"Cluster ID: {cluster.cluster_id}"
+        assert lines[1].split(": ")[1] in ("101", "102")
+        for line, node in zip(lines[2:], cluster.brokers, strict=True):
+            assert line.startswith(f"Broker: {node.node_id}\tEndpoint: {node.address}\tRack: rack-{node.node_id}\t")

@@ -233,3 +233,17 @@ def test_every_tool_has_its_own_help(tool: list[str]) -> None:
     result = _odradek(*words, "--help")
     assert result.returncode == 0
     assert result.stdout.startswith(f"usage: odradek {' '.join(words)}")
+
+
+def test_command_config_sets_the_timeout_and_refuses_other_protocols(tmp_path: Path) -> None:
+    config = tmp_path / "admin.properties"
+    config.write_text("# Admin client\ndefault.api.timeout.ms = 1500\nclient.id=ops\n")
+    start = time.monotonic()
+    result = _odradek("get-offsets", "--bootstrap-server", f"127.0.0.1:{_closed_port()}", "--command-config", str(config))
+    assert result.returncode == 1 and "TimeoutException" in result.stderr
+    assert time.monotonic() - start < 30  # the file's 1.5 s, not the 60 s default
+    config.write_text("security.protocol=SASL_SSL\n")
+    result = _odradek("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--command-config", str(config))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == ("Error while executing topic command : security.protocol=SASL_SSL is not supported "
+                             "by odradek's tools (PLAINTEXT only)\n")
