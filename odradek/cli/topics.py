@@ -127,6 +127,13 @@ def _topic_id(text: str) -> uuid.UUID:
 
 
 async def _describe(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
+    notes = []
+    if opts.if_exists and opts.topic and opts.topic_id:
+        notes.append("Only topic id will be used when both --topic and --topic-id are specified and topicId is not Uuid.ZERO_UUID")
+    return [*notes, *await _describe_topics(admin, opts)]
+
+
+async def _describe_topics(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
     md = await admin.metadata(None)
     topic_id = _topic_id(opts.topic_id) if opts.topic_id else None
     if topic_id is not None and topic_id.int != 0:
