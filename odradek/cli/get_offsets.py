@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.cli.admin import AdminClient, AdminError
+from odradek.cli.admin import AdminClient, AdminError, kafka_exception
 from odradek.cli.tool_common import add_connection_args, require_bootstrap, run_admin
 from odradek.cli.txn_admin import default_message
 from odradek.protocol import messages as m
@@ -29,6 +29,11 @@ from odradek.protocol.errors import Errors
 SPECS = {"latest": -1, "earliest": -2, "max-timestamp": -3, "earliest-local": -4, "latest-tiered": -5}
 _RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
 INT_MAX = 2**31 - 1
+
+
+def _exception(code: int) -> str:
+    """ExecutionException.getMessage(): the cause's toString()."""
+    return kafka_exception(code, default_message(code))
 
 
 def parse_time(text: str) -> int:
@@ -131,7 +136,7 @@ async def fetch_offsets(admin: AdminClient, opts: argparse.Namespace) -> tuple[l
         for t, parts in by_leader[n].items():
             for p in parts:
                 warnings.append(f"Skip getting offsets for topic-partition {t}-{p} due to error: "
-                                f"{default_message(Errors.LEADER_NOT_AVAILABLE)}")
+                                f"{_exception(Errors.LEADER_NOT_AVAILABLE)}")
         del bodies[n]
     responses = await admin.send_to_nodes(m.LIST_OFFSETS, bodies, brokers)
     for resp in responses.values():
@@ -140,7 +145,7 @@ async def fetch_offsets(admin: AdminClient, opts: argparse.Namespace) -> tuple[l
                 tp = f"{t['name']}-{p['partition_index']}"
                 if p["error_code"] != Errors.NONE:
                     warnings.append(f"Skip getting offsets for topic-partition {tp} due to error: "
-                                    f"{default_message(p['error_code'])}")
+                                    f"{_exception(p['error_code'])}")
                 elif p["offset"] != -1:
                     offsets[tp] = p["offset"]
     lines = []
