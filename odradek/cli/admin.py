@@ -31,6 +31,8 @@ _EXCEPTION_NAMES = {
     Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
     Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
     Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
+    Errors.KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    Errors.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException",
 }
 
 
@@ -77,6 +79,7 @@ class AdminClient:
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
+        self.api_versions: dict[str, Any] = {}  # the bootstrap broker's ApiVersions response
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -103,6 +106,7 @@ class AdminClient:
                     m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
                 )
                 self._versions = {a["api_key"]: a["max_version"] for a in resp["api_keys"]}
+                self.api_versions = resp
                 self._client = client
                 return client
             except (TimeoutError, OSError, ConnectionError) as e:
@@ -136,6 +140,33 @@ class AdminClient:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             return resp
+
+    async def connect(self) -> dict[str, Any]:
+        """Connect (retrying until the timeout, as :meth:`send`) and return ApiVersions."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            try:
+                await self._connect()
+                return self.api_versions
+            except (TimeoutError, OSError, ConnectionError) as e:
+                if time.monotonic() >= deadline:
+                    raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: apiVersions") from e
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def send_to_nodes(
+        self, api: Api, bodies: dict[int, dict[str, Any]], brokers: dict[int, tuple[str, int]]
+    ) -> dict[int, dict[str, Any]]:
+        """Send each body to its broker (a node id of ``brokers``), concurrently, as Kafka's Admin
+        does for leader-bound and broker-bound requests."""
+
+        async def one(node: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            if node not in brokers:
+                raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}")
+            host, port = brokers[node]
+            async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id) as direct:
+                return node, await direct.send(api, body, top_error=None)
+
+        return dict(await asyncio.gather(*(one(n, b) for n, b in bodies.items())))
 
     # -- the calls the tools make ---------------------------------------------------------------
 

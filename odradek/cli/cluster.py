@@ -484,10 +484,10 @@ def _request(port: int, api: Any, version: int, body: dict[str, Any], timeout: f
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "cluster",
-        help="run a local multi-process KRaft cluster (cluster up)",
+        help="run a local multi-process KRaft cluster (cluster up); describe one (cluster info, cluster id)",
         description="Run a local KRaft cluster of separate odradek server processes on loopback.",
     )
-    commands = p.add_subparsers(dest="cluster_command", metavar="{up}")
+    commands = p.add_subparsers(dest="cluster_command", metavar="{up,info,id}")
     up = commands.add_parser(
         "up",
         help="start controllers and brokers, print the bootstrap servers, stop on Ctrl-C",
@@ -505,6 +505,9 @@ def add_parser(sub: Any) -> None:
     up.add_argument("--timeout", type=float, default=120.0, metavar="S",
                     help="seconds to wait for the cluster to be ready (default 120)")
     up.set_defaults(func=run_up)
+    from odradek.cli import cluster_info
+
+    cluster_info.add_commands(commands)
     p.set_defaults(func=lambda _args: _usage(p))
 
 

@@ -22,6 +22,11 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.reassign",
     "odradek.cli.transactions",
     "odradek.cli.console",
+    "odradek.cli.get_offsets",
+    "odradek.cli.delete_records",
+    "odradek.cli.log_dirs",
+    "odradek.cli.features",
+    "odradek.cli.completion",
 )
 
 
