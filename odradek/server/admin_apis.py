@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from odradek.coordinator.group.dynamic_group_config import GROUP_RESOURCE, describe_group_config
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.protocol.errors import Errors
@@ -34,6 +35,8 @@ class AdminApis:
         self.config = config
         self.metadata_cache = metadata_cache
         self.forwarding = forwarding
+        # GROUP resources (KIP-848 group configs) live in the KRaft metadata log only.
+        self.serves_group_configs = True
 
     # -- Forwarded to the controller -------------------------------------------------------------
 
@@ -123,6 +126,12 @@ class AdminApis:
                     res["error_message"] = f"Unexpected broker id, expected {self.node_id} or empty string, but received {rname}"
                 else:
                     entries = describe_broker_config(self.config, rname, keys)
+            elif rtype == GROUP_RESOURCE and self.serves_group_configs:
+                if not rname:
+                    res["error_code"] = Errors.INVALID_REQUEST
+                    res["error_message"] = "Group name must not be empty"
+                else:
+                    entries = describe_group_config(self.config, self.metadata_cache.group_config(rname), keys)
             else:
                 res["error_code"] = Errors.INVALID_REQUEST
                 res["error_message"] = f"Unsupported resource type {rtype}"
@@ -139,8 +148,9 @@ class AdminApis:
                         ]
                         if include_synonyms
                         else [],
-                        "config_type": config_defs.config_type_code(e.name, topic=is_topic),
-                        "documentation": config_defs.config_doc(e.name, topic=is_topic) if include_docs else None,
+                        "config_type": 3 if rtype == GROUP_RESOURCE else config_defs.config_type_code(e.name, topic=is_topic),
+                        "documentation": None if not include_docs or rtype == GROUP_RESOURCE
+                        else config_defs.config_doc(e.name, topic=is_topic),
                     }
                 )
             results.append(res)

@@ -254,6 +254,7 @@ class ZkBrokerServer:
             txn_apis=self._txn_partition_apis(cfg, rm),
         )
         bound.restrict(apis)
+        apis.admin_apis.serves_group_configs = False  # as Kafka 3.9: group configs are KRaft's
         apis.auto_topic_creation = ZkAutoTopicCreationManager(admin)  # type: ignore[assignment]  # same create_topics
         txn_apis.idempotent_init_producer_id = apis.handle_init_producer_id
         group_apis.transaction_version = txn_apis.transaction_version
