@@ -31,6 +31,7 @@ _EXCEPTION_NAMES = {
     Errors.UNKNOWN_SERVER_ERROR: "UnknownServerException",
     Errors.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
     Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
+    Errors.INVALID_CONFIG: "InvalidConfigurationException",
 }
 
 
