@@ -288,6 +288,9 @@ class ZkBrokerServer:
                 lm.default_config = config_defs.build_log_config(cfg, {})
                 for topic in {t for t, _p in rm.partitions}:
                     apply_topic(topic)
+                if self.replica_fetcher_manager is not None:
+                    self.replica_fetcher_manager.resize_thread_pool(int(cfg.get("num.replica.fetchers")))
+                    rm._shutdown_idle_fetchers()
                 log.info("Dynamic broker configs now in effect: cluster default %s, broker %d %s",
                          default, self.node_id, per_broker)
             loop.call_soon_threadsafe(run)

@@ -91,6 +91,15 @@ def test_message_max_bytes_live_precedence_refusals_restart(kafka: KafkaTools, s
         assert r.stderr.splitlines()[-1] == ("java.util.concurrent.ExecutionException: org.apache.kafka.common.errors."
                                              f"InvalidRequestException: Cannot update these configs dynamically: [{name}]")
 
+    # num.replica.fetchers is applied live (the fetcher pool is resized), within Kafka's bounds.
+    r = odradek_configs(bs, "--alter", "--broker", "1", "--add-config", "num.replica.fetchers=2")
+    assert r.returncode == 0, r.stderr
+    r = odradek_configs(bs, "--alter", "--broker", "1", "--add-config", "num.replica.fetchers=5")
+    assert r.returncode == 1 and r.stderr.splitlines()[-1].endswith(
+        "Dynamic thread count update validation failed for num.replica.fetchers=5, "
+        "value should not be greater than double the current value 2")
+    assert _produce(bs, topic, 100) is None
+
     # Kept in the metadata log: the same after a restart, and still applied.
     before = odradek_configs(bs, "--describe", "--entity-type", "brokers").stdout
     server.restart()

@@ -226,3 +226,19 @@ def test_stored_foreign_key_does_not_block_other_changes() -> None:
         BROKER_RESOURCE, "", [{"name": "log.cleaner.threads", "config_operation": OP_SET, "value": "3"}]
     )
     assert (code, msg) == (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: [log.cleaner.threads]")
+
+
+def test_num_replica_fetchers_is_dynamic_within_kafkas_bounds() -> None:
+    cfg = _static(**{"num.replica.fetchers": "2"})
+    assert validate_dynamic_configs(cfg, "1", {"num.replica.fetchers": "4"}) is None
+    assert validate_dynamic_configs(cfg, "", {"num.replica.fetchers": "5"}) == (
+        "Dynamic thread count update validation failed for num.replica.fetchers=5, "
+        "value should not be greater than double the current value 2"
+    )
+    cfg = _static(**{"num.replica.fetchers": "6"})
+    assert validate_dynamic_configs(cfg, "1", {"num.replica.fetchers": "2"}) == (
+        "Dynamic thread count update validation failed for num.replica.fetchers=2, "
+        "value should be at least half the current value 6"
+    )
+    for key in ("num.io.threads", "num.network.threads", "background.threads"):
+        assert validate_dynamic_configs(cfg, "1", {key: "4"}) == f"Cannot update these configs dynamically: [{key}]"
