@@ -231,7 +231,9 @@ def describe_broker_config(
         if keys and name not in keys:
             continue
         defn = BROKER_CONFIGS.get(name)
-        sensitive = defn is not None and (defn.sensitive or defn.type == "password")
+        # Kafka (KafkaConfig.maybeSensitive) hides a value whose type it cannot tell: a name it
+        # does not know (a custom key in server.properties may be a secret), or a password.
+        sensitive = defn is None or defn.sensitive or defn.type == "password"
         synonyms = broker_synonyms(config, name, sensitive)
         if per_broker:
             value = merged.get(name, defn.default if defn is not None else None)

@@ -242,3 +242,11 @@ def test_num_replica_fetchers_is_dynamic_within_kafkas_bounds() -> None:
     )
     for key in ("num.io.threads", "num.network.threads", "background.threads"):
         assert validate_dynamic_configs(cfg, "1", {key: "4"}) == f"Cannot update these configs dynamically: [{key}]"
+
+
+def test_unknown_and_password_broker_keys_are_described_as_sensitive() -> None:
+    cfg = _static(**{"my.plugin.secret": "hunter2"})
+    e = {x.name: x for x in describe_broker_config(cfg, "1")}["my.plugin.secret"]
+    assert (e.value, e.is_sensitive, _syn(e)) == (None, True, [("my.plugin.secret", None, ConfigSource.STATIC_BROKER_CONFIG)])
+    e = {x.name: x for x in describe_broker_config(cfg, "1")}["log.retention.hours"]
+    assert (e.value, e.is_sensitive) == ("1", False)
