@@ -83,6 +83,20 @@ def test_message_max_bytes_live_precedence_refusals_restart(kafka: KafkaTools, s
         theirs = kafka.run("kafka-configs", "--bootstrap-server", bs, *args)
         assert (ours.returncode, ours.stdout) == (0, theirs.stdout), args
 
+    # --add-config-file and --delete-config on a topic; client quotas are refused plainly.
+    props = server.data_dir.parent / "add.properties"
+    props.write_text("retention.ms=7200000\ncleanup.policy=compact,delete\n")
+    r = odradek_configs(bs, "--alter", "--topic", topic, "--add-config-file", str(props))
+    assert (r.returncode, r.stdout) == (0, f"Completed updating config for topic {topic}.\n"), r.stderr
+    r = odradek_configs(bs, "--alter", "--topic", topic, "--delete-config", "cleanup.policy")
+    assert r.returncode == 0, r.stderr
+    r = odradek_configs(bs, "--describe", "--entity-type", "topics", "--entity-name", topic)
+    # (no broker layer sets log.retention.ms itself, so Kafka lists no broker synonym)
+    assert r.stdout == (f"Dynamic configs for topic {topic} are:\n  retention.ms=7200000 sensitive=false synonyms="
+                        "{DYNAMIC_TOPIC_CONFIG:retention.ms=7200000}\n")
+    r = odradek_configs(bs, "--describe", "--entity-type", "users", "--entity-name", "alice")
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", "The node does not support DESCRIBE_CLIENT_QUOTAS\n")
+
     # Keys Kafka needs a restart for are refused with Kafka's error.
     for key in ("log.dirs=/tmp/x", "num.io.threads=4"):
         r = odradek_configs(bs, "--alter", "--entity-type", "brokers", "--entity-default", "--add-config", key)
