@@ -114,10 +114,20 @@ def test_message_max_bytes_live_precedence_refusals_restart(kafka: KafkaTools, s
         "value should not be greater than double the current value 2")
     assert _produce(bs, topic, 100) is None
 
+    # Broker loggers: Kafka's tool changes a log level, both tools list the same loggers.
+    logger = "odradek.server.kafka_apis"
+    kafka.run("kafka-configs", "--bootstrap-server", bs, "--alter", "--broker-logger", "1", "--add-config", f"{logger}=DEBUG")
+    ours = odradek_configs(bs, "--describe", "--broker-logger", "1")
+    assert f"  {logger}=DEBUG sensitive=false synonyms={{}}" in ours.stdout.splitlines()
+    theirs = kafka.run("kafka-configs", "--bootstrap-server", bs, "--describe", "--broker-logger", "1")
+    assert ours.stdout == theirs.stdout
+
     # Kept in the metadata log: the same after a restart, and still applied.
     before = odradek_configs(bs, "--describe", "--entity-type", "brokers").stdout
     server.restart()
     assert odradek_configs(bs, "--describe", "--entity-type", "brokers").stdout == before
+    # log levels are the process's own, as in Kafka: back to the configured one
+    assert f"  {logger}=INFO sensitive=false synonyms={{}}" in odradek_configs(bs, "--describe", "--broker-logger", "1").stdout
     r = odradek_configs(bs, "--alter", "--broker", "1", "--delete-config", "message.max.bytes")
     assert r.returncode == 0, r.stderr
     err = _produce(bs, topic, 3000)
