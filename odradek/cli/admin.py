@@ -33,6 +33,7 @@ _EXCEPTION_NAMES = {
     Errors.UNSUPPORTED_VERSION: "UnsupportedVersionException",
     Errors.KAFKA_STORAGE_ERROR: "KafkaStorageException",
     Errors.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException",
+    Errors.INVALID_CONFIG: "InvalidConfigurationException",
 }
 
 

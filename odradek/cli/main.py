@@ -18,6 +18,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.metadata_quorum",
     "odradek.cli.cluster",
     "odradek.cli.topics",
+    "odradek.cli.configs",
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
     "odradek.cli.transactions",

@@ -9,6 +9,8 @@ from odradek.controller.replication_control import MetadataRecord
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.protocol.errors import Errors
 
+GROUP_RESOURCE = 32
+
 # IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -27,16 +29,25 @@ class BrokerConfigPolicy(Protocol):
         """Why ``new_configs`` (the resource's whole new set) cannot be applied, or None."""
 
 
+class GroupConfigPolicy(Protocol):
+    """Judges GROUP resources (see odradek.coordinator.group.dynamic_group_config)."""
+
+    def validate(self, name: str, new: dict[str, str | None]) -> tuple[Errors, str] | None:
+        """The error for the group's whole new set of configs, or None."""
+
+
 class ConfigurationControlManager:
     def __init__(
         self,
         image: MetadataImage,
         validate_config: Callable[[str, str], str | None],
         broker_configs: BrokerConfigPolicy | None = None,
+        group_configs: GroupConfigPolicy | None = None,
     ) -> None:
         self.image = image
         self.validate_config = validate_config
         self.broker_configs = broker_configs
+        self.group_configs = group_configs  # None: GROUP resources are not served (ZooKeeper mode)
 
     def _check_resource(self, resource_type: int, name: str) -> tuple[Errors, str | None]:
         if resource_type == TOPIC_RESOURCE:
@@ -52,6 +63,10 @@ class ConfigurationControlManager:
                 )
             msg = self.broker_configs.check_resource(name)
             return (Errors.NONE, None) if msg is None else (Errors.INVALID_REQUEST, msg)
+        if resource_type == GROUP_RESOURCE and self.group_configs is not None:
+            if name == "":
+                return Errors.INVALID_REQUEST, "Default group resources are not allowed."
+            return Errors.NONE, None
         return Errors.INVALID_REQUEST, f"Unsupported resource type {resource_type}"
 
     def _old(self, resource_type: int, name: str) -> dict[str, str]:
@@ -65,6 +80,10 @@ class ConfigurationControlManager:
             msg = self.broker_configs.validate(name, new)
             if msg is not None:
                 return Errors.INVALID_REQUEST, msg, []
+        if resource_type == GROUP_RESOURCE and self.group_configs is not None:
+            refused = self.group_configs.validate(name, dict(new))
+            if refused is not None:
+                return refused[0], refused[1], []
         out: list[MetadataRecord] = []
         for k in sorted(set(old) | set(new)):
             if old.get(k) != new.get(k):
@@ -89,15 +108,20 @@ class ConfigurationControlManager:
         if code != Errors.NONE:
             return code, msg, []
         broker = resource_type == BROKER_RESOURCE
+        group = resource_type == GROUP_RESOURCE
         if broker:
             nulls = [c["name"] for c in configs if c["value"] is None]
             if nulls:
                 return Errors.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls), []
+        if group:
+            nulls = [c["name"] for c in configs if c["value"] is None]
+            if nulls:
+                return Errors.INVALID_CONFIG, "Null value not supported for group configs: " + ",".join(nulls), []
         new: dict[str, str] = {}
         for c in configs:
             if c["value"] is None:
                 continue
-            if not broker:
+            if not broker and not group:
                 err = self.validate_config(c["name"], c["value"])
                 if err is not None:
                     return Errors.INVALID_CONFIG, err, []
@@ -111,6 +135,7 @@ class ConfigurationControlManager:
         if code != Errors.NONE:
             return code, msg, []
         broker = resource_type == BROKER_RESOURCE
+        group = resource_type == GROUP_RESOURCE
         old = self._old(resource_type, name)
         new = dict(old)
         seen: set[str] = set()
@@ -126,6 +151,9 @@ class ConfigurationControlManager:
                 return Errors.INVALID_REQUEST, f"Unknown config operation {op} for {key}", []
             if value is None:
                 return Errors.INVALID_REQUEST, f"Null value not supported for {key}", []
+            if op in (OP_APPEND, OP_SUBTRACT) and group:
+                verb = "append" if op == OP_APPEND else "subtract"
+                return Errors.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}", []
             if op in (OP_APPEND, OP_SUBTRACT):
                 from odradek.server.config_defs import BROKER_CONFIGS, TOPIC_CONFIGS
 
@@ -157,7 +185,7 @@ class ConfigurationControlManager:
                 else:
                     merged = [x for x in current if x not in items]
                 value = ",".join(merged)
-            if not broker:
+            if not broker and not group:
                 err = self.validate_config(key, value)
                 if err is not None:
                     return Errors.INVALID_CONFIG, err, []

@@ -40,7 +40,11 @@ from odradek.controller.alter_partition import alter_partition
 from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
 from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
-from odradek.controller.configuration_control import BrokerConfigPolicy, ConfigurationControlManager
+from odradek.controller.configuration_control import (
+    BrokerConfigPolicy,
+    ConfigurationControlManager,
+    GroupConfigPolicy,
+)
 from odradek.controller.event_queue import (
     EventTimeoutError,
     FunctionEvent,
@@ -109,6 +113,7 @@ class QuorumController(Listener[MetadataRecord]):
         validate_config: Callable[[str, str], str | None],
         cluster_id: str,
         broker_configs: BrokerConfigPolicy | None = None,
+        group_configs: GroupConfigPolicy | None = None,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         clock_ms: Callable[[], int] = _monotonic_ms,
         bootstrap_metadata_version: int = METADATA_VERSION,
@@ -145,7 +150,9 @@ class QuorumController(Listener[MetadataRecord]):
             default_replication_factor=default_replication_factor,
             validate_config=validate_config,
         )
-        self.configuration = ConfigurationControlManager(self.image, validate_config, broker_configs)
+        self.configuration = ConfigurationControlManager(
+            self.image, validate_config, broker_configs, group_configs
+        )
         # metadata.version written when a new log is activated: the formatted release version
         # (bootstrap.checkpoint, as kafka-storage format --release-version writes it) or ours.
         self.features = FeatureControlManager(

@@ -129,6 +129,10 @@ class KRaftMetadataCache:
         """Dynamic configs of BROKER resource ``name`` ("" = the cluster-wide default)."""
         return self._image.broker_config(name)
 
+    def group_config(self, group_id: str) -> Mapping[str, str]:
+        """The group's dynamic configs (resource type GROUP, KIP-848)."""
+        return self._image.configs.config(32, group_id)
+
     def features(self) -> FinalizedFeatures:
         return FinalizedFeatures.of(self._image)
 

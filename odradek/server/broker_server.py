@@ -136,6 +136,9 @@ class BrokerServer:
                 backoff_ms=self.config.log_cleaner_backoff_ms,
                 dedupe_buffer_size=int(self.config.get("log.cleaner.dedupe.buffer.size")),
             )
+        if self.replica_fetcher_manager is not None and self.replica_manager is not None:
+            self.replica_fetcher_manager.resize_thread_pool(int(self.config.get("num.replica.fetchers")))
+            self.replica_manager._shutdown_idle_fetchers()  # those left without partitions
 
     def _on_broker_configs(self, delta: MetadataDelta, image: MetadataImage) -> None:
         if not delta.changed_broker_configs & {"", str(self.node_id)}:

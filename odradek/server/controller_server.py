@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from odradek.controller.controller_apis import ControllerApis
 from odradek.controller.feature_control_manager import METADATA_VERSION
 from odradek.controller.quorum_controller import QuorumController
+from odradek.coordinator.group.dynamic_group_config import GroupConfigPolicy
 from odradek.metadata.metadata_cache import FinalizedFeatures
 from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
 from odradek.metrics.collectors import QuorumControllerCollector
@@ -88,6 +89,7 @@ class ControllerServer:
             validate_config=config_defs.validate_topic_config,
             cluster_id=cluster_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
+            group_configs=GroupConfigPolicy(cfg),
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
             bootstrap_features=read_bootstrap_features(cfg.metadata_log_dir),

@@ -15,10 +15,15 @@ actually applies when it changes:
   does not act on (``log.preallocate``, ``log.roll.jitter.ms``); every log of a topic without its own value is reconfigured;
 * ``log.cleaner.backoff.ms`` and ``log.cleaner.dedupe.buffer.size`` (Kafka's
   ``LogCleaner.ReconfigurableConfigs``; the others of that list (``log.cleaner.threads``, the I/O
-  buffer and throttle settings) have no counterpart in Odradek's single cleaner thread).
+  buffer and throttle settings) have no counterpart in Odradek's single cleaner thread);
+* ``num.replica.fetchers`` (Kafka's ``DynamicThreadPool``: the partitions are spread over the new
+  number of fetchers per source broker; a change may at most halve or double the count);
+* the replication throttles (``leader/follower.replication.throttled.rate``,
+  ``replica.alter.log.dirs.io.max.bytes.per.second``).
 
 Everything else (including keys Kafka can change dynamically but Odradek does not apply, such as
-the thread pools, the connection limits, listeners and SSL, and names Kafka does not know, which
+``num.io.threads`` / ``num.network.threads`` / ``background.threads`` (an asyncio broker has no
+such pools), the client quota and connection limits, listeners and SSL, and names Kafka does not know, which
 Kafka keeps as custom configs) is refused with Kafka's
 ``Cannot update these configs dynamically: [...]`` (INVALID_REQUEST). None of the accepted keys
 is per-broker-only in Kafka (those are the listener and SSL ones), so all are accepted both as
@@ -61,7 +66,13 @@ DYNAMIC_QUOTA_CONFIGS: frozenset[str] = frozenset({
     "leader.replication.throttled.rate", "follower.replication.throttled.rate",
     "replica.alter.log.dirs.io.max.bytes.per.second",
 })
-DYNAMIC_CONFIGS: frozenset[str] = DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS | DYNAMIC_QUOTA_CONFIGS
+# Kafka's DynamicThreadPool.ReconfigurableConfigs that Odradek has a pool for: the replica
+# fetchers (num.io.threads, background.threads and num.recovery.threads.per.data.dir name thread
+# pools an asyncio broker does not have, so they are refused).
+DYNAMIC_THREAD_CONFIGS: frozenset[str] = frozenset({"num.replica.fetchers"})
+DYNAMIC_CONFIGS: frozenset[str] = (
+    DYNAMIC_LOG_CONFIGS | DYNAMIC_CLEANER_CONFIGS | DYNAMIC_QUOTA_CONFIGS | DYNAMIC_THREAD_CONFIGS
+)
 
 # Kafka's DynamicBrokerConfig.brokerConfigSynonyms: names of one setting, highest precedence first.
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -133,6 +144,10 @@ def validate_dynamic_configs(
         _, err = check_value(BROKER_CONFIGS[key], value)
         if err is not None:
             return err
+        if key in DYNAMIC_THREAD_CONFIGS:
+            err = _check_thread_count(key, value, int(config.get(key)))
+            if err is not None:
+                return err
     if resource_name == "":
         default, per_broker = dict(new_props), config.dynamic_broker_configs
     else:
@@ -141,6 +156,22 @@ def validate_dynamic_configs(
         KafkaConfig(layered_props(config.static_originals, default, per_broker))
     except ConfigError as e:
         return str(e)
+    return None
+
+
+def _check_thread_count(key: str, value: str, old: int) -> str | None:
+    """Kafka's DynamicThreadPool.validateReconfiguration: at least 1, at most a halving or a
+    doubling of the current count at a time."""
+    new = int(value.strip())
+    if new == old:
+        return None
+    prefix = f"Dynamic thread count update validation failed for {key}={value}"
+    if new <= 0:
+        return f"{prefix}, value should be at least 1"
+    if new < old // 2:
+        return f"{prefix}, value should be at least half the current value {old}"
+    if new > old * 2:
+        return f"{prefix}, value should not be greater than double the current value {old}"
     return None
 
 
@@ -200,7 +231,9 @@ def describe_broker_config(
         if keys and name not in keys:
             continue
         defn = BROKER_CONFIGS.get(name)
-        sensitive = defn is not None and (defn.sensitive or defn.type == "password")
+        # Kafka (KafkaConfig.maybeSensitive) hides a value whose type it cannot tell: a name it
+        # does not know (a custom key in server.properties may be a secret), or a password.
+        sensitive = defn is None or defn.sensitive or defn.type == "password"
         synonyms = broker_synonyms(config, name, sensitive)
         if per_broker:
             value = merged.get(name, defn.default if defn is not None else None)

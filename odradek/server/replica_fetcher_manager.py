@@ -107,6 +107,18 @@ class ReplicaFetcherManager:
             if fetcher is not None:
                 fetcher.remove_partitions([tp])
 
+    def resize_thread_pool(self, new_size: int) -> None:
+        """``num.replica.fetchers`` changed (Kafka's AbstractFetcherManager.resizeThreadPool):
+        every partition goes, with its fetch state, to the fetcher its hash picks under the new
+        count; fetchers left without partitions are stopped by ``shutdown_idle_fetchers``."""
+        new_size = max(1, new_size)
+        if new_size == self.num_fetchers:
+            return
+        log.info("Resizing fetcher thread pool size from %d to %d", self.num_fetchers, new_size)
+        current = {tp: (f.source, st) for f in self.fetchers.values() for tp, st in f.partitions.items()}
+        self.num_fetchers = new_size
+        self.add_fetcher_for_partitions(current)
+
     def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
         key = self._partition_fetcher.get(tp)
         fetcher = self.fetchers.get(key) if key is not None else None

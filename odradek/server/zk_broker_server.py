@@ -259,6 +259,7 @@ class ZkBrokerServer:
             txn_apis=self._txn_partition_apis(cfg, rm),
         )
         bound.restrict(apis)
+        apis.admin_apis.serves_group_configs = False  # as Kafka 3.9: group configs are KRaft's
         apis.auto_topic_creation = ZkAutoTopicCreationManager(admin)  # type: ignore[assignment]  # same create_topics
         txn_apis.idempotent_init_producer_id = apis.handle_init_producer_id
         group_apis.transaction_version = txn_apis.transaction_version
@@ -296,6 +297,9 @@ class ZkBrokerServer:
                 lm.default_config = config_defs.build_log_config(cfg, {})
                 for topic in {t for t, _p in rm.partitions}:
                     apply_topic(topic)
+                if self.replica_fetcher_manager is not None:
+                    self.replica_fetcher_manager.resize_thread_pool(int(cfg.get("num.replica.fetchers")))
+                    rm._shutdown_idle_fetchers()
                 log.info("Dynamic broker configs now in effect: cluster default %s, broker %d %s",
                          default, self.node_id, per_broker)
             loop.call_soon_threadsafe(run)

@@ -226,3 +226,27 @@ def test_stored_foreign_key_does_not_block_other_changes() -> None:
         BROKER_RESOURCE, "", [{"name": "log.cleaner.threads", "config_operation": OP_SET, "value": "3"}]
     )
     assert (code, msg) == (Errors.INVALID_REQUEST, "Cannot update these configs dynamically: [log.cleaner.threads]")
+
+
+def test_num_replica_fetchers_is_dynamic_within_kafkas_bounds() -> None:
+    cfg = _static(**{"num.replica.fetchers": "2"})
+    assert validate_dynamic_configs(cfg, "1", {"num.replica.fetchers": "4"}) is None
+    assert validate_dynamic_configs(cfg, "", {"num.replica.fetchers": "5"}) == (
+        "Dynamic thread count update validation failed for num.replica.fetchers=5, "
+        "value should not be greater than double the current value 2"
+    )
+    cfg = _static(**{"num.replica.fetchers": "6"})
+    assert validate_dynamic_configs(cfg, "1", {"num.replica.fetchers": "2"}) == (
+        "Dynamic thread count update validation failed for num.replica.fetchers=2, "
+        "value should be at least half the current value 6"
+    )
+    for key in ("num.io.threads", "num.network.threads", "background.threads"):
+        assert validate_dynamic_configs(cfg, "1", {key: "4"}) == f"Cannot update these configs dynamically: [{key}]"
+
+
+def test_unknown_and_password_broker_keys_are_described_as_sensitive() -> None:
+    cfg = _static(**{"my.plugin.secret": "hunter2"})
+    e = {x.name: x for x in describe_broker_config(cfg, "1")}["my.plugin.secret"]
+    assert (e.value, e.is_sensitive, _syn(e)) == (None, True, [("my.plugin.secret", None, ConfigSource.STATIC_BROKER_CONFIG)])
+    e = {x.name: x for x in describe_broker_config(cfg, "1")}["log.retention.hours"]
+    assert (e.value, e.is_sensitive) == ("1", False)

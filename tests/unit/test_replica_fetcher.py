@@ -183,3 +183,26 @@ def test_fetcher_ids_and_managers() -> None:
         await mgr.shutdown()
 
     asyncio.run(run())
+
+
+def test_resize_thread_pool_moves_partitions_with_their_state() -> None:
+    """num.replica.fetchers changed live (Kafka's resizeThreadPool)."""
+
+    async def run() -> None:
+        mgr = ReplicaFetcherManager(Target(Partition("t", 0, TOPIC_ID, 2)), FetcherConfig(node_id=2), 1,
+                                    lambda _s, _c: FakeLeader([]))  # type: ignore[arg-type,return-value]
+        states = {("t", p): PartitionFetchState(TOPIC_ID, 10 * p, 1) for p in range(6)}
+        mgr.add_fetcher_for_partitions({tp: (LEADER, st) for tp, st in states.items()})
+        assert {k for k, f in mgr.fetchers.items() if f.partitions} == {(1, 0)}
+        mgr.resize_thread_pool(3)
+        busy = {k for k, f in mgr.fetchers.items() if f.partitions}
+        assert busy == {(1, fetcher_id("t", p, 3)) for p in range(6)} and len(busy) == 3
+        for tp, st in states.items():
+            assert mgr.fetch_state(tp) is st
+            assert tp in mgr.fetchers[(1, fetcher_id(tp[0], tp[1], 3))].partitions
+        mgr.resize_thread_pool(1)
+        await mgr.shutdown_idle_fetchers()
+        assert list(mgr.fetchers) == [(1, 0)] and len(mgr.fetchers[(1, 0)].partitions) == 6
+        await mgr.shutdown()
+
+    asyncio.run(run())

@@ -15,7 +15,9 @@ Sans-I/O cores (no clock, no asyncio, no files; time comes in as ``now_ms``):
 * :mod:`.records`, :mod:`.consumer_group_records` -- the ``__consumer_offsets`` records (offset
   commits and classic groups; KIP-848 groups); :mod:`.consumer_protocol` -- the consumer's
   embedded subscription/assignment bytes of classic groups.
-* :mod:`.group_coordinator_config` -- ``GroupCoordinatorConfig``: the ``group.*`` settings.
+* :mod:`.group_coordinator_config` -- ``GroupCoordinatorConfig``: the ``group.*`` settings;
+  :mod:`.dynamic_group_config` -- ``GroupConfig``: a group's own session timeout and heartbeat
+  interval (resource type GROUP), validated, described and laid over them.
 * :mod:`.txn_offsets` -- transactional offset commits pending until their transaction's COMMIT or
   ABORT marker (Kafka's ``pendingTransactionalOffsets``).
 

@@ -48,6 +48,7 @@ from odradek.coordinator.group.consumer_group_records import (
     target_member_record,
     target_metadata_record,
 )
+from odradek.coordinator.group.dynamic_group_config import with_group_overrides
 from odradek.coordinator.group.group_coordinator_config import ConsumerGroupConfig
 from odradek.protocol.errors import Errors
 
@@ -57,6 +58,10 @@ INVALID_REGULAR_EXPRESSION = int(Errors.INVALID_REGULAR_EXPRESSION)
 INTERNAL_TOPICS = frozenset(
     {"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"}
 )
+
+
+def _no_overrides() -> Mapping[str, str]:
+    return {}
 
 
 class ConsumerGroupState(Enum):
@@ -94,7 +99,10 @@ class ConsumerGroup:
         member_id_factory: Callable[[], str] = new_member_id,
     ) -> None:
         self.group_id = group_id
-        self.config = config or ConsumerGroupConfig()
+        self.base_config = config or ConsumerGroupConfig()
+        # The group's own configs (resource type GROUP), looked up at each use: set by the
+        # metadata manager to read the metadata image.
+        self.config_overrides: Callable[[], Mapping[str, str]] = _no_overrides
         self.new_member_id = member_id_factory
         self._regex_cache: dict[str, re.Pattern[str]] = {}
         self._regex_matches_cache: dict[str, tuple[Mapping[str, Any], int, frozenset[str]]] = {}
@@ -105,6 +113,13 @@ class ConsumerGroup:
         # ConsumerGroup.offsetExpirationCondition), so there is no state timestamp to add.
         self.current_state_timestamp = -1
         self._reset()
+
+    @property
+    def config(self) -> ConsumerGroupConfig:
+        """The broker's consumer-group settings with this group's own session timeout and
+        heartbeat interval (KIP-848 group configs) laid over."""
+        overrides = self.config_overrides()
+        return with_group_overrides(self.base_config, overrides) if overrides else self.base_config
 
     def _reset(self) -> None:
         self.group_epoch = 0

@@ -111,6 +111,7 @@ class GroupCoordinator:
             on_member_heartbeat=self._schedule,
         )
         self.metadata_manager.on_group_loaded = self._schedule
+        self.metadata_manager.group_overrides = lambda group_id: self.metadata_cache.group_config(group_id)
         self.metadata_manager.on_group_unloaded = self._on_unloaded
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group id -> (lock, users)
         self._topics_metadata: dict[str, TopicMetadata] | None = None

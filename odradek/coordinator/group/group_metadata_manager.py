@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -149,6 +149,8 @@ class GroupMetadataManager(CoordinatorPartitions[Replayed]):
         self.num_partitions = num_partitions
         self.group_config = group_config
         self.consumer_group_config = consumer_group_config or ConsumerGroupConfig()
+        # A group's own configs (resource type GROUP): set by the coordinator to the metadata cache.
+        self.group_overrides: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.offsets_retention_ms = offsets_retention_ms
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.append_timeout_ms = append_timeout_ms
@@ -200,7 +202,9 @@ class GroupMetadataManager(CoordinatorPartitions[Replayed]):
 
     def new_consumer_group(self, group_id: str) -> ConsumerGroup:
         """A new (unregistered) KIP-848 consumer group with the broker's settings."""
-        return ConsumerGroup(group_id, self.consumer_group_config)
+        group = ConsumerGroup(group_id, self.consumer_group_config)
+        group.config_overrides = lambda: self.group_overrides(group_id)
+        return group
 
     def remove_group(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
