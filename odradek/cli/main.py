@@ -21,6 +21,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
     "odradek.cli.transactions",
+    "odradek.cli.console_producer",
+    "odradek.cli.console_consumer",
+    "odradek.cli.perf",
 )
 
 
