@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -208,7 +209,7 @@ async def produce(ns: argparse.Namespace, stop: asyncio.Event) -> int:
                 raise ToolFailure(str(e)) from None
             sent += 1
             pending.add(fut)
-            fut.add_done_callback(lambda f, k=record.key, v=record.value: delivered(f, k, v))
+            fut.add_done_callback(functools.partial(delivered, key=record.key, value=record.value))
             if ns.sync:
                 await asyncio.gather(fut, return_exceptions=True)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import functools
 import random
 import re
 import sys
@@ -149,7 +150,7 @@ async def perf_produce(ns: argparse.Namespace, stop: asyncio.Event) -> int:
             except ProduceError as e:
                 raise ToolFailure(str(e)) from None
             size = len(payload)
-            fut.add_done_callback(lambda f, t=t0, n=size: done(f, t, n))
+            fut.add_done_callback(functools.partial(done, start_ms=t0, size=size))
             if ns.throughput > 0:
                 ahead = (i + 1) / ns.throughput - (time.monotonic() - start)
                 if ahead > 0:
