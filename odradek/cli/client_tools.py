@@ -115,3 +115,6 @@ def run_tool(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
     except (ToolFailure, ClusterError, ConfigError) as e:
         print(f"ERROR {e}", file=sys.stderr)
         return 1
+    except (OSError, ConnectionError, TimeoutError) as e:  # a broker went away for good
+        print(f"ERROR {type(e).__name__}: {e or 'timed out'}", file=sys.stderr)
+        return 1
