@@ -186,7 +186,7 @@ class GroupMember:
             by_topic.setdefault(t, []).append(p)
         topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
         resp = await self._send(m.OFFSET_FETCH, {
-            "group_id": self.group_id, "topics": topics, "require_stable": True,
+            "group_id": self.group_id, "topics": topics, "require_stable": False,
             "groups": [{"group_id": self.group_id, "member_id": None, "member_epoch": -1, "topics": topics}],
         })
         if resp.get("error_code"):

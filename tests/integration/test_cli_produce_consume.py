@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from .cli_tools_support import clusters, create_topic, odradek_cli
-from .support import unique_name
+from .cli_tools_support import REPO, clusters, create_topic, odradek_cli
+from .support import unique_name, wait_until
 
 
 @pytest.fixture(scope="module", params=["odradek", "kafka"])
@@ -208,3 +211,85 @@ def test_bad_input_exit_codes_and_messages(bootstrap: str) -> None:
     assert b"Processed a total of 1 messages" in r.stderr
     r = odradek_cli("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--partition", "5")
     assert r.returncode == 1 and f"Partition {topic}-5 does not exist" in r.stderr.decode()
+
+
+def test_read_committed_skips_aborted_transactions(bootstrap: str) -> None:
+    topic = unique_name("txn")
+    create_topic(bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("tx")})
+    p.init_transactions(30)
+    for values, commit in ((["c1", "c2"], True), (["a1", "a2"], False), (["c3"], True)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, v.encode())
+        p.flush(30)  # in the log before the outcome (an abort purges records not yet sent)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    base = ("consume", "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning", "--timeout-ms", "3000")
+    r = odradek_cli(*base, "--isolation-level", "read_committed")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().split() == ["c1", "c2", "c3"]
+    r = odradek_cli(*base)  # read_uncommitted: the aborted records too, never the markers
+    assert r.stdout.decode().split() == ["c1", "c2", "a1", "a2", "c3"]
+
+
+def test_two_group_members_share_the_partitions(bootstrap: str) -> None:
+    topic = unique_name("share")
+    create_topic(bootstrap, topic, 2)
+    group = unique_name("cg")
+    cmd = [sys.executable, "-m", "odradek.cli.main", "consume", "--bootstrap-server", bootstrap, "--topic", topic,
+           "--group", group, "--timeout-ms", "12000", "--property", "print.partition=true",
+           "--consumer-property", "heartbeat.interval.ms=500"]
+    members = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)]
+    try:
+        def group_members() -> int:
+            d = odradek_cli("groups", "describe", "--group", group, "--members", "--bootstrap-server", bootstrap)
+            return sum(1 for line in d.stdout.decode().splitlines()[1:] if " console-consumer " in f" {line} ")
+
+        wait_until(lambda: group_members() == 1, 30, 0.5, "the first member in the group")
+        members.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO))
+        wait_until(lambda: group_members() == 2, 30, 0.5, "both members in the group")
+        time.sleep(1)  # both through SyncGroup and fetching (they start at the latest offset)
+        values = [f"v{i}" for i in range(20)]
+        r = odradek_cli("produce", "--bootstrap-server", bootstrap, "--topic", topic, "--property", "parse.key=true",
+                        stdin="".join(f"{v}\t{v}\n" for v in values).encode())
+        assert r.returncode == 0, r.stderr.decode()
+        outs = [m.communicate(timeout=60) for m in members]
+    finally:
+        for m in members:
+            if m.poll() is None:
+                m.kill()
+                m.wait()
+    seen = [line.split("\t") for out, _ in outs for line in out.decode().splitlines()]
+    assert sorted(v for _, v in seen) == sorted(values), outs  # each record once
+    partitions = [{p for p, _ in (line.split("\t") for line in out.decode().splitlines())} for out, _ in outs]
+    assert all(len(ps) == 1 for ps in partitions) and partitions[0] != partitions[1], partitions
+
+
+def test_sigterm_ends_the_consumer_normally_and_commits(bootstrap: str) -> None:
+    topic = unique_name("term")
+    create_topic(bootstrap, topic, 1)
+    odradek_cli("produce", "--bootstrap-server", bootstrap, "--topic", topic, stdin=b"one\ntwo\n")
+    group = unique_name("cg")
+    proc = subprocess.Popen([sys.executable, "-m", "odradek.cli.main", "consume", "--bootstrap-server", bootstrap,
+                             "--topic", topic, "--group", group, "--from-beginning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline(), proc.stdout.readline()] == [b"one\n", b"two\n"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err.decode()
+    assert b"Processed a total of 2 messages" in err
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = c.committed([TopicPartition(topic, 0)], timeout=30)
+    finally:
+        c.close()
+    assert committed[0].offset == 2
