@@ -342,11 +342,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--timeout-ms", type=int, help="stop when no record came for this long")
     p.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
                    help="read_committed: skip records of aborted and open transactions")
-    p.add_argument("--property", action="append", metavar="KEY=VALUE",
+    p.add_argument("--property", "--formatter-property", dest="property", action="append", metavar="KEY=VALUE",
                    help="formatter property: print.key, print.value, print.timestamp, print.partition, "
                         "print.offset, print.headers, key.separator, line.separator, headers.separator, null.literal")
     p.add_argument("--formatter-config", metavar="FILE", help="formatter properties file (--property wins)")
-    p.add_argument("--consumer-property", action="append", metavar="KEY=VALUE", help="a consumer property")
+    p.add_argument("--consumer-property", "--command-property", dest="consumer_property", action="append",
+                   metavar="KEY=VALUE", help="a consumer property")
     p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
                    help="consumer properties file (--consumer-property wins)")
     p.add_argument("--command-config", metavar="FILE", help="the same as --consumer.config")

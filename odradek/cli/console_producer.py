@@ -236,11 +236,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]",
                    help="REQUIRED: the server(s) to connect to")
     p.add_argument("--topic", required=True, help="REQUIRED: the topic to produce to")
-    p.add_argument("--property", action="append", metavar="KEY=VALUE",
+    p.add_argument("--property", "--reader-property", dest="property", action="append", metavar="KEY=VALUE",
                    help="line reader property: parse.key, key.separator, parse.headers, headers.delimiter, "
                         "headers.separator, headers.key.separator, null.marker, ignore.error")
     p.add_argument("--reader-config", metavar="FILE", help="line reader properties file (--property wins)")
-    p.add_argument("--producer-property", action="append", metavar="KEY=VALUE",
+    p.add_argument("--producer-property", "--command-property", dest="producer_property", action="append",
+                   metavar="KEY=VALUE",
                    help="a producer property (acks, linger.ms, batch.size, compression.type, ...)")
     p.add_argument("--producer.config", dest="producer_config", metavar="FILE",
                    help="producer properties file (--producer-property wins)")

@@ -32,6 +32,7 @@ from odradek.clients.config import (
     ClientConfig,
     ConfigError,
     load_properties,
+    parse_kv_args,
 )
 from odradek.clients.consumer import EARLIEST, LATEST, Consumer
 from odradek.clients.group import GroupMember
@@ -116,7 +117,7 @@ async def perf_produce(ns: argparse.Namespace, stop: asyncio.Event) -> int:
     cluster = Cluster(bootstrap, config.get("client.id"), config.int("request.timeout.ms"))
     await cluster.start()
     producer = Producer(cluster, config)
-    stats = ProducerStats(ns.num_records, REPORTING_INTERVAL_MS, sys.stdout)
+    stats = ProducerStats(ns.num_records, ns.reporting_interval, sys.stdout)
     progress = Progress(ns.num_records, "rec", not ns.no_progress)
     rng = random.Random(0)
     failures = 0
@@ -189,6 +190,7 @@ def java_date(pattern: str, epoch_ms: float) -> str:
 
 async def perf_consume(ns: argparse.Namespace, stop: asyncio.Event) -> int:
     props = load_properties(ns.consumer_config)
+    props.update(parse_kv_args(ns.command_property))
     props["auto.offset.reset"] = "latest" if ns.from_latest else "earliest"
     props["max.partition.fetch.bytes"] = str(ns.fetch_size)
     props.setdefault("client.id", "perf-consumer-client")
@@ -209,12 +211,13 @@ async def perf_consume(ns: argparse.Namespace, stop: asyncio.Event) -> int:
     consumer: Consumer | None = None
     try:
         await cluster.start()
-        md = await cluster.metadata([ns.topic])
-        if not md["topics"] or md["topics"][0]["error_code"]:
-            raise ToolFailure(f"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: "
-                              f"Topic {ns.topic} does not exist")
+        if ns.topic is not None:
+            md = await cluster.metadata([ns.topic])
+            if not md["topics"] or md["topics"][0]["error_code"]:
+                raise ToolFailure(f"org.apache.kafka.common.errors.UnknownTopicOrPartitionException: "
+                                  f"Topic {ns.topic} does not exist")
         consumer = Consumer(cluster, config)
-        member = GroupMember(cluster, config.get("group.id"), [ns.topic], None,
+        member = GroupMember(cluster, config.get("group.id"), [ns.topic] if ns.topic else None, ns.include,
                              config.int("session.timeout.ms"), config.int("max.poll.interval.ms"),
                              config.int("heartbeat.interval.ms"))
 
@@ -330,9 +333,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--payload-delimiter", default="\\n", help="delimiter of --payload-file (default \\n)")
     p.add_argument("--throughput", required=True, type=float,
                    help="throttle to about this many records/s; -1 for no limit")
-    p.add_argument("--producer-props", nargs="+", metavar="PROP-NAME=PROP-VALUE",
+    p.add_argument("--producer-props", "--command-property", dest="producer_props", nargs="+", metavar="PROP-NAME=PROP-VALUE",
                    help="producer properties (bootstrap.servers, acks, linger.ms, batch.size, compression.type, ...)")
-    p.add_argument("--producer.config", dest="producer_config", metavar="CONFIG-FILE", help="producer properties file")
+    p.add_argument("--producer.config", "--command-config", dest="producer_config", metavar="CONFIG-FILE",
+                   help="producer properties file")
+    p.add_argument("--reporting-interval", type=_positive("--reporting-interval"), default=REPORTING_INTERVAL_MS,
+                   metavar="INTERVAL-MS", help="milliseconds between window lines (default 5000)")
     p.add_argument("--bootstrap-server", help="the server(s) to connect to (instead of bootstrap.servers in the properties)")
     add_progress_flag(p)
     p.set_defaults(func=run_produce, perf_produce_parser=p)
@@ -340,8 +346,11 @@ def add_parser(sub: Any) -> None:
     c = tests.add_parser("consume", help="kafka-consumer-perf-test.sh",
                          description="Read records in a consumer group and report Kafka's consumer perf-test CSV.")
     c.add_argument("--bootstrap-server", required=True, help="REQUIRED: the server(s) to connect to")
-    c.add_argument("--topic", required=True, help="REQUIRED: the topic to consume from")
-    c.add_argument("--messages", required=True, type=_positive("--messages"), help="REQUIRED: the number of records to consume")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", help="the topic to consume from")
+    which.add_argument("--include", metavar="REGEX", help="a regular expression of the topics to consume from")
+    c.add_argument("--messages", "--num-records", dest="messages", required=True, type=_positive("--messages"),
+                   help="REQUIRED: the number of records to consume")
     c.add_argument("--group", help="the group id (default perf-consumer-NNNNN)")
     c.add_argument("--timeout", type=int, default=10_000, help="the most milliseconds between records (default 10000)")
     c.add_argument("--show-detailed-stats", action="store_true", help="a line per --reporting-interval")
@@ -350,6 +359,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--fetch-size", type=int, default=1024 * 1024, help="max.partition.fetch.bytes (default 1048576)")
     c.add_argument("--date-format", default="yyyy-MM-dd HH:mm:ss:SSS", help="date format (yyyy MM dd HH mm ss SSS)")
     c.add_argument("--hide-header", action="store_true", help="no CSV header")
-    c.add_argument("--consumer.config", dest="consumer_config", metavar="FILE", help="consumer properties file")
+    c.add_argument("--consumer.config", "--command-config", dest="consumer_config", metavar="FILE",
+                   help="consumer properties file")
+    c.add_argument("--command-property", dest="command_property", nargs="+", metavar="PROP-NAME=PROP-VALUE",
+                   help="consumer properties")
     add_progress_flag(c)
     c.set_defaults(func=run_consume)
