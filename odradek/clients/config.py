@@ -80,7 +80,7 @@ CONSUMER_DEFAULTS: dict[str, str] = {
 # Accepted and without effect on these clients (serializers are bytes here; the tools use them).
 _NO_EFFECT = frozenset({
     "bootstrap.servers", "key.serializer", "value.serializer", "key.deserializer",
-    "value.deserializer", "client.rack", "partition.assignment.strategy", "enable.idempotence",
+    "value.deserializer", "client.rack",
     "receive.buffer.bytes", "send.buffer.bytes", "socket.connection.setup.timeout.ms",
     "socket.connection.setup.timeout.max.ms", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
     "connections.max.idle.ms", "metadata.max.idle.ms", "check.crcs", "max.poll.records",
@@ -99,6 +99,11 @@ class ClientConfig:
         if protocol != "PLAINTEXT":
             raise ConfigError(f"security.protocol={protocol} is not supported by odradek's tools (only PLAINTEXT)")
         self.props.pop("security.protocol", None)
+        if self.props.get("enable.idempotence", "false").strip().lower() != "false":
+            raise ConfigError("enable.idempotence=true is not supported by odradek's tools (their producer is not idempotent)")
+        if self.props.get("transactional.id"):
+            raise ConfigError("transactional.id is not supported by odradek's tools (their producer is not transactional)")
+        self.props.pop("enable.idempotence", None)
         out = warn if warn is not None else sys.stderr
         for key in sorted(self.props):
             if key not in defaults and key not in _NO_EFFECT:

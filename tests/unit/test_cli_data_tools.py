@@ -99,6 +99,22 @@ def test_range_assignor() -> None:
     assert plan == {"m1": {"a": [0, 1]}, "m2": {"a": [2], "b": [0]}, "m3": {}}
 
 
+def test_client_config_refuses_what_the_clients_do_not_do() -> None:
+    from odradek.clients.config import PRODUCER_DEFAULTS, ClientConfig
+
+    for props, msg in (({"enable.idempotence": "true"}, "not idempotent"),
+                       ({"transactional.id": "x"}, "not transactional"),
+                       ({"security.protocol": "SSL"}, "only PLAINTEXT")):
+        with pytest.raises(ConfigError, match=msg):
+            ClientConfig(PRODUCER_DEFAULTS, props)
+    warn = io.StringIO()
+    config = ClientConfig(PRODUCER_DEFAULTS, {"linger.ms": "7", "no.such": "1"}, warn=warn)
+    assert config.int("linger.ms") == 7
+    assert warn.getvalue() == "WARN The configuration 'no.such' was supplied but isn't a known config.\n"
+    with pytest.raises(ConfigError, match="Invalid value x for configuration batch.size"):
+        ClientConfig(PRODUCER_DEFAULTS, {"batch.size": "x"}).int("batch.size")
+
+
 def test_kv_args() -> None:
     assert parse_kv_args(["a=b", "c=d=e"]) == {"a": "b", "c": "d=e"}
     with pytest.raises(ConfigError, match="Invalid command line properties: acks"):
