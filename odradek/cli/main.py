@@ -28,6 +28,9 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.log_dirs",
     "odradek.cli.features",
     "odradek.cli.completion",
+    "odradek.cli.console_producer",
+    "odradek.cli.console_consumer",
+    "odradek.cli.perf",
 )
 
 
