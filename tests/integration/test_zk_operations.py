@@ -1,0 +1,460 @@
+"""ZooKeeper-mode operations on real processes: three ``odradek server`` brokers in ZooKeeper mode
+on a real ZooKeeper, driven by real clients (confluent-kafka, kafka-python) and by Kafka's admin
+znodes written directly with kazoo, in Kafka's JSON.
+
+- topic deletion with a replica's broker down: the deletion stops at the ineligible replica
+  (``/admin/delete_topics/<t>`` and the topic's znodes stay, the down broker's logs stay) and
+  finishes when the broker returns; ``delete.topic.enable=false`` → TOPIC_DELETION_DISABLED
+  (INVALID_REQUEST below v3, as Kafka 3.9) and a znode request is dropped;
+- reassignment through ``/admin/reassign_partitions`` and AlterPartitionReassignments /
+  ListPartitionReassignments, data intact on the new replicas, cancellation;
+- preferred leader election through ``/admin/preferred_replica_election`` and the automatic
+  rebalance (ElectLeaders after a restart: test_zk_mode.py);
+- controlled shutdown (SIGTERM) with a producer running: no leaderless partition, nothing lost;
+- DeleteTopics v6 by topic id.
+
+One cluster (``auto.leader.rebalance.enable=false``) serves most tests; a second one on the same
+ZooKeeper (another chroot) has ``delete.topic.enable=false`` and a 1 s imbalance check.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.zk import zk_data as z
+from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
+
+from .test_zk_mode import ZkServerProcess
+from .zookeeper_support import ZooKeeperServer, wait_for
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka_admin = pytest.importorskip("confluent_kafka.admin")
+kafka_python = pytest.importorskip("kafka")
+kazoo_client = pytest.importorskip("kazoo.client")
+
+pytestmark = pytest.mark.timeout(600)
+
+SESSION_S = 6
+
+
+class Broker(ZkServerProcess):
+    def __init__(self, data_dir: Path, zk_connect: str, broker_id: int, extra: dict[str, str]) -> None:
+        super().__init__(data_dir, zk_connect, broker_id)
+        self.extra = extra
+
+    def _command(self) -> list[str]:
+        cmd = super()._command()
+        for k, v in self.extra.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+
+@dataclass
+class Cluster:
+    brokers: dict[int, Broker]
+    zk: KafkaZkClient  # ours, for reading
+    kz: Any  # a raw kazoo client on the same chroot, for writing Kafka's znodes by hand
+    clients: list[Any] = field(default_factory=list)
+    admins: dict[str, Any] = field(default_factory=dict)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- broker {i} ---\n{b.log_tail(4000)}" for i, b in self.brokers.items())
+
+    def bootstrap(self, *ids: int) -> str:
+        return ",".join(self.brokers[i].bootstrap_servers for i in (ids or self.brokers))
+
+    def live(self) -> list[int]:
+        return [i for i, b in self.brokers.items() if b.proc is not None]
+
+    def controller(self) -> int:
+        return int(wait_for("a controller", self.zk.get_controller_id, 30, self.logs))
+
+    def admin(self, *ids: int) -> Any:
+        """A confluent-kafka AdminClient, kept (its futures fail once the client is collected)."""
+        bootstrap = self.bootstrap(*(ids or self.live()))
+        if bootstrap not in self.admins:
+            self.admins[bootstrap] = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+        return self.admins[bootstrap]
+
+    def kp_admin(self) -> Any:
+        a = kafka_python.KafkaAdminClient(bootstrap_servers=self.bootstrap(*self.live()), request_timeout_ms=60000)
+        self.clients.append(a)
+        return a
+
+    def states(self, topic: str, n: int) -> dict[int, z.PartitionState]:
+        got = self.zk.get_topic_partition_states([(topic, p) for p in range(n)])
+        return {p: s for (_t, p), s in got.items()}
+
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        a = self.zk.get_replica_assignment_and_topic_ids([topic]).get(topic)
+        return {} if a is None else {p: list(r.replicas) for p, r in a.partitions.items()}
+
+    def create(self, topic: str, assignment: dict[int, list[int]], configs: dict[str, str] | None = None) -> None:
+        new = kafka_admin.NewTopic(topic, len(assignment), replica_assignment=[assignment[p] for p in sorted(assignment)],
+                                   config=configs or {})
+        assert self.admin().create_topics([new], request_timeout=30)[topic].result(60) is None
+        wait_for(f"{topic} fully replicated", lambda: len(s := self.states(topic, len(assignment))) == len(
+            assignment) and all(sorted(s[p].isr) == sorted(assignment[p]) and s[p].leader == assignment[p][0]
+                                for p in assignment), 60, self.logs)
+
+    def stop(self, broker: int) -> None:
+        assert self.brokers[broker].terminate(60) == 0, self.logs()
+        wait_for(f"broker {broker} unregistered", lambda: broker not in self.zk.get_sorted_broker_list(),
+                 SESSION_S + 30, self.logs)
+
+    def start(self, broker: int) -> None:
+        self.brokers[broker].start(60)
+        wait_for(f"broker {broker} registered", lambda: broker in self.zk.get_sorted_broker_list(), 30, self.logs)
+
+
+def produce(bootstrap: str, topic: str, first: int, n: int) -> list[bytes]:
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "message.timeout.ms": 60000})
+    acked: list[bytes] = []
+
+    def done(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.value())
+
+    for i in range(first, first + n):
+        p.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), on_delivery=done)
+        p.poll(0)
+    p.flush(90)
+    return acked
+
+
+def consume(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    got: list[bytes] = []
+    try:
+        c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                  for p in range(partitions)])
+        deadline = time.monotonic() + 60
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        end = time.monotonic() + 1  # nothing beyond what was expected
+        while time.monotonic() < end:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        c.close()
+    return got
+
+
+def log_dirs(broker: Broker, topic: str) -> list[str]:
+    """The broker's directories of ``topic`` (live ones and ones renamed for deletion)."""
+    return sorted(p.name for p in broker.data_dir.iterdir() if p.is_dir() and p.name.startswith(f"{topic}-"))
+
+
+def _cluster(zk: ZooKeeperServer, root: Path, chroot: str, extra: dict[str, str]) -> Iterator[Cluster]:
+    connect = zk.connect + chroot
+    brokers = {i: Broker(root / f"{chroot.strip('/')}-b{i}", connect, i, extra) for i in (1, 2, 3)}
+    ours = KafkaZkClient(ZkConfig(connect, 10000, 20000))
+    kz = kazoo_client.KazooClient(hosts=connect, timeout=10)
+    cluster = Cluster(brokers, ours, kz)
+    try:
+        for b in brokers.values():
+            b.start(60)
+        ours.start()
+        kz.start(20)
+        wait_for("three registrations", lambda: ours.get_sorted_broker_list() == [1, 2, 3], 30, cluster.logs)
+        cluster.controller()
+        yield cluster
+    finally:
+        for c in cluster.clients:
+            try:
+                c.close()
+            except Exception:
+                pass
+        kz.stop()
+        kz.close()
+        ours.close()
+        for b in brokers.values():
+            b.kill()
+
+
+@pytest.fixture(scope="module")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer() as zk:
+        yield zk
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from _cluster(zookeeper, tmp_path_factory.mktemp("zkops"), "/ops",
+                        {"auto.leader.rebalance.enable": "false"})
+
+
+@pytest.fixture(autouse=True)
+def all_brokers_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that stops a broker of the shared cluster brings it back even when it fails."""
+    yield
+    if "cluster" in request.fixturenames:
+        c: Cluster = request.getfixturevalue("cluster")
+        for i, b in c.brokers.items():
+            if b.proc is None:
+                c.start(i)
+
+
+# --- 1. topic deletion with a broker down --------------------------------------------------------
+
+
+def test_delete_topic_with_a_replica_down_finishes_when_it_returns(cluster: Cluster) -> None:
+    """DeleteTopics (confluent-kafka) and a /admin/delete_topics/<t> znode while one replica's
+    broker is down: the topic leaves the metadata (UpdateMetadata marks its partitions deleted, so
+    the request succeeds as in Kafka 3.9), the live replicas are deleted, but the replica on the down
+    broker is ineligible: /admin/delete_topics/<t> and /brokers/topics/<t> stay and its logs stay.
+    When the broker returns, the deletion finishes: znodes gone, its logs deleted."""
+    by_api, by_znode = "del-api", "del-znode"
+    spread = {0: [1, 2, 3], 1: [2, 3, 1]}
+    for t in (by_api, by_znode):
+        cluster.create(t, spread)
+        assert len(produce(cluster.bootstrap(), t, 0, 50)) == 50, cluster.logs()
+    controller = cluster.controller()
+    down = next(i for i in (3, 2, 1) if i != controller)
+    live = [i for i in cluster.brokers if i != down]
+    for t in (by_api, by_znode):
+        wait_for(f"{t}'s logs on broker {down}", lambda t=t: len(log_dirs(cluster.brokers[down], t)) == 2,
+                 30, cluster.logs)
+    cluster.stop(down)
+
+    cluster.admin().delete_topics([by_api], operation_timeout=30, request_timeout=60)[by_api].result(90)
+    cluster.kz.create(f"/admin/delete_topics/{by_znode}", b"")
+    for t in (by_api, by_znode):
+        wait_for(f"{t} gone from the metadata", lambda t=t: t not in cluster.admin().list_topics(
+            timeout=10).topics, 30, cluster.logs)
+        wait_for(f"{t}'s live replicas deleted", lambda t=t: not any(
+            log_dirs(cluster.brokers[i], t) for i in live), 30, cluster.logs)
+    time.sleep(3)  # the controller has done all it can; nothing more may happen without broker `down`
+    for t in (by_api, by_znode):
+        assert cluster.kz.exists(f"/admin/delete_topics/{t}") is not None, cluster.logs()
+        assert cluster.kz.exists(f"/brokers/topics/{t}") is not None
+        assert cluster.kz.exists(f"/config/topics/{t}") is not None
+        assert len(log_dirs(cluster.brokers[down], t)) == 2
+    halted = [line for line in cluster.brokers[controller].log_tail(400000).splitlines()
+              if "Halted deletion of topics" in line]
+    assert any(by_api in line for line in halted) and any(by_znode in line for line in halted), cluster.logs()
+
+    cluster.start(down)
+    for t in (by_api, by_znode):
+        wait_for(f"{t}'s deletion finished", lambda t=t: cluster.kz.exists(f"/admin/delete_topics/{t}") is None
+                 and cluster.kz.exists(f"/brokers/topics/{t}") is None
+                 and cluster.kz.exists(f"/config/topics/{t}") is None, 60, cluster.logs)
+        wait_for(f"{t}'s logs deleted on the returning broker", lambda t=t: not log_dirs(cluster.brokers[down], t),
+                 30, cluster.logs)
+        assert t not in cluster.admin(down).list_topics(timeout=10).topics
+    assert cluster.kz.get_children("/admin/delete_topics") == []
+
+
+# --- 2. reassignment -----------------------------------------------------------------------------
+
+
+def reassign_znode(cluster: Cluster, moves: dict[tuple[str, int], list[int]]) -> None:
+    """Kafka's /admin/reassign_partitions JSON (what kafka-reassign-partitions.sh --zookeeper wrote)."""
+    data = {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r} for (t, p), r in moves.items()]}
+    cluster.kz.create("/admin/reassign_partitions", json.dumps(data).encode())
+
+
+def test_reassignment_through_the_znode_and_the_admin_api_and_cancellation(cluster: Cluster) -> None:
+    topic = "reassigned"
+    cluster.create(topic, {0: [1, 2], 1: [1, 2]})
+    acked = produce(cluster.bootstrap(), topic, 0, 200)
+    assert len(acked) == 200, cluster.logs()
+
+    # through the znode: p0 [1, 2] -> [3, 1]; the znode goes when it is done
+    reassign_znode(cluster, {(topic, 0): [3, 1]})
+    wait_for("the znode reassignment done", lambda: cluster.assignment(topic)[0] == [3, 1]
+             and cluster.kz.exists("/admin/reassign_partitions") is None, 60, cluster.logs)
+    wait_for("p0's ISR", lambda: sorted(cluster.states(topic, 2)[0].isr) == [1, 3], 30, cluster.logs)
+    wait_for("p0 deleted on broker 2", lambda: f"{topic}-0" not in log_dirs(cluster.brokers[2], topic), 30,
+             cluster.logs)
+    assert f"{topic}-0" in log_dirs(cluster.brokers[3], topic)
+
+    # through AlterPartitionReassignments (kafka-python): p1 [1, 2] -> [3, 2]
+    kp = cluster.kp_admin()
+    tp0, tp1 = kafka_python.TopicPartition(topic, 0), kafka_python.TopicPartition(topic, 1)
+    assert kp.alter_partition_reassignments({tp1: [3, 2]}) == {tp1: None}
+    wait_for("the API reassignment done", lambda: cluster.assignment(topic)[1] == [3, 2]
+             and kp.list_partition_reassignments() == {}, 60, cluster.logs)
+    wait_for("p1's ISR", lambda: sorted(cluster.states(topic, 2)[1].isr) == [2, 3], 30, cluster.logs)
+    wait_for("p1 deleted on broker 1", lambda: f"{topic}-1" not in log_dirs(cluster.brokers[1], topic), 30,
+             cluster.logs)
+
+    # both partitions led by broker 3, which got them by reassignment: everything is there
+    kp.elect_leaders(0, {topic: [0, 1]})
+    wait_for("broker 3 leads", lambda: all(s.leader == 3 for s in cluster.states(topic, 2).values()), 30,
+             cluster.logs)
+    got = consume(cluster.bootstrap(), topic, 2, len(acked))
+    assert sorted(got) == sorted(acked)
+
+    # cancellation: a znode reassignment that cannot finish (its new replica's broker is down) is
+    # listed by ListPartitionReassignments and cancelled by AlterPartitionReassignments(None): the
+    # replicas go back, the znode is removed
+    cluster.stop(2)
+    reassign_znode(cluster, {(topic, 0): [3, 1, 2]})
+    listed = wait_for("the stuck reassignment listed", lambda: kp.list_partition_reassignments().get(tp0), 30,
+                      cluster.logs)
+    assert sorted(listed["replicas"]) == [1, 2, 3] and listed["adding_replicas"] == [2], listed
+    assert listed["removing_replicas"] == []
+    assert cluster.kz.exists("/admin/reassign_partitions") is not None
+    assert kp.alter_partition_reassignments({tp0: None}) == {tp0: None}
+    wait_for("the reassignment cancelled", lambda: cluster.assignment(topic)[0] == [3, 1]
+             and kp.list_partition_reassignments() == {}
+             and cluster.kz.exists("/admin/reassign_partitions") is None, 30, cluster.logs)
+    # cancelling again: nothing in progress (Kafka's NO_REASSIGNMENT_IN_PROGRESS)
+    errors = kp.alter_partition_reassignments({tp0: None})
+    assert errors[tp0] is kafka_python.errors.NoReassignmentInProgressError, errors
+    cluster.start(2)
+    got = consume(cluster.bootstrap(), topic, 2, len(acked))
+    assert sorted(got) == sorted(acked)
+
+
+# --- 3. preferred leader election ----------------------------------------------------------------
+
+
+def test_preferred_replica_election_through_the_znode_after_a_restart(cluster: Cluster) -> None:
+    """(ElectLeaders after a restart: test_zk_mode.py; auto rebalance: the second cluster below.)"""
+    topic = "preferred"
+    spread = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+    cluster.create(topic, spread)
+    controller = cluster.controller()
+    back = next(i for i in (2, 3, 1) if i != controller)
+    mine = next(p for p, r in spread.items() if r[0] == back)
+    cluster.stop(back)
+    wait_for("leadership moved", lambda: cluster.states(topic, 3)[mine].leader not in (back, -1), 30, cluster.logs)
+    cluster.start(back)
+    wait_for("the restarted broker in the ISR", lambda: back in cluster.states(topic, 3)[mine].isr, 60,
+             cluster.logs)
+    time.sleep(2)
+    assert cluster.states(topic, 3)[mine].leader != back  # auto.leader.rebalance.enable=false here
+    data = {"version": 1, "partitions": [{"topic": topic, "partition": mine}]}
+    cluster.kz.create("/admin/preferred_replica_election", json.dumps(data).encode())
+    wait_for("the preferred leader back", lambda: cluster.states(topic, 3)[mine].leader == back
+             and cluster.kz.exists("/admin/preferred_replica_election") is None, 30, cluster.logs)
+    md = cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions
+    wait_for("the metadata", lambda: cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[
+        mine].leader == back, 30, cluster.logs)
+    assert set(md) == {0, 1, 2}
+
+
+# --- 4. controlled shutdown under load -----------------------------------------------------------
+
+
+class Watcher(threading.Thread):
+    """Metadata every 50 ms from the brokers that stay: every partition's leader as seen."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.admin = kafka_admin.AdminClient({"bootstrap.servers": bootstrap, "topic.metadata.refresh.interval.ms": 100})
+        self.topic = topic
+        self.seen: list[tuple[float, dict[int, int]]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            try:
+                t = self.admin.list_topics(self.topic, timeout=5).topics[self.topic]
+                self.seen.append((time.monotonic(), {p: pm.leader if pm.error is None else -1
+                                                     for p, pm in t.partitions.items()}))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+
+def test_controlled_shutdown_moves_leaders_before_exit_under_acks_all_load(cluster: Cluster) -> None:
+    topic = "shutdown-load"
+    spread = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+    cluster.create(topic, spread, {"min.insync.replicas": "2"})
+    controller = cluster.controller()
+    leaving = next(i for i in (3, 2, 1) if i != controller)
+    stay = [i for i in cluster.brokers if i != leaving]
+    led = [p for p, r in spread.items() if r[0] == leaving]
+
+    acked: list[bytes] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def producer() -> None:
+        p = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all",
+                                      "enable.idempotence": True, "message.timeout.ms": 60000, "linger.ms": 5})
+
+        def done(err: Any, msg: Any) -> None:
+            (errors.append(str(err)) if err is not None else acked.append(msg.value()))
+
+        i, deadline = 0, time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            p.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), on_delivery=done)
+            p.poll(0.01)
+            i += 1
+        p.flush(90)
+
+    watcher = Watcher(cluster.bootstrap(*stay), topic)
+    prod = threading.Thread(target=producer, daemon=True)
+    watcher.start()
+    prod.start()
+    try:
+        wait_for("records flowing", lambda: len(acked) >= 200, 60, cluster.logs)
+        assert cluster.brokers[leaving].terminate(60) == 0
+        exited = time.monotonic()
+        assert "Controlled shutdown succeeded" in cluster.brokers[leaving].log_tail(100000), cluster.logs()
+        # right after the exit, Metadata names live leaders for the partitions it led
+        md = cluster.admin(*stay).list_topics(topic, timeout=10).topics[topic].partitions
+        assert all(md[p].leader in stay for p in spread), {p: md[p].leader for p in md}
+        states = cluster.states(topic, 3)
+        assert all(states[p].leader in stay and leaving not in states[p].isr for p in spread), states
+        before = len(acked)
+        wait_for("records still flowing", lambda: len(acked) >= before + 200, 60, cluster.logs)
+    finally:
+        stop.set()
+        prod.join(120)
+        watcher.stop_event.set()
+        watcher.join(30)
+    assert errors == [], errors[:5]
+    assert watcher.seen, "no metadata seen"
+    leaderless = [(t, ls) for t, ls in watcher.seen if any(ls.get(p, -1) not in (1, 2, 3) for p in spread)]
+    assert leaderless == [], leaderless[:5]
+    after_exit = [ls for t, ls in watcher.seen if t >= exited]
+    assert after_exit and all(ls[p] != leaving for ls in after_exit for p in led), after_exit[:3]
+    cluster.start(leaving)
+    got = consume(cluster.bootstrap(), topic, 3, len(acked))
+    assert sorted(got) == sorted(acked)
+
+
+# --- the second cluster: delete.topic.enable=false, a 1 s imbalance check ------------------------
+
+
+@pytest.fixture(scope="module")
+def strict(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    yield from _cluster(zookeeper, tmp_path_factory.mktemp("zkops-strict"), "/strict", {
+        "delete.topic.enable": "false", "auto.leader.rebalance.enable": "true",
+        "leader.imbalance.check.interval.seconds": "1"})
+
+
+def test_auto_rebalance_returns_leadership_after_a_restart(strict: Cluster) -> None:
+    topic = "rebalanced"
+    spread = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+    strict.create(topic, spread)
+    controller = strict.controller()
+    back = next(i for i in (2, 3, 1) if i != controller)
+    mine = next(p for p, r in spread.items() if r[0] == back)
+    strict.stop(back)
+    wait_for("leadership moved", lambda: strict.states(topic, 3)[mine].leader not in (back, -1), 30, strict.logs)
+    strict.start(back)
+    wait_for("the preferred leader back, by the controller alone", lambda: all(
+        strict.states(topic, 3)[p].leader == r[0] for p, r in spread.items()), 60, strict.logs)
+    assert any("PREFERRED" in line and "triggered by AutoTriggered" in line and topic in line
+               for line in strict.brokers[controller].log_tail(200000).splitlines()), strict.logs()
