@@ -19,6 +19,7 @@ ZooKeeper (another chroot) has ``delete.topic.enable=false`` and a 1 s imbalance
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -30,9 +31,12 @@ from typing import Any
 
 import pytest
 
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
+from .support import RawConnection
 from .test_zk_mode import ZkServerProcess
 from .zookeeper_support import ZooKeeperServer, wait_for
 
@@ -434,6 +438,45 @@ def test_controlled_shutdown_moves_leaders_before_exit_under_acks_all_load(clust
     assert sorted(got) == sorted(acked)
 
 
+# --- 5. DeleteTopics by topic id -----------------------------------------------------------------
+
+
+def test_delete_topics_by_topic_id(cluster: Cluster) -> None:
+    """DeleteTopics v6 with topic ids (name null) in ZooKeeper mode, as Kafka 3.9's KafkaApis: the
+    id is resolved to its topic, which is deleted; an unknown id is UNKNOWN_TOPIC_ID; a name and an
+    id together are INVALID_REQUEST. ApiVersions advertises DeleteTopics up to v6."""
+    controller = cluster.brokers[cluster.controller()]
+    with RawConnection.to(controller, timeout=60) as conn:
+        versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in conn.request(
+            m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})["api_keys"]}
+        assert versions[m.DELETE_TOPICS.api_key] == (m.DELETE_TOPICS.min_version, 6)
+
+        cluster.create("by-id", {0: [1, 2, 3]})
+        cluster.create("by-id-kp", {0: [2, 3, 1]})
+        ids = {t: uuid.UUID(bytes=base64.urlsafe_b64decode(a.topic_id + "=="))
+               for t, a in cluster.zk.get_replica_assignment_and_topic_ids(["by-id", "by-id-kp"]).items()
+               if a.topic_id}
+        assert set(ids) == {"by-id", "by-id-kp"}
+        unknown = uuid.uuid4()
+        resp = conn.request(m.DELETE_TOPICS, 6, {"topics": [
+            {"name": None, "topic_id": ids["by-id"]}, {"name": None, "topic_id": unknown}], "timeout_ms": 30000})
+        got = {r["topic_id"]: r for r in resp["responses"]}
+        assert got[ids["by-id"]]["error_code"] == Errors.NONE and got[ids["by-id"]]["name"] == "by-id", resp
+        assert got[unknown]["error_code"] == Errors.UNKNOWN_TOPIC_ID and got[unknown]["name"] is None, resp
+        wait_for("by-id deleted", lambda: cluster.kz.exists("/brokers/topics/by-id") is None
+                 and cluster.kz.exists("/admin/delete_topics/by-id") is None, 30, cluster.logs)
+
+        resp = conn.request(m.DELETE_TOPICS, 6, {"topics": [
+            {"name": "by-id-kp", "topic_id": ids["by-id-kp"]}], "timeout_ms": 30000})
+        assert [r["error_code"] for r in resp["responses"]] == [Errors.INVALID_REQUEST], resp
+        assert cluster.kz.exists("/brokers/topics/by-id-kp") is not None
+
+    # a real client deleting by id (kafka-python sends v6 with the id)
+    kp = cluster.kp_admin()
+    kp.delete_topics([ids["by-id-kp"]], timeout_ms=30000)
+    wait_for("by-id-kp deleted", lambda: cluster.kz.exists("/brokers/topics/by-id-kp") is None, 30, cluster.logs)
+
+
 # --- the second cluster: delete.topic.enable=false, a 1 s imbalance check ------------------------
 
 
@@ -442,6 +485,33 @@ def strict(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory)
     yield from _cluster(zookeeper, tmp_path_factory.mktemp("zkops-strict"), "/strict", {
         "delete.topic.enable": "false", "auto.leader.rebalance.enable": "true",
         "leader.imbalance.check.interval.seconds": "1"})
+
+
+def test_delete_topic_enable_false_refuses_deletion(strict: Cluster) -> None:
+    """Kafka 3.9: DeleteTopics v3+ → TOPIC_DELETION_DISABLED, below v3 INVALID_REQUEST; a
+    /admin/delete_topics/<t> znode is removed by the controller and the topic stays."""
+    topic = "undeletable"
+    strict.create(topic, {0: [1, 2, 3]})
+    fut = strict.admin().delete_topics([topic], operation_timeout=10, request_timeout=30)[topic]
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        fut.result(60)
+    assert e.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_DELETION_DISABLED
+    with RawConnection.to(strict.brokers[strict.controller()], timeout=30) as conn:
+        for v in range(m.DELETE_TOPICS.min_version, 7):
+            body: dict[str, Any] = {"timeout_ms": 10000}
+            if v >= 6:
+                body["topics"] = [{"name": topic, "topic_id": uuid.UUID(int=0)}]
+            else:
+                body["topic_names"] = [topic]
+            resp = conn.request(m.DELETE_TOPICS, v, body)
+            want = Errors.INVALID_REQUEST if v < 3 else Errors.TOPIC_DELETION_DISABLED
+            assert [r["error_code"] for r in resp["responses"]] == [want], (v, resp)
+    strict.kz.create(f"/admin/delete_topics/{topic}", b"")
+    wait_for("the deletion request dropped", lambda: strict.kz.exists(f"/admin/delete_topics/{topic}") is None,
+             30, strict.logs)
+    assert strict.kz.exists(f"/brokers/topics/{topic}") is not None
+    assert topic in strict.admin().list_topics(timeout=10).topics
+    assert all(log_dirs(b, topic) == [f"{topic}-0"] for b in strict.brokers.values())
 
 
 def test_auto_rebalance_returns_leadership_after_a_restart(strict: Cluster) -> None:
