@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -36,7 +37,7 @@ from odradek.protocol.errors import Errors
 from odradek.zk import zk_data as z
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 
-from .support import RawConnection
+from .support import REQUIRES_KCAT, RawConnection
 from .test_zk_mode import ZkServerProcess
 from .zookeeper_support import ZooKeeperServer, wait_for
 
@@ -248,6 +249,15 @@ def test_delete_topic_with_a_replica_down_finishes_when_it_returns(cluster: Clus
         assert cluster.kz.exists(f"/brokers/topics/{t}") is not None
         assert cluster.kz.exists(f"/config/topics/{t}") is not None
         assert len(log_dirs(cluster.brokers[down], t)) == 2
+    # the name is taken until the deletion is done (Kafka: TOPIC_ALREADY_EXISTS, marked for deletion)
+    again = cluster.admin().create_topics([kafka_admin.NewTopic(by_api, 1, 2)], request_timeout=30)[by_api]
+    with pytest.raises(confluent_kafka.KafkaException) as e:
+        again.result(60)
+    assert e.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS
+    # a deletion request for a topic that does not exist is dropped by the controller
+    cluster.kz.create("/admin/delete_topics/no-such-topic", b"")
+    wait_for("the request for no-such-topic dropped", lambda: cluster.kz.exists(
+        "/admin/delete_topics/no-such-topic") is None, 30, cluster.logs)
     halted = [line for line in cluster.brokers[controller].log_tail(400000).splitlines()
               if "Halted deletion of topics" in line]
     assert any(by_api in line for line in halted) and any(by_znode in line for line in halted), cluster.logs()
@@ -261,6 +271,11 @@ def test_delete_topic_with_a_replica_down_finishes_when_it_returns(cluster: Clus
                  30, cluster.logs)
         assert t not in cluster.admin(down).list_topics(timeout=10).topics
     assert cluster.kz.get_children("/admin/delete_topics") == []
+    # the name can be used again, and nothing of the old topic comes back on the returning broker
+    cluster.create(by_api, spread)
+    assert consume(cluster.bootstrap(), by_api, 2, 0) == []
+    assert len(produce(cluster.bootstrap(), by_api, 1000, 10)) == 10
+    assert sorted(consume(cluster.bootstrap(), by_api, 2, 10)) == sorted(f"v{i}".encode() for i in range(1000, 1010))
 
 
 # --- 2. reassignment -----------------------------------------------------------------------------
@@ -321,7 +336,29 @@ def test_reassignment_through_the_znode_and_the_admin_api_and_cancellation(clust
     # cancelling again: nothing in progress (Kafka's NO_REASSIGNMENT_IN_PROGRESS)
     errors = kp.alter_partition_reassignments({tp0: None})
     assert errors[tp0] is kafka_python.errors.NoReassignmentInProgressError, errors
+    # Kafka's refusals: a new replica on a broker that is down, a duplicated list, a partition that
+    # does not exist
+    kerr = kafka_python.errors
+    nowhere = kafka_python.TopicPartition("no-such-topic", 0)
+    errors = kp.alter_partition_reassignments({tp0: [3, 1, 2], nowhere: [1, 3]})
+    assert errors == {tp0: kerr.InvalidReplicationAssignmentError, nowhere: kerr.UnknownTopicOrPartitionError}, errors
+    errors = kp.alter_partition_reassignments({tp1: [3, 3]})
+    assert errors == {tp1: kerr.InvalidReplicationAssignmentError}, errors
+    assert cluster.assignment(topic) == {0: [3, 1], 1: [3, 2]}
     cluster.start(2)
+
+    # a move that takes the leader's replica away, written as kafka-reassign-partitions.sh writes it
+    # (with log_dirs), under acks=all load: a new leader among the target replicas, nothing lost
+    assert cluster.states(topic, 2)[0].leader == 3
+    cluster.kz.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 1], "log_dirs": ["any", "any"]}]}).encode())
+    acked += produce(cluster.bootstrap(), topic, 200, 200)
+    assert len(acked) == 400, cluster.logs()
+    wait_for("the leader moved off broker 3", lambda: cluster.assignment(topic)[0] == [2, 1]
+             and cluster.states(topic, 2)[0].leader in (2, 1) and sorted(cluster.states(topic, 2)[0].isr) == [1, 2]
+             and cluster.kz.exists("/admin/reassign_partitions") is None, 60, cluster.logs)
+    wait_for("p0 deleted on broker 3", lambda: f"{topic}-0" not in log_dirs(cluster.brokers[3], topic), 30,
+             cluster.logs)
     got = consume(cluster.bootstrap(), topic, 2, len(acked))
     assert sorted(got) == sorted(acked)
 
@@ -379,7 +416,12 @@ class Watcher(threading.Thread):
             time.sleep(0.05)
 
 
+@REQUIRES_KCAT
 def test_controlled_shutdown_moves_leaders_before_exit_under_acks_all_load(cluster: Cluster) -> None:
+    """SIGTERM of a broker that leads a partition while a producer (acks=all, idempotent) keeps
+    producing and Metadata is polled every 50 ms: no partition is ever seen without a live leader,
+    Metadata (confluent-kafka, kcat) right after the exit names only the brokers that stay, the
+    producer gets no error, everything acknowledged is read back."""
     topic = "shutdown-load"
     spread = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
     cluster.create(topic, spread, {"min.insync.replicas": "2"})
@@ -418,6 +460,10 @@ def test_controlled_shutdown_moves_leaders_before_exit_under_acks_all_load(clust
         # right after the exit, Metadata names live leaders for the partitions it led
         md = cluster.admin(*stay).list_topics(topic, timeout=10).topics[topic].partitions
         assert all(md[p].leader in stay for p in spread), {p: md[p].leader for p in md}
+        listed = json.loads(subprocess.run(["kcat", "-b", cluster.bootstrap(*stay), "-L", "-J", "-t", topic],
+                                           capture_output=True, timeout=30, check=True).stdout)
+        by_kcat = {p["partition"]: p["leader"] for p in listed["topics"][0]["partitions"]}
+        assert sorted(by_kcat) == [0, 1, 2] and all(ld in stay for ld in by_kcat.values()), listed
         states = cluster.states(topic, 3)
         assert all(states[p].leader in stay and leaving not in states[p].isr for p in spread), states
         before = len(acked)
