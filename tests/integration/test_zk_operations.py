@@ -381,7 +381,9 @@ def test_preferred_replica_election_through_the_znode_after_a_restart(cluster: C
              cluster.logs)
     time.sleep(2)
     assert cluster.states(topic, 3)[mine].leader != back  # auto.leader.rebalance.enable=false here
-    data = {"version": 1, "partitions": [{"topic": topic, "partition": mine}]}
+    # (a partition that does not exist in the same request is skipped, as Kafka's controller does)
+    data = {"version": 1, "partitions": [{"topic": topic, "partition": mine}, {"topic": "no-such", "partition": 0},
+                                         {"topic": topic, "partition": 7}]}
     cluster.kz.create("/admin/preferred_replica_election", json.dumps(data).encode())
     wait_for("the preferred leader back", lambda: cluster.states(topic, 3)[mine].leader == back
              and cluster.kz.exists("/admin/preferred_replica_election") is None, 30, cluster.logs)
@@ -574,3 +576,40 @@ def test_auto_rebalance_returns_leadership_after_a_restart(strict: Cluster) -> N
         strict.states(topic, 3)[p].leader == r[0] for p, r in spread.items()), 60, strict.logs)
     assert any("PREFERRED" in line and "triggered by AutoTriggered" in line and topic in line
                for line in strict.brokers[controller].log_tail(200000).splitlines()), strict.logs()
+
+
+# --- pending work across a controller failover ---------------------------------------------------
+
+
+def test_pending_reassignment_and_deletion_resume_after_controller_failover(cluster: Cluster) -> None:
+    """A znode reassignment that cannot finish (its new replica's broker is down) and a deletion
+    halted by the same broker; kill -9 the controller: the next controller (onControllerFailover)
+    takes both up from ZooKeeper, and when the broker returns both finish."""
+    controller = cluster.controller()
+    x, y = (i for i in (1, 2, 3) if i != controller)
+    moved, deleted = "fo-reassign", "fo-delete"
+    cluster.create(moved, {0: [controller, x]})
+    cluster.create(deleted, {0: [x, y]})
+    acked = produce(cluster.bootstrap(), moved, 0, 50)
+    assert len(acked) == 50, cluster.logs()
+    cluster.stop(y)
+    reassign_znode(cluster, {(moved, 0): [x, y]})
+    cluster.kz.create(f"/admin/delete_topics/{deleted}", b"")
+    wait_for("the reassignment started", lambda: sorted(cluster.assignment(moved)[0]) == sorted([controller, x, y]),
+             30, cluster.logs)
+    time.sleep(1)
+    assert cluster.kz.exists("/admin/reassign_partitions") is not None
+    assert cluster.kz.exists(f"/admin/delete_topics/{deleted}") is not None
+
+    cluster.brokers[controller].kill()
+    wait_for("the new controller", lambda: cluster.zk.get_controller_id() == x, SESSION_S + 30, cluster.logs)
+    cluster.start(y)
+    wait_for("the reassignment finished", lambda: cluster.assignment(moved)[0] == [x, y]
+             and cluster.kz.exists("/admin/reassign_partitions") is None
+             and sorted(cluster.states(moved, 1)[0].isr) == sorted([x, y]), 60, cluster.logs)
+    wait_for("the deletion finished", lambda: cluster.kz.exists(f"/brokers/topics/{deleted}") is None
+             and cluster.kz.exists(f"/admin/delete_topics/{deleted}") is None
+             and not log_dirs(cluster.brokers[y], deleted), 60, cluster.logs)
+    assert sorted(consume(cluster.bootstrap(x, y), moved, 1, 50)) == sorted(acked)
+    cluster.start(controller)
+    wait_for("a full ISR", lambda: sorted(cluster.states(moved, 1)[0].isr) == sorted([x, y]), 30, cluster.logs)
