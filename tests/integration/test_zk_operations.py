@@ -497,7 +497,7 @@ def test_delete_topics_by_topic_id(cluster: Cluster) -> None:
     with RawConnection.to(controller, timeout=60) as conn:
         versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in conn.request(
             m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})["api_keys"]}
-        assert versions[m.DELETE_TOPICS.api_key] == (m.DELETE_TOPICS.min_version, 6)
+        assert versions[m.DELETE_TOPICS.api_key] == (1, 6)  # v0 is not served (KIP-896 floors, both modes)
 
         cluster.create("by-id", {0: [1, 2, 3]})
         cluster.create("by-id-kp", {0: [2, 3, 1]})
