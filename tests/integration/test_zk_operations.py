@@ -613,3 +613,28 @@ def test_pending_reassignment_and_deletion_resume_after_controller_failover(clus
     assert sorted(consume(cluster.bootstrap(x, y), moved, 1, 50)) == sorted(acked)
     cluster.start(controller)
     wait_for("a full ISR", lambda: sorted(cluster.states(moved, 1)[0].isr) == sorted([x, y]), 30, cluster.logs)
+
+
+def test_delete_topic_right_after_a_replica_is_killed(cluster: Cluster) -> None:
+    """kill -9 of a replica's broker, then DeleteTopics at once (its registration still there until
+    its session expires): the StopReplica it never answers does not wedge the deletion — the
+    broker's failure makes its replica ineligible, its return finishes the deletion."""
+    topic = "del-after-kill"
+    cluster.create(topic, {0: [1, 2, 3], 1: [3, 2, 1]})
+    assert len(produce(cluster.bootstrap(), topic, 0, 20)) == 20, cluster.logs()
+    controller = cluster.controller()
+    victim = next(i for i in (3, 2, 1) if i != controller)
+    wait_for("the victim's logs", lambda: len(log_dirs(cluster.brokers[victim], topic)) == 2, 30, cluster.logs)
+    cluster.brokers[victim].kill()
+    assert victim in cluster.zk.get_sorted_broker_list()  # its session has not expired yet
+    live = [i for i in cluster.brokers if i != victim]
+    cluster.admin(*live).delete_topics([topic], operation_timeout=30, request_timeout=60)[topic].result(90)
+    wait_for("the victim unregistered", lambda: victim not in cluster.zk.get_sorted_broker_list(),
+             SESSION_S + 30, cluster.logs)
+    wait_for("the live replicas deleted", lambda: not any(log_dirs(cluster.brokers[i], topic) for i in live), 30,
+             cluster.logs)
+    assert cluster.kz.exists(f"/admin/delete_topics/{topic}") is not None
+    cluster.start(victim)
+    wait_for("the deletion finished", lambda: cluster.kz.exists(f"/admin/delete_topics/{topic}") is None
+             and cluster.kz.exists(f"/brokers/topics/{topic}") is None
+             and not log_dirs(cluster.brokers[victim], topic), 60, cluster.logs)
