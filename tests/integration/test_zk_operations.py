@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -638,3 +639,48 @@ def test_delete_topic_right_after_a_replica_is_killed(cluster: Cluster) -> None:
     wait_for("the deletion finished", lambda: cluster.kz.exists(f"/admin/delete_topics/{topic}") is None
              and cluster.kz.exists(f"/brokers/topics/{topic}") is None
              and not log_dirs(cluster.brokers[victim], topic), 60, cluster.logs)
+
+
+def run_reassign(cluster: Cluster, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
+                          cluster.bootstrap(*cluster.live()), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_odradek_reassign_with_a_throttle(cluster: Cluster, tmp_path: Path) -> None:
+    """``odradek reassign`` (kafka-reassign-partitions.sh) against ZooKeeper mode: --execute with
+    --throttle writes the throttles (/config/topics, /config/brokers), --verify reports completion
+    and removes them, the data is on the new replicas."""
+    topic = "cli-moved"
+    cluster.create(topic, {0: [1, 2]})
+    acked = produce(cluster.bootstrap(), topic, 0, 100)
+    assert len(acked) == 100, cluster.logs()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]}))
+    out = run_reassign(cluster, "--execute", "--reassignment-json-file", str(plan), "--throttle", "50000000")
+    assert f"Successfully started partition reassignment for {topic}-0" in out, out
+
+    def configs(entity: str) -> dict[str, str]:
+        got = cluster.zk.get_data(f"/config/{entity}")
+        return {} if got is None else dict(json.loads(got[0])["config"])
+
+    # (the throttles are set; the move may already be done)
+    assert configs(f"topics/{topic}")["follower.replication.throttled.replicas"] == "0:3"
+    assert all(configs(f"brokers/{b}").get("leader.replication.throttled.rate") == "50000000" for b in (1, 2, 3))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = run_reassign(cluster, "--verify", "--reassignment-json-file", str(plan))
+        if f"Reassignment of partition {topic}-0 is completed." in out:
+            break
+        time.sleep(1)
+    assert f"Reassignment of partition {topic}-0 is completed." in out, out + cluster.logs()
+    assert "Clearing topic-level throttles" in out and "Clearing broker-level throttles" in out, out
+    assert cluster.assignment(topic)[0] == [3, 2]
+    wait_for("the throttles gone", lambda: not any("throttled" in k for k in configs(f"topics/{topic}")) and not any(
+        "throttled" in k for b in (1, 2, 3) for k in configs(f"brokers/{b}")), 30, cluster.logs)
+    kp = cluster.kp_admin()
+    kp.elect_leaders(0, {topic: [0]})
+    wait_for("broker 3 leads", lambda: cluster.states(topic, 1)[0].leader == 3, 30, cluster.logs)
+    assert sorted(consume(cluster.bootstrap(), topic, 1, 100)) == sorted(acked)
