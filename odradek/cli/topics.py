@@ -153,7 +153,8 @@ async def _main(opts: argparse.Namespace) -> list[str]:
                 "replication_factor": -1 if assignments else (opts.replication_factor or -1),
                 "assignments": assignments, "configs": configs,
             }
-            resp = await admin.send(m.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 30_000, "validate_only": False}, top_error=None)
+            resp = await admin.send(m.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 30_000, "validate_only": False},
+                                    top_error=None, controller=True)
             r = resp["topics"][0]
             if r["error_code"] != Errors.NONE:
                 raise AdminError(f"Error while executing topic command : {kafka_exception(r['error_code'], r['error_message'])}")
@@ -165,7 +166,7 @@ async def _main(opts: argparse.Namespace) -> list[str]:
                 raise AdminError(f"Topic '{opts.topic}' does not exist as expected")
             resp = await admin.send(m.DELETE_TOPICS, {
                 "topics": [{"name": n, "topic_id": None} for n in names], "topic_names": names, "timeout_ms": 30_000,
-            }, top_error=None)
+            }, top_error=None, controller=True)
             for r in resp["responses"]:
                 if r["error_code"] != Errors.NONE:
                     raise AdminError(kafka_exception(r["error_code"], r.get("error_message")))

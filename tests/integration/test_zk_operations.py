@@ -208,11 +208,12 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 def all_brokers_up(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that stops a broker of the shared cluster brings it back even when it fails."""
     yield
-    if "cluster" in request.fixturenames:
-        c: Cluster = request.getfixturevalue("cluster")
-        for i, b in c.brokers.items():
-            if b.proc is None:
-                c.start(i)
+    for name in ("cluster", "strict"):
+        if name in request.fixturenames:
+            c: Cluster = request.getfixturevalue(name)
+            for i, b in c.brokers.items():
+                if b.proc is None:
+                    c.start(i)
 
 
 # --- 1. topic deletion with a broker down --------------------------------------------------------
@@ -641,25 +642,31 @@ def test_delete_topic_right_after_a_replica_is_killed(cluster: Cluster) -> None:
              and not log_dirs(cluster.brokers[victim], topic), 60, cluster.logs)
 
 
-def run_reassign(cluster: Cluster, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "odradek.cli.main", "reassign", "--bootstrap-server",
-                          cluster.bootstrap(*cluster.live()), *args], capture_output=True, text=True, timeout=120)
+def run_tool(cluster: Cluster, tool: str, *args: str) -> str:
+    """An ``odradek`` tool with a broker that is not the controller first in --bootstrap-server
+    (the controller-bound requests must find the controller, as Kafka's Admin does)."""
+    controller = cluster.controller()
+    first = sorted(cluster.live(), key=lambda i: i == controller)
+    out = subprocess.run([sys.executable, "-m", "odradek.cli.main", tool, "--bootstrap-server",
+                          cluster.bootstrap(*first), *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
     return out.stdout
 
 
-def test_odradek_reassign_with_a_throttle(cluster: Cluster, tmp_path: Path) -> None:
+def test_odradek_reassign_and_leader_election_tools(cluster: Cluster, tmp_path: Path) -> None:
     """``odradek reassign`` (kafka-reassign-partitions.sh) against ZooKeeper mode: --execute with
     --throttle writes the throttles (/config/topics, /config/brokers), --verify reports completion
-    and removes them, the data is on the new replicas."""
+    and removes them; ``odradek leader-election`` (kafka-leader-election.sh) makes the new preferred
+    replica the leader; the data is on the new replicas. Both reach the controller from a
+    bootstrap broker that is not it."""
     topic = "cli-moved"
     cluster.create(topic, {0: [1, 2]})
     acked = produce(cluster.bootstrap(), topic, 0, 100)
     assert len(acked) == 100, cluster.logs()
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": 0, "replicas": [3, 2], "log_dirs": ["any", "any"]}]}))
-    out = run_reassign(cluster, "--execute", "--reassignment-json-file", str(plan), "--throttle", "50000000")
+        {"topic": topic, "partition": 0, "replicas": [3, 1], "log_dirs": ["any", "any"]}]}))
+    out = run_tool(cluster, "reassign", "--execute", "--reassignment-json-file", str(plan), "--throttle", "50000000")
     assert f"Successfully started partition reassignment for {topic}-0" in out, out
 
     def configs(entity: str) -> dict[str, str]:
@@ -671,16 +678,22 @@ def test_odradek_reassign_with_a_throttle(cluster: Cluster, tmp_path: Path) -> N
     assert all(configs(f"brokers/{b}").get("leader.replication.throttled.rate") == "50000000" for b in (1, 2, 3))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        out = run_reassign(cluster, "--verify", "--reassignment-json-file", str(plan))
+        out = run_tool(cluster, "reassign", "--verify", "--reassignment-json-file", str(plan))
         if f"Reassignment of partition {topic}-0 is completed." in out:
             break
         time.sleep(1)
     assert f"Reassignment of partition {topic}-0 is completed." in out, out + cluster.logs()
     assert "Clearing topic-level throttles" in out and "Clearing broker-level throttles" in out, out
-    assert cluster.assignment(topic)[0] == [3, 2]
+    assert cluster.assignment(topic)[0] == [3, 1]
     wait_for("the throttles gone", lambda: not any("throttled" in k for k in configs(f"topics/{topic}")) and not any(
         "throttled" in k for b in (1, 2, 3) for k in configs(f"brokers/{b}")), 30, cluster.logs)
-    kp = cluster.kp_admin()
-    kp.elect_leaders(0, {topic: [0]})
-    wait_for("broker 3 leads", lambda: cluster.states(topic, 1)[0].leader == 3, 30, cluster.logs)
+    out = run_tool(cluster, "leader-election", "--election-type", "PREFERRED", "--topic", topic, "--partition", "0")
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out, out
+    assert cluster.states(topic, 1)[0].leader == 3
     assert sorted(consume(cluster.bootstrap(), topic, 1, 100)) == sorted(acked)
+    # odradek topics --create / --delete (kafka-topics.sh) through the controller too
+    assert run_tool(cluster, "topics", "--create", "--topic", "cli-made", "--partitions", "2",
+                    "--replication-factor", "2").strip() == "Created topic cli-made."
+    assert len(cluster.assignment("cli-made")) == 2
+    run_tool(cluster, "topics", "--delete", "--topic", "cli-made")
+    wait_for("cli-made deleted", lambda: cluster.kz.exists("/brokers/topics/cli-made") is None, 30, cluster.logs)
