@@ -2,7 +2,8 @@
 on a real ZooKeeper, driven by real clients (confluent-kafka, kafka-python) and by Kafka's admin
 znodes written directly with kazoo, in Kafka's JSON.
 
-- topic deletion with a replica's broker down: the deletion stops at the ineligible replica
+- topic deletion with a replica's broker down (stopped, or killed just before): the deletion stops
+  at the ineligible replica
   (``/admin/delete_topics/<t>`` and the topic's znodes stay, the down broker's logs stay) and
   finishes when the broker returns; ``delete.topic.enable=false`` → TOPIC_DELETION_DISABLED
   (INVALID_REQUEST below v3, as Kafka 3.9) and a znode request is dropped;
@@ -11,7 +12,10 @@ znodes written directly with kazoo, in Kafka's JSON.
 - preferred leader election through ``/admin/preferred_replica_election`` and the automatic
   rebalance (ElectLeaders after a restart: test_zk_mode.py);
 - controlled shutdown (SIGTERM) with a producer running: no leaderless partition, nothing lost;
-- DeleteTopics v6 by topic id.
+- DeleteTopics v6 by topic id;
+- a reassignment and a deletion pending across a controller kill -9;
+- ``odradek reassign`` / ``leader-election`` / ``topics`` from a bootstrap broker that is not the
+  controller.
 
 One cluster (``auto.leader.rebalance.enable=false``) serves most tests; a second one on the same
 ZooKeeper (another chroot) has ``delete.topic.enable=false`` and a 1 s imbalance check.
