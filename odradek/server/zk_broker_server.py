@@ -231,7 +231,7 @@ class ZkBrokerServer:
             delete_topic_enable=cfg._bool("delete.topic.enable"), node_id=self.node_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
-        admin_channel = ZkAdminChannel(admin, forward_channel)
+        admin_channel = ZkAdminChannel(admin, forward_channel, cache.get_topic_name)
         self.group_coordinator = GroupCoordinator(
             node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
             controller_channel=admin_channel,
