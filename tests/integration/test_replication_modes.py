@@ -105,7 +105,7 @@ class ZkCluster(ReplicationCluster):
             b.kill()
 
     def logs(self) -> str:
-        return "\n".join(f"--- broker {i}\n{b.log_tail(3000)}" for i, b in self.brokers.items()) + \
+        return "\n".join(f"--- broker {i}\n{b.log_tail()}" for i, b in self.brokers.items()) + \
             f"\n--- zookeeper\n{self.zk.log_tail(1500)}"
 
 
