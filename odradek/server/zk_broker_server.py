@@ -58,6 +58,7 @@ from odradek.server.node_to_controller_channel import NodeToControllerChannel
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.shared_server import now_ms
 from odradek.server.txn_apis import TxnApis
 from odradek.server.zk_admin_channel import ZkAdminChannel
@@ -152,6 +153,10 @@ class ZkBrokerServer:
     async def startup(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
+        try:  # replica.selector.class (KIP-392), checked before anything is started
+            selector = replica_selector(cfg.get("replica.selector.class"))
+        except UnknownReplicaSelector as e:
+            raise StartupError(str(e)) from e
         self._locks = lock_dirs(list(cfg.log_dirs))
         # 1. ZooKeeper: the session, the top-level paths, the cluster id.
         zk = self.zk_client = KafkaZkClient(zk_config(cfg))
@@ -178,6 +183,7 @@ class ZkBrokerServer:
         # 3. Replication: the replica manager follows LeaderAndIsr; ISR changes and producer id
         # blocks go to the controller of the last UpdateMetadata.
         rm = self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
+        rm.replica_selector = selector
         self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config(cfg, self.node_id),
                                                              cfg._int("num.replica.fetchers"))
         alter_channel = zk_controller_channel(cfg, self.metadata_cache, "alter-partition")

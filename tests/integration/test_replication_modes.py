@@ -6,7 +6,8 @@ takes the module-scoped ``cluster`` fixture, parametrised by ``mode``:
 - ``zk``: a real ZooKeeper started here and brokers 1, 2, 3 started with ``zookeeper.connect``
   (no ``process.roles``): Kafka 3.9's ZooKeeper mode, one of them the controller.
 
-One cluster per mode serves every scenario (each uses its own topics and leaves all three brokers
+Every broker is in a rack of its own (``broker.rack=rack-<id>``) with
+``replica.selector.class=RackAwareReplicaSelector``. One cluster per mode serves every scenario (each uses its own topics and leaves all three brokers
 running). Both modes have ``auto.leader.rebalance.enable=false`` (preferred leaders come back
 through ElectLeaders), ``replica.lag.time.max.ms=3000`` and a short session (KRaft
 ``broker.session.timeout.ms=2500``, ZooKeeper ``zookeeper.session.timeout.ms=4000``).
@@ -16,11 +17,13 @@ load (a new leader, nothing acknowledged lost); a follower down and back (ISR sh
 expands, the high watermark advances); min.insync.replicas=2 with two brokers down
 (NOT_ENOUGH_REPLICAS, then recovery); unclean leader election off by default and on by topic
 config; the preferred leader back through ElectLeaders after a restart; controlled shutdown on
-SIGTERM moves leaderships first.
+SIGTERM moves leaderships first; a consumer with ``client.rack`` reads from the follower in its
+rack (KIP-392).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -38,6 +41,7 @@ from .zookeeper_support import ZooKeeperServer
 pytestmark = pytest.mark.timeout(300)
 
 ZK_SESSION_TIMEOUT_MS = 4000
+RACK_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 LAYOUT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
 
 
@@ -68,6 +72,8 @@ class ZkBroker(ServerProcess):
             "replica.fetch.backoff.ms": "200",
             "auto.leader.rebalance.enable": "false",
             "group.initial.rebalance.delay.ms": "0",
+            "broker.rack": f"rack-{self.node_id}",
+            "replica.selector.class": RACK_SELECTOR,
         }
         cmd = [sys.executable, "-m", "odradek.cli.main", "server"]
         for k, v in props.items():
@@ -137,7 +143,8 @@ def shared(mode: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repl
     base = tmp_path_factory.mktemp(f"replication-{mode}")
     if mode == "kraft":
         cluster = ReplicationCluster(base, controller_extra="auto.leader.rebalance.enable=false\n",
-                                     broker_extra=LAG_MS)
+                                     broker_extra=LAG_MS + f"replica.selector.class={RACK_SELECTOR}\n",
+                                     racks={i: f"rack-{i}" for i in (1, 2, 3)})
         try:
             cluster.start()
             yield cluster
@@ -395,3 +402,39 @@ def test_controlled_shutdown_moves_leaders_first(cluster: ReplicationCluster, mo
     for p in range(3):
         got = _read_partition(cluster.bootstrap, topic, p, len(load.acked[p]), 60)
         assert got == load.acked[p], (mode, p, len(got), len(load.acked[p]))
+
+
+def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: ReplicationCluster, mode: str) -> None:
+    """KIP-392: the leader sends a consumer with ``client.rack`` to the in-sync replica in its rack
+    (librdkafka's own debug log says where it fetched)."""
+    topic = "modes-near"
+    _create(cluster, topic, [[1, 2, 3]])
+    values = _produce_acked(cluster.bootstrap, topic, [f"n-{i:04d}".encode() for i in range(300)], cluster)
+    cluster.wait_for(topic, lambda s: len(s[0][2]) == 3, what="with the ISR full after the writes")
+    leader, near = 1, 2
+    lines: list[str] = []
+
+    class Capture:
+        def log(self, level: int, fmt: str, *args: Any) -> None:
+            lines.append(fmt % args if args else fmt)
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"near-{mode}",
+                         "client.rack": f"rack-{near}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "debug": "fetch", "logger": Capture()})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        end = time.monotonic() + 60
+        while len(got) < len(values) and time.monotonic() < end:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and (value := msg.value()) is not None:
+                got.append(value)
+    finally:
+        consumer.close()
+    assert got == values, (mode, len(got))
+    fetches = [(int(m.group(1)), int(m.group(2))) for line in lines
+               if (m := re.search(rf"/(\d+): Fetch topic {topic} \[0\] at offset (\d+)", line))]
+    assert any(f"migrating from broker {leader} to {near}" in line and "preferred replica" in line
+               for line in lines), (mode, "\n".join(lines[-30:]))
+    assert (near, len(values)) in fetches, (mode, fetches)
+    assert all(offset == 0 for broker, offset in fetches if broker == leader), (mode, fetches)
