@@ -59,6 +59,7 @@ from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
+from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import now_ms
 from odradek.server.txn_apis import TxnApis
 from odradek.server.zk_admin_channel import ZkAdminChannel
@@ -123,6 +124,7 @@ class ZkBrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.replica_fetcher_manager: ReplicaFetcherManager | None = None
+        self.replication_quotas: ReplicationQuotas | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self._channels: list[NodeToControllerChannel] = []
@@ -184,8 +186,19 @@ class ZkBrokerServer:
         # blocks go to the controller of the last UpdateMetadata.
         rm = self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
         rm.replica_selector = selector
+        # Replication throttles (KIP-73): the rates from the broker configs (static, then
+        # /config/brokers), the throttled replicas from the topic configs as they change.
+        quotas = self.replication_quotas = ReplicationQuotas(
+            self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds"))
+
+        def update_throttle_rates() -> None:
+            quotas.update_rates(cfg._int("leader.replication.throttled.rate"),
+                                cfg._int("follower.replication.throttled.rate"))
+
+        update_throttle_rates()
+        rm.leader_quota = quotas.leader
         self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config(cfg, self.node_id),
-                                                             cfg._int("num.replica.fetchers"))
+                                                             cfg._int("num.replica.fetchers"), quota=quotas.follower)
         alter_channel = zk_controller_channel(cfg, self.metadata_cache, "alter-partition")
         forward_channel = zk_controller_channel(cfg, self.metadata_cache, "forwarding")
         # producer id blocks on their own channel (Kafka's "producerId" channel manager): never
@@ -242,6 +255,7 @@ class ZkBrokerServer:
 
         # 4b. Topic and broker config overrides from /config (and its change notifications).
         def apply_topic(topic: str) -> None:
+            quotas.update_topic(topic, self.metadata_cache.topic_config(topic))
             log_config = self.log_config_for(topic)
             for (t, _p), part in rm.partitions.items():
                 if t == topic and part.log is not None:
@@ -254,6 +268,7 @@ class ZkBrokerServer:
                     log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
                 # every log's config may default from a changed broker key (Kafka's DynamicLogConfig)
                 lm.default_config = config_defs.build_log_config(cfg, {})
+                update_throttle_rates()
                 for topic in {t for t, _p in rm.partitions}:
                     apply_topic(topic)
                 log.info("Dynamic broker configs now in effect: cluster default %s, broker %d %s",
