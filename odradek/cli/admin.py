@@ -2,9 +2,12 @@
 Java exception names every tool prints (metadata-quorum too).
 
 What the tools need of Kafka's Admin client, over :class:`~odradek.network.client.NetworkClient`:
-the first reachable bootstrap broker answers everything (a broker forwards controller-bound
+the first reachable bootstrap broker answers everything (a KRaft broker forwards controller-bound
 requests to the controller itself); requests that fail with a retriable error (NOT_CONTROLLER,
-REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout. Only PLAINTEXT.
+REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout. On NOT_CONTROLLER (a
+ZooKeeper-mode broker serves ElectLeaders and the reassignment requests only where the controller
+runs) the client looks the controller up in Metadata and goes there, as Kafka's Admin does.
+Only PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class AdminClient:
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
+        self._controller: tuple[str, int] | None = None  # tried first once NOT_CONTROLLER named it
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -96,7 +100,7 @@ class AdminClient:
             await self._client.close()
             self._client = None
         last: Exception | None = None
-        for host, port in self.bootstrap:
+        for host, port in ([self._controller] if self._controller else []) + self.bootstrap:
             try:
                 client = await NetworkClient(host, port, client_id=self.client_id).connect()
                 resp = await client.send(
@@ -133,9 +137,28 @@ class AdminClient:
                 continue
             code = resp.get(top_error, 0) if top_error else 0
             if code in _RETRIABLE and time.monotonic() < deadline:
+                if code == Errors.NOT_CONTROLLER:
+                    await self._go_to_controller(client)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             return resp
+
+    async def _go_to_controller(self, client: NetworkClient) -> None:
+        """The controller as Metadata names it (Kafka's ControllerNodeProvider): the next
+        attempts go there. Nothing changes if it is unknown or the broker already asked."""
+        try:
+            md = await asyncio.wait_for(client.send(m.METADATA, self.version(m.METADATA), {
+                "topics": [], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False,
+            }), self.timeout_ms / 1000)
+        except (TimeoutError, OSError, ConnectionError):
+            await self.close()
+            return
+        brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+        target = brokers.get(md.get("controller_id", -1))
+        if target is not None and target != self._controller:
+            self._controller = target
+            await self.close()
 
     # -- the calls the tools make ---------------------------------------------------------------
 
