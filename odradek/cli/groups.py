@@ -34,6 +34,7 @@ from odradek.cli.groups_admin import (
     GroupError,
     TopicPartition,
 )
+from odradek.cli.java_order import hash_order, string_hash, topic_partition_hash
 from odradek.cli.tool_common import add_connection_args, require_bootstrap, run_admin
 from odradek.protocol.errors import Errors
 
@@ -283,8 +284,10 @@ async def _partitions_to_reset(ga: GroupAdmin, opts: argparse.Namespace, group: 
             whole.append(name)
         else:
             tps.extend((name, p) for p in parts)
-    if whole:
-        for name, parts_or_err in (await ga.partitions(whole)).items():
+    if whole:  # Kafka's order: the partitions given, then the topics' as its HashMap holds them
+        described = await ga.partitions(whole)
+        for name in hash_order(whole, string_hash):
+            parts_or_err = described.get(name, Errors.UNKNOWN_TOPIC_OR_PARTITION)
             if isinstance(parts_or_err, int):
                 raise GroupError(parts_or_err)
             tps.extend((name, p) for p in parts_or_err)
@@ -312,7 +315,7 @@ async def _check_range(ga: GroupAdmin, out: Output, wanted: dict[TopicPartition,
 
 async def _at_time(ga: GroupAdmin, out: Output, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
     found = await ga.list_offsets(tps, ts)
-    empty = sorted(tp for tp, off in found.items() if off < 0)
+    empty = hash_order((tp for tp in tps if found.get(tp, 0) < 0), topic_partition_hash)
     for t, p in empty:
         out.write(f"\nWarn: Partition {p} from topic {t} is empty. Falling back to latest known offset.\n")
     found.update(await ga.list_offsets(empty, LATEST))
@@ -332,8 +335,12 @@ class UsageError(Exception):
 
 def read_plan(path: str, groups: list[str]) -> dict[str, dict[TopicPartition, int]]:
     """A --from-file CSV: ``topic,partition,offset`` for one --group, else ``group,topic,partition,offset``."""
-    with open(path, newline="") as f:
-        lines = [row for row in csv.reader(f) if row]
+    try:
+        with open(path, newline="") as f:
+            lines = [row for row in csv.reader(f) if row]
+    except OSError as e:
+        raise AdminError(f"java.nio.file.NoSuchFileException: {path}" if isinstance(e, FileNotFoundError)
+                         else f"java.io.IOException: {e.strerror}: {path}") from e
     plan: dict[str, dict[TopicPartition, int]] = {}
     single = len(groups) == 1 and bool(lines) and len(lines[0]) == 3
     for row in lines:
@@ -382,7 +389,7 @@ async def _prepare(ga: GroupAdmin, opts: argparse.Namespace, out: Output, group:
 
 async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
     result: dict[str, dict[TopicPartition, int]] = {}
-    for gid in sorted(set(await _group_ids(ga, opts))):
+    for gid in hash_order(await _group_ids(ga, opts), string_hash):
         d = await ga.describe(gid)
         if d.state not in ("Empty", "Dead"):
             out.error(f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {d.state}.")
@@ -397,11 +404,13 @@ async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> No
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         for gid, offsets in result.items():
-            for (t, p), off in sorted(offsets.items()):
+            for t, p in hash_order(offsets, topic_partition_hash):
+                off = offsets[(t, p)]
                 writer.writerow([t, p, off] if len(opts.group) == 1 else [gid, t, p, off])
         out.write(buf.getvalue() + "\n")
         return
-    rows = [[gid, t, str(p), str(off)] for gid, offsets in result.items() for (t, p), off in sorted(offsets.items())]
+    rows = [[gid, t, str(p), str(offsets[(t, p)])]
+            for gid, offsets in result.items() for t, p in hash_order(offsets, topic_partition_hash)]
     if result:
         g_w = max([15] + [len(r[0]) for r in rows])
         t_w = max([15] + [len(r[1]) for r in rows])
@@ -416,7 +425,7 @@ async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> No
 async def cmd_delete(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
     ok: list[str] = []
     failed: dict[str, int] = {}
-    for gid in sorted(set(await _group_ids(ga, opts))):
+    for gid in hash_order(await _group_ids(ga, opts), string_hash):
         code = await ga.delete_group(gid)
         if code == Errors.NONE:
             ok.append(gid)
