@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
-import io
 import re
 import sys
 from collections.abc import Callable
@@ -322,6 +321,14 @@ async def _at_time(ga: GroupAdmin, out: Output, tps: list[TopicPartition], ts: i
     return found
 
 
+def csv_text(value: str) -> str:
+    """A CSV string field as Kafka's writer (Jackson's CsvMapper) prints it: quoted when longer than
+    24 characters or holding a character up to ',' (quotes doubled), else bare."""
+    if len(value) > 24 or any(ord(c) <= ord(",") for c in value):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
 def _need_all(got: dict[TopicPartition, int], tps: list[TopicPartition], what: str) -> dict[TopicPartition, int]:
     for tp in tps:
         if tp not in got:
@@ -401,13 +408,12 @@ async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> No
             await ga.commit(gid, offsets)
         result[gid] = offsets
     if opts.export:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
+        lines = []
         for gid, offsets in result.items():
             for t, p in hash_order(offsets, topic_partition_hash):
-                off = offsets[(t, p)]
-                writer.writerow([t, p, off] if len(opts.group) == 1 else [gid, t, p, off])
-        out.write(buf.getvalue() + "\n")
+                cols = [csv_text(t), str(p), str(offsets[(t, p)])]
+                lines.append(",".join(cols if len(opts.group) == 1 else [csv_text(gid), *cols]) + "\n")
+        out.write("".join(lines) + "\n")
         return
     rows = [[gid, t, str(p), str(offsets[(t, p)])]
             for gid, offsets in result.items() for t, p in hash_order(offsets, topic_partition_hash)]
