@@ -40,7 +40,7 @@ def _setup(bootstrap: str, name: str) -> tuple[str, str, str]:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(30):
         p.produce(orders, value=b"o%d" % i, partition=i % 3, timestamp=1000 * (i + 1))
-    for i in range(5):
+    for _ in range(5):
         p.produce(pay, value=b"p", partition=0)
     assert p.flush(30) == 0
     g1, g2 = f"{name}-g1", f"{name}-g2"
