@@ -70,6 +70,10 @@ def _pad(value: object, width: int) -> str:
     return str(value).ljust(width)
 
 
+def _opt(value: int | None) -> str:
+    return MISSING if value is None else str(value)
+
+
 # -- --list ------------------------------------------------------------------------------------
 
 
@@ -162,9 +166,9 @@ async def describe_members(ga: GroupAdmin, out: Output, groups: list[str], verbo
     for gid, d in (await _describe_all(ga, groups)).items():
         w = {"g": 15, "c": 15, "i": 17, "h": 15, "cl": 15, "cur": 20, "tgt": 20}
         with_instance = False
-        epoch = lambda v: MISSING if v is None else str(v)  # noqa: E731
         rows = [(x, assignment_text(x.assignment), assignment_text(x.target or [])) for x in d.members]
-        if _should_print(out, gid, d.state, len(d.members)):
+        printable = _should_print(out, gid, d.state, len(d.members))
+        if printable:
             for x, cur, tgt in rows:
                 w["g"], w["c"] = max(w["g"], len(gid)), max(w["c"], len(x.consumer_id))
                 w["i"], w["h"] = max(w["i"], len(x.instance_id or "")), max(w["h"], len(x.host))
@@ -176,21 +180,17 @@ async def describe_members(ga: GroupAdmin, out: Output, groups: list[str], verbo
         if verbose:
             line += " ".join([_pad("CURRENT-EPOCH", 15), _pad("CURRENT-ASSIGNMENT", w["cur"]),
                               _pad("TARGET-EPOCH", 15), _pad("TARGET-ASSIGNMENT", w["tgt"])])
-        out.write("\n" + line + "\n")
-        if not _should_print_quiet(d.state, len(d.members)):
+        out.write("\n" + line + "\n")  # Kafka prints the header even when there is nothing under it
+        if not printable:
             continue
         for x, cur, tgt in rows:
             values = {"g": gid, "c": x.consumer_id, "i": x.instance_id or "", "h": x.host, "cl": x.client_id}
             line = "".join(_pad(values[c], w[c]) + " " for c in cols) + _pad(len(set(x.assignment)), 15) + " "
             if verbose:
                 target_epoch = d.target_assignment_epoch if x.member_epoch is not None else None
-                line += " ".join([_pad(epoch(x.member_epoch), 15), _pad(cur, w["cur"]),
-                                  _pad(epoch(target_epoch), 15), _pad(tgt, w["tgt"])])
+                line += " ".join([_pad(_opt(x.member_epoch), 15), _pad(cur, w["cur"]),
+                                  _pad(_opt(target_epoch), 15), _pad(tgt, w["tgt"])])
             out.write(line + "\n")
-
-
-def _should_print_quiet(state: str, rows: int) -> bool:
-    return state != "Dead" and rows > 0
 
 
 async def describe_state(ga: GroupAdmin, out: Output, groups: list[str], verbose: bool) -> None:

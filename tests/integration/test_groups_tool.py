@@ -65,6 +65,15 @@ def test_groups_output_is_kafkas(broker: EmbeddedBroker, kafka: KafkaTools, topi
     while len(live.assignment()) < 5 and time.monotonic() < deadline:
         live.poll(0.2)
     assert len(live.assignment()) == 5
+    # A KIP-848 group too: member and assignment epochs, target assignments.
+    k848 = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": f"{prefix}-848",
+                     "group.protocol": "consumer", "enable.auto.commit": False})
+    k848.subscribe([orders])
+    deadline = time.monotonic() + 30
+    while len(k848.assignment()) < 3 and time.monotonic() < deadline:
+        k848.poll(0.2)
+        live.poll(0)
+    assert len(k848.assignment()) == 3
     live.commit(offsets=[TP(orders, 1, 2), TP(pay, 0, 1)], asynchronous=False)
     plan = tmp_path / "plan.csv"
     plan.write_text(f"{orders},0,3\n{orders},1,50\n")
@@ -78,6 +87,9 @@ def test_groups_output_is_kafkas(broker: EmbeddedBroker, kafka: KafkaTools, topi
             ["--describe", "--group", f"{prefix}-live", "--state"],
             ["--describe", "--group", g1, "--state", "--verbose"],
             ["--describe", "--group", g1, "--members", "--verbose"],
+            ["--describe", "--group", f"{prefix}-848", "--members", "--verbose"],
+            ["--describe", "--group", f"{prefix}-848", "--state", "--verbose"],
+            ["--describe", "--group", f"{prefix}-848", "--verbose"],
             ["--reset-offsets", "--group", g1, "--topic", orders, "--to-earliest"],
             ["--reset-offsets", "--group", g1, "--topic", f"{orders}:0,2", "--to-offset", "5", "--dry-run"],
             ["--reset-offsets", "--group", g1, "--all-topics", "--shift-by", "-3"],
@@ -123,6 +135,7 @@ def test_groups_output_is_kafkas(broker: EmbeddedBroker, kafka: KafkaTools, topi
         wait_until(lambda: g1 not in _run(capsys, "groups", *bs, "--list")[1].split(), timeout=10, what="g1 deleted")
     finally:
         live.close()
+        k848.close()
 
     assert _run(capsys, "groups", *bs, "--describe", "--group", f"{prefix}-none") == (
         1, "", f"\nError: Consumer group '{prefix}-none' does not exist.\n")
