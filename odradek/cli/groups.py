@@ -254,7 +254,9 @@ def parse_datetime_ms(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     except ValueError as e:
-        raise ValueError(f"Error parsing date: {text}") from e
+        if "T" not in text:
+            raise ValueError("Error parsing timestamp. It does not contain a 'T' according to ISO8601 format") from e
+        raise ValueError(f"Error parsing timestamp with format yyyy-MM-dd'T'HH:mm:ss.SSS: {text}") from e
     return int(when.timestamp() * 1000)
 
 
@@ -283,6 +285,13 @@ async def _partitions_to_reset(ga: GroupAdmin, opts: argparse.Namespace, group: 
             whole.append(name)
         else:
             tps.extend((name, p) for p in parts)
+    if tps:  # the partitions given must exist
+        known = await ga.partitions(sorted({t for t, _ in tps}))
+        existing = {(t, p) for t, ps in known.items() if isinstance(ps, list) for p in ps}
+        missing = [tp for tp in tps if tp not in existing]
+        if missing:
+            raise AdminError("org.apache.kafka.common.errors.UnknownTopicOrPartitionException: The partitions "
+                             f'"{",".join(f"{t}-{p}" for t, p in missing)}" do not exist')
     if whole:  # Kafka's order: the partitions given, then the topics' as its HashMap holds them
         described = await ga.partitions(whole)
         for name in hash_order(whole, string_hash):
@@ -488,6 +497,9 @@ async def cmd_delete_offsets(ga: GroupAdmin, opts: argparse.Namespace, out: Outp
         out.error("Encountered some partition-level error, see the follow-up details.")
     else:
         out.error(f"Encountered some unknown error: {Errors(top).name}")
+    if top not in (Errors.NONE, Errors.GROUP_SUBSCRIBED_TO_TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED,
+                   Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        status = {}  # a group-level failure: Kafka lists no partitions
     if any(s != "Successful" for s in status.values()):
         out.failed = True
     t_w = max([15] + [len(t) for t, _ in status])
@@ -568,6 +580,8 @@ def _validate(p: argparse.ArgumentParser, opts: argparse.Namespace) -> str:
     require_bootstrap(p, opts)
     if action in ("describe", "delete", "reset_offsets") and not (opts.group or opts.all_groups):
         p.error(f"Option [{action.replace('_', '-')}] takes one of these options: [all-groups], [group]")
+    if action == "describe" and sum(bool(x) for x in (opts.members, opts.offsets, opts.state is not None)) > 1:
+        p.error("Option [describe] takes at most one of these options: [members], [offsets], [state]")
     if opts.group and opts.all_groups:
         p.error("Option [all-groups] can't be used with option [group]")
     if action == "delete_offsets" and (len(opts.group) != 1 or not opts.topic):
@@ -581,11 +595,13 @@ def _validate(p: argparse.ArgumentParser, opts: argparse.Namespace) -> str:
             p.error("One of the reset scopes should be defined: --all-topics, --topic.")
         if opts.dry_run and opts.execute:
             p.error("Option [dry-run] can't be used with option [execute]")
-        if opts.by_duration is not None:
-            try:
+        try:
+            if opts.by_duration is not None:
                 parse_duration_ms(opts.by_duration)
-            except ValueError as e:
-                p.error(str(e))
+            if opts.to_datetime is not None:
+                parse_datetime_ms(opts.to_datetime)
+        except ValueError as e:
+            p.error(str(e))
     elif opts.dry_run or opts.execute or opts.export:
         p.error(f"Option [{'dry-run' if opts.dry_run else 'execute' if opts.execute else 'export'}] takes one of these "
                 "options: [reset-offsets]")
@@ -602,6 +618,10 @@ def run(p: argparse.ArgumentParser, opts: argparse.Namespace) -> int:
         ga = GroupAdmin(admin)
         try:
             await COMMANDS[action](ga, opts, out)
+        except AdminError as e:  # as Kafka's tool reports any failure: the message, then the exception
+            text = str(e)
+            message = text.split(": ", 1)[1] if text.startswith(("org.", "java.")) and ": " in text else text
+            raise AdminError(f"\nError: Executing consumer group command failed due to {message}\n{text}") from e
         finally:
             await ga.close()
         return []

@@ -146,10 +146,18 @@ def test_groups_usage_errors_exit_2(broker: EmbeddedBroker, capsys: pytest.Captu
     for args in (["--list", "--describe"], ["--describe"], ["--reset-offsets", "--group", "g", "--all-topics"],
                  ["--reset-offsets", "--group", "g", "--to-earliest"], ["--list", "--type", "bogus"],
                  ["--reset-offsets", "--group", "g", "--all-topics", "--by-duration", "1h"],
-                 ["--delete-offsets", "--group", "g"]):
+                 ["--delete-offsets", "--group", "g"], ["--describe", "--group", "g", "--members", "--offsets"],
+                 ["--reset-offsets", "--group", "g", "--all-topics", "--to-datetime", "yesterday"]):
         code, out, err = _run(capsys, "groups", *bs, *args)
         assert (code, out) == (2, ""), args
         assert "usage:" in err, args
+    # A failure while running: exit 1, Kafka's lines on stderr.
+    code, out, err = _run(capsys, "groups", *bs, "--reset-offsets", "--group", "g", "--topic", "no-such-topic-x",
+                          "--to-earliest", "--dry-run")
+    assert (code, out) == (1, "") and err == (
+        "\nError: Executing consumer group command failed due to This server does not host this topic-partition.\n"
+        "org.apache.kafka.common.errors.UnknownTopicOrPartitionException: This server does not host this "
+        "topic-partition.\n")
 
 
 def test_broker_api_versions_is_kafkas(broker: EmbeddedBroker, kafka: KafkaTools,
