@@ -31,6 +31,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.console_producer",
     "odradek.cli.console_consumer",
     "odradek.cli.perf",
+    "odradek.cli.broker_api_versions",
 )
 
 

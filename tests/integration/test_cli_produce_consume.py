@@ -153,7 +153,7 @@ def test_group_consumes_and_commits(bootstrap: str) -> None:
                     "--from-beginning", "--max-messages", "10")
     assert r.returncode == 0, r.stderr.decode()
     assert sorted(r.stdout.decode().split()) == sorted(values)
-    d = odradek_cli("groups", "describe", "--group", group, "--bootstrap-server", bootstrap)
+    d = odradek_cli("groups", "--describe", "--group", group, "--bootstrap-server", bootstrap)
     assert d.returncode == 0, d.stderr.decode()
     rows = [line.split() for line in d.stdout.decode().splitlines() if line.startswith(group)]
     assert sum(int(row[3]) for row in rows) == 10 and all(row[5] == "0" for row in rows), d.stdout.decode()
@@ -245,7 +245,7 @@ def test_two_group_members_share_the_partitions(bootstrap: str) -> None:
     members = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)]
     try:
         def group_members() -> int:
-            d = odradek_cli("groups", "describe", "--group", group, "--members", "--bootstrap-server", bootstrap)
+            d = odradek_cli("groups", "--describe", "--group", group, "--members", "--bootstrap-server", bootstrap)
             return sum(1 for line in d.stdout.decode().splitlines()[1:] if " console-consumer " in f" {line} ")
 
         wait_until(lambda: group_members() == 1, 30, 0.5, "the first member in the group")
