@@ -33,8 +33,8 @@ from odradek.cli.groups_admin import (
     GroupError,
     TopicPartition,
 )
-from odradek.cli.java_order import hash_order, string_hash, topic_partition_hash
 from odradek.cli.tool_common import add_connection_args, require_bootstrap, run_admin
+from odradek.java_order import java_hash_order, java_string_hash, java_topic_partition_hash
 from odradek.protocol.errors import Errors
 
 MISSING = "-"
@@ -294,7 +294,7 @@ async def _partitions_to_reset(ga: GroupAdmin, opts: argparse.Namespace, group: 
                              f'"{",".join(f"{t}-{p}" for t, p in missing)}" do not exist')
     if whole:  # Kafka's order: the partitions given, then the topics' as its HashMap holds them
         described = await ga.partitions(whole)
-        for name in hash_order(whole, string_hash):
+        for name in java_hash_order(whole, java_string_hash):
             parts_or_err = described.get(name, Errors.UNKNOWN_TOPIC_OR_PARTITION)
             if isinstance(parts_or_err, int):
                 raise GroupError(parts_or_err)
@@ -323,7 +323,7 @@ async def _check_range(ga: GroupAdmin, out: Output, wanted: dict[TopicPartition,
 
 async def _at_time(ga: GroupAdmin, out: Output, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
     found = await ga.list_offsets(tps, ts)
-    empty = hash_order((tp for tp in tps if found.get(tp, 0) < 0), topic_partition_hash)
+    empty = java_hash_order((tp for tp in tps if found.get(tp, 0) < 0), java_topic_partition_hash)
     for t, p in empty:
         out.write(f"\nWarn: Partition {p} from topic {t} is empty. Falling back to latest known offset.\n")
     found.update(await ga.list_offsets(empty, LATEST))
@@ -405,7 +405,7 @@ async def _prepare(ga: GroupAdmin, opts: argparse.Namespace, out: Output, group:
 
 async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
     result: dict[str, dict[TopicPartition, int]] = {}
-    for gid in hash_order(await _group_ids(ga, opts), string_hash):
+    for gid in java_hash_order(await _group_ids(ga, opts), java_string_hash):
         d = await ga.describe(gid)
         if d.state not in ("Empty", "Dead"):
             out.error(f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {d.state}.")
@@ -419,13 +419,13 @@ async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> No
     if opts.export:
         lines = []
         for gid, offsets in result.items():
-            for t, p in hash_order(offsets, topic_partition_hash):
+            for t, p in java_hash_order(offsets, java_topic_partition_hash):
                 cols = [csv_text(t), str(p), str(offsets[(t, p)])]
                 lines.append(",".join(cols if len(opts.group) == 1 else [csv_text(gid), *cols]) + "\n")
         out.write("".join(lines) + "\n")
         return
     rows = [[gid, t, str(p), str(offsets[(t, p)])]
-            for gid, offsets in result.items() for t, p in hash_order(offsets, topic_partition_hash)]
+            for gid, offsets in result.items() for t, p in java_hash_order(offsets, java_topic_partition_hash)]
     if result:
         g_w = max([15] + [len(r[0]) for r in rows])
         t_w = max([15] + [len(r[1]) for r in rows])
@@ -440,7 +440,7 @@ async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> No
 async def cmd_delete(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
     ok: list[str] = []
     failed: dict[str, int] = {}
-    for gid in hash_order(await _group_ids(ga, opts), string_hash):
+    for gid in java_hash_order(await _group_ids(ga, opts), java_string_hash):
         code = await ga.delete_group(gid)
         if code == Errors.NONE:
             ok.append(gid)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from odradek.cli.admin import AdminClient, AdminError
-from odradek.cli.java_order import hash_order, string_hash
 from odradek.coordinator.group.consumer_protocol import parse_assignment
+from odradek.java_order import java_hash_order, java_string_hash
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 
@@ -137,7 +137,7 @@ class GroupAdmin:
                 if gtype not in ("classic", "consumer") or g["protocol_type"] not in ("consumer", ""):
                     continue
                 seen.setdefault(g["group_id"], (g["group_id"], gtype.capitalize(), g.get("group_state") or "Unknown"))
-        return [seen[g] for g in hash_order(seen, string_hash)]  # Kafka's ListGroupsResult is a HashMap
+        return [seen[g] for g in java_hash_order(seen, java_string_hash)]  # Kafka's ListGroupsResult is a HashMap
 
     async def coordinator(self, group: str) -> Coordinator:
         while True:

@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 from odradek.cli.groups import assignment_text, csv_text, parse_duration_ms, parse_topic_arg
-from odradek.cli.java_order import hash_order, string_hash, topic_partition_hash
+from odradek.java_order import java_hash_order, java_string_hash, java_topic_partition_hash
 
 
 def test_java_string_hash_and_hashmap_order() -> None:
-    assert string_hash("hello") == 99162322
-    assert string_hash("") == 0
-    assert string_hash("polygenelubricants") == -2147483648  # wraps to Integer.MIN_VALUE
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("") == 0
+    assert java_string_hash("polygenelubricants") == -2147483648  # wraps to Integer.MIN_VALUE
     # kafka-consumer-groups.sh --list printed these three in this order (a HashMap's).
-    assert hash_order(["g1", "k848", "live"], string_hash) == ["k848", "g1", "live"]
-    assert topic_partition_hash(("t", 0)) == 31 * 31 + string_hash("t")
+    assert java_hash_order(["g1", "k848", "live"], java_string_hash) == ["k848", "g1", "live"]
+    assert java_topic_partition_hash(("t", 0)) == 31 * 31 + java_string_hash("t")
     keys = [f"group-{i}" for i in range(40)]  # more than 12 keys: a 64-bucket table
-    assert sorted(hash_order(keys, string_hash)) == sorted(keys)
+    assert sorted(java_hash_order(keys, java_string_hash)) == sorted(keys)
 
 
 def test_duration_parse_as_java() -> None:
