@@ -36,6 +36,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from odradek.controller.acl_control_manager import (
+    AclControlManager,
+    AclCreateResult,
+    AclDeleteResult,
+)
 from odradek.controller.alter_partition import alter_partition
 from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
@@ -71,6 +76,7 @@ from odradek.raft.raft_client import (
     RaftClient,
     SnapshotReader,
 )
+from odradek.security.acl import AclBindingFilter, StandardAcl
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +162,9 @@ class QuorumController(Listener[MetadataRecord]):
             cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
         )
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
+        self.acls = AclControlManager(self.image)
+        # Called with each delta replayed into the committed image (the controller's authorizer).
+        self.replay_listeners: list[Callable[[MetadataDelta, MetadataImage], None]] = []
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
         self.replication_ops = ReplicationOps(self, **(replication_options or {}))
@@ -247,6 +256,8 @@ class QuorumController(Listener[MetadataRecord]):
             delta.replay(name, fields, offset)
             self.cluster.replay(name, fields, offset)
         self.image = delta.apply()
+        for listener in self.replay_listeners:
+            listener(delta, self.image)
         if self._speculative_end <= self._committed_offset or base is not None:
             self._drop_speculative()
         self.replication_ops.after_replay(delta, full=base is not None)
@@ -254,7 +265,9 @@ class QuorumController(Listener[MetadataRecord]):
 
     def _set_write_image(self, image: MetadataImage) -> None:
         self.write_image = image
-        for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
+        for manager in (
+            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.acls
+        ):
             manager.image = image
 
     def _drop_speculative(self) -> None:
@@ -481,6 +494,14 @@ class QuorumController(Listener[MetadataRecord]):
             return (block.first_producer_id, block.size), records
 
         return await self._write("allocateProducerIds", op)
+
+    async def create_acls(self, acls: list[StandardAcl]) -> list[AclCreateResult]:
+        """CreateAcls (Kafka's AclControlManager.createAcls); answered once committed."""
+        return await self._write("createAcls", lambda: self.acls.create_acls(acls))
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[AclDeleteResult]:
+        """DeleteAcls (Kafka's AclControlManager.deleteAcls); answered once committed."""
+        return await self._write("deleteAcls", lambda: self.acls.delete_acls(filters))
 
     async def alter_partition(self, request: dict[str, Any], version: int) -> dict[str, Any]:
         """AlterPartition from a partition leader (Kafka's ReplicationControlManager

@@ -150,6 +150,14 @@ class ProducerIdsImage:
     next_producer_id: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    """The ACLs (AccessControlEntryRecords) by id; values are
+    :class:`~odradek.security.acl.StandardAcl`."""
+
+    acls: Mapping[uuid.UUID, Any] = field(default_factory=_empty)
+
+
 # -- the image ------------------------------------------------------------------------------------
 
 
@@ -161,6 +169,7 @@ class MetadataImage:
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     features: FeaturesImage = field(default_factory=FeaturesImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     # -- shorthands the controller's managers read ------------------------------------------------
 

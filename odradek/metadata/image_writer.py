@@ -48,6 +48,8 @@ def write_image(image: MetadataImage) -> list[MetadataRecord]:
                     {"resource_type": rtype, "resource_name": rname, "name": name, "value": value},
                 )
             )
+    for acl_id, acl in sorted(image.acls.acls.items(), key=lambda kv: str(kv[0])):
+        out.append(("AccessControlEntryRecord", acl.to_record(acl_id)))
     if image.producer_ids.next_producer_id > 0:
         out.append(
             (

@@ -238,6 +238,27 @@ BROKER_REGISTRATION_CHANGE_RECORD = Schema(
 
 NO_OP_RECORD = Schema("NoOpRecord", 0, 0, 0, [])
 
+ACCESS_CONTROL_ENTRY_RECORD = Schema(
+    "AccessControlEntryRecord",
+    0,
+    0,
+    0,
+    [
+        F("id", "uuid", "0+"),
+        F("resource_type", "int8", "0+"),
+        F("resource_name", "string", "0+"),
+        F("pattern_type", "int8", "0+"),
+        F("principal", "string", "0+"),
+        F("host", "string", "0+"),
+        F("operation", "int8", "0+"),
+        F("permission_type", "int8", "0+"),
+    ],
+)
+
+REMOVE_ACCESS_CONTROL_ENTRY_RECORD = Schema(
+    "RemoveAccessControlEntryRecord", 0, 0, 0, [F("id", "uuid", "0+")]
+)
+
 BEGIN_TRANSACTION_RECORD = Schema(
     "BeginTransactionRecord",
     0,
@@ -306,6 +327,8 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "RemoveTopicRecord": (9, REMOVE_TOPIC_RECORD),
     "FeatureLevelRecord": (12, FEATURE_LEVEL_RECORD),
     "ProducerIdsRecord": (15, PRODUCER_IDS_RECORD),
+    "AccessControlEntryRecord": (18, ACCESS_CONTROL_ENTRY_RECORD),
+    "RemoveAccessControlEntryRecord": (19, REMOVE_ACCESS_CONTROL_ENTRY_RECORD),
     "BrokerRegistrationChangeRecord": (17, BROKER_REGISTRATION_CHANGE_RECORD),
     "NoOpRecord": (20, NO_OP_RECORD),
     "BeginTransactionRecord": (23, BEGIN_TRANSACTION_RECORD),
@@ -323,15 +346,13 @@ WRITE_VERSIONS: dict[str, int] = {
     "BrokerRegistrationChangeRecord": 2,
 }
 
-# Record types Kafka writes for features Odradek does not have (ACLs, client quotas, SCRAM
+# Record types Kafka writes for features Odradek does not have (client quotas, SCRAM
 # credentials, delegation tokens): a log holding one cannot be taken over without silently
 # dropping security or quota state, so the loader refuses to start (see UnsupportedMetadata).
 UNSUPPORTED_RECORD_TYPES: dict[int, str] = {
     10: "DelegationTokenRecord",
     11: "UserScramCredentialRecord",
     14: "ClientQuotaRecord",
-    18: "AccessControlEntryRecord",
-    19: "RemoveAccessControlEntryRecord",
     22: "RemoveUserScramCredentialRecord",
     26: "RemoveDelegationTokenRecord",
 }

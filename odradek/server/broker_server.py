@@ -31,14 +31,19 @@ from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
+from odradek.security.api_authorization import BROKER_CHECKS
+from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import install as install_authorization
+from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
+from odradek.server.acl_apis import AclApis
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
     TransactionVerifier,
 )
 from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
-from odradek.server.controller_channel import ControllerChannel
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
@@ -112,6 +117,7 @@ class BrokerServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self.broker_apis: KafkaApis | None = None
+        self.authorizer: StandardAuthorizer | None = None
         self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
@@ -228,6 +234,11 @@ class BrokerServer:
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
         # reach them at their members' next heartbeat.
         loader.publishers.append(self.group_coordinator.on_metadata_update)
+        # 3c. The authorizer (authorizer.class.name), following the image's ACLs.
+        authorizer = self.authorizer = StandardAuthorizer.from_config(cfg)
+        if authorizer is not None:
+            authorizer.load(self.metadata_cache.image.acls)
+            loader.publishers.append(authorizer.publish)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         self.heartbeat_channel = heartbeat_channel
@@ -257,9 +268,14 @@ class BrokerServer:
             replica_manager=self.replica_manager,
             controller_channel=channel,
             log_manager=lm,
-            extensions=[group_apis, txn_apis],
+            extensions=[group_apis, txn_apis, AclApis(authorizer, ForwardingManager(channel))],
             txn_apis=self._txn_partition_apis(cfg),
         )
+        if authorizer is not None:
+            cache = self.metadata_cache
+            install_authorization(
+                broker_apis, AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic), BROKER_CHECKS
+            )
         txn_apis.idempotent_init_producer_id = broker_apis.handle_init_producer_id
         group_apis.transaction_version = txn_apis.transaction_version
         manager = self.add_partitions_to_txn_manager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
 from collections.abc import Iterable
 
 from odradek.controller.controller_apis import ControllerApis
@@ -24,6 +25,10 @@ from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.record_batches import BatchCodec
+from odradek.security.api_authorization import CONTROLLER_CHECKS
+from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import install as install_authorization
+from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
@@ -131,6 +136,19 @@ class ControllerServer:
         }
         self.controller_apis = controller_apis
         handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
+        authorizer = StandardAuthorizer.from_config(cfg)
+        if authorizer is not None:
+            # The controller's own authorizer, following its committed image's ACLs.
+            authorizer.load(controller.image.acls)
+            controller.replay_listeners.append(authorizer.publish)
+            controller_apis.authorizer = authorizer
+
+            def topic_name(tid: uuid.UUID) -> str | None:
+                t = controller.image.topics_by_id.get(tid)
+                return None if t is None else t.name
+
+            helper = AuthHelper(authorizer, topic_name, lambda name: name in controller.image.topics_by_name)
+            install_authorization(handler, helper, CONTROLLER_CHECKS)
         metrics = self.shared.metrics
         observe_requests(handler, self._servers, cfg, metrics)
         if metrics is not None:

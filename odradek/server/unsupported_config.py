@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from odradek.security.standard_authorizer import STANDARD_AUTHORIZER_CLASS
+
 if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
@@ -57,7 +59,9 @@ _PER_LISTENER = re.compile(r"^listener\.name\.[^.]+\.(?:[^.]+\.)?((?:ssl|sasl)\.
 
 # Plug-ins and features configured by setting a key at all.
 _REFUSED_IF_SET: dict[str, str] = {
-    "authorizer.class.name": "ACL authorization is not supported yet (every request would be allowed)",
+    "authorizer.class.name": (
+        f"the only authorizer supported is {STANDARD_AUTHORIZER_CLASS} (KRaft mode)"
+    ),
     "principal.builder.class": "authentication is not supported yet (there are no principals)",
     "delegation.token.secret.key": "delegation tokens are not supported yet",
     "delegation.token.master.key": "delegation tokens are not supported yet",
@@ -107,6 +111,11 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
     originals = config.originals
     for key in sorted(originals):
         value = originals[key].strip()
+        if key == "authorizer.class.name" and value == STANDARD_AUTHORIZER_CLASS:
+            if config.is_zk_mode:
+                out.append(f"{key}={value}: the StandardAuthorizer keeps its ACLs in the KRaft metadata "
+                           "log; it is not supported in ZooKeeper mode")
+            continue
         reason = _REFUSED_IF_SET.get(key)
         if reason is not None and value:
             out.append(f"{key}={_shown(key, value)}: {reason}")
