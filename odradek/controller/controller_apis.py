@@ -42,6 +42,7 @@ _ENDPOINT_TYPE_CONTROLLER = 2
 _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
     m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
+    m.ALTER_USER_SCRAM_CREDENTIALS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -87,6 +88,7 @@ class ControllerApis:
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.handle_alter_partition_reassignments,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.handle_list_partition_reassignments,
             g.ASSIGN_REPLICAS_TO_DIRS.api_key: self.handle_assign_replicas_to_dirs,
+            m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -140,7 +142,7 @@ class ControllerApis:
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
-            g.ASSIGN_REPLICAS_TO_DIRS,
+            g.ASSIGN_REPLICAS_TO_DIRS, m.ALTER_USER_SCRAM_CREDENTIALS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -266,6 +268,12 @@ class ControllerApis:
             "throttle_time_ms": 0,
             "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
         }
+
+    async def handle_alter_user_scram_credentials(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return await self.controller.alter_user_scram_credentials(request.data)
 
     # -- Configs --------------------------------------------------------------------------------
 

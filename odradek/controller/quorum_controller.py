@@ -58,6 +58,7 @@ from odradek.controller.replication_control import (
     TopicResult,
 )
 from odradek.controller.replication_ops import ReplicationOps
+from odradek.controller.scram_control_manager import ScramControlManager
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
 from odradek.metadata.transactions import MetadataTransactions
@@ -156,6 +157,7 @@ class QuorumController(Listener[MetadataRecord]):
             cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
         )
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
+        self.scram = ScramControlManager(self.image)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
         self.replication_ops = ReplicationOps(self, **(replication_options or {}))
@@ -254,7 +256,9 @@ class QuorumController(Listener[MetadataRecord]):
 
     def _set_write_image(self, image: MetadataImage) -> None:
         self.write_image = image
-        for manager in (self.replication, self.configuration, self.features, self.cluster, self.producer_ids):
+        for manager in (
+            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.scram
+        ):
             manager.image = image
 
     def _drop_speculative(self) -> None:
@@ -611,6 +615,15 @@ class QuorumController(Listener[MetadataRecord]):
             return out, records
 
         return await self._write("createPartitions", op, timeout_ms)
+
+    async def alter_user_scram_credentials(self, request: dict[str, Any]) -> dict[str, Any]:
+        def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
+            response, records = self.scram.alter_credentials(request)
+            for name, r in records:
+                log.info("%s for user %s (mechanism %d)", name, r["name"], r["mechanism"])
+            return response, records
+
+        return await self._write("alterUserScramCredentials", op)
 
     async def alter_configs(
         self, resources: list[dict[str, Any]], validate_only: bool, incremental: bool

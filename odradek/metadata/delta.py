@@ -41,6 +41,7 @@ from odradek.metadata.image import (
     TopicsImage,
     frozen_mapping,
 )
+from odradek.metadata.scram_image import ScramDelta
 
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
 _MIGRATING = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING
@@ -131,6 +132,7 @@ class MetadataDelta:
         self._feature_levels: dict[str, int] = {}
         self._zk_migration_state: int | None = None
         self._next_producer_id: int | None = None
+        self.scram = ScramDelta()
 
     def is_empty(self) -> bool:
         """True when nothing a publisher follows changed."""
@@ -141,6 +143,7 @@ class MetadataDelta:
             or self.changed_topic_configs
             or self.changed_brokers
             or self.changed_broker_configs
+            or self.scram.changes
         )
 
     # -- replay ---------------------------------------------------------------------------------
@@ -384,6 +387,11 @@ class MetadataDelta:
         current = self.image.producer_ids.next_producer_id if self._next_producer_id is None else self._next_producer_id
         self._next_producer_id = max(current, r["next_producer_id"])
 
+    def _replay_scram(self, name: str, r: dict[str, Any], offset: int) -> None:
+        error = self.scram.replay(name, r)
+        if error is not None:
+            raise MetadataReplayError(name, offset, error)
+
     def _replay_marker(self, name: str, r: dict[str, Any], offset: int) -> None:
         """NoOpRecord, and the transaction markers (KIP-868), whose transactions the listener's
         :class:`~odradek.metadata.transactions.MetadataTransactions` already resolved: only the
@@ -405,6 +413,7 @@ class MetadataDelta:
                 if self._next_producer_id is None
                 else ProducerIdsImage(self._next_producer_id)
             ),
+            scram=self.scram.apply(old.scram),
         )
 
     def _apply_topics(self, old: TopicsImage) -> TopicsImage:
@@ -481,6 +490,8 @@ _HANDLERS: dict[str, _Handler] = {
     "ZkMigrationStateRecord": MetadataDelta._replay_zk_migration_state,
     "ProducerIdsRecord": MetadataDelta._replay_producer_ids,
     "NoOpRecord": MetadataDelta._replay_marker,
+    "UserScramCredentialRecord": MetadataDelta._replay_scram,
+    "RemoveUserScramCredentialRecord": MetadataDelta._replay_scram,
     "BeginTransactionRecord": MetadataDelta._replay_marker,
     "EndTransactionRecord": MetadataDelta._replay_marker,
     "AbortTransactionRecord": MetadataDelta._replay_marker,

@@ -31,6 +31,8 @@ from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -38,7 +40,7 @@ from odradek.server.add_partitions_to_txn_manager import (
 )
 from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
-from odradek.server.controller_channel import ControllerChannel
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
@@ -53,6 +55,7 @@ from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 from odradek.server.txn_apis import TxnApis, build_txn_apis
 from odradek.server.txn_partition_apis import TxnPartitionApis
+from odradek.server.user_scram_apis import UserScramApis
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +260,9 @@ class BrokerServer:
             replica_manager=self.replica_manager,
             controller_channel=channel,
             log_manager=lm,
-            extensions=[group_apis, txn_apis],
+            extensions=[
+                group_apis, txn_apis, SaslApis(), UserScramApis(self.metadata_cache, ForwardingManager(channel)),
+            ],
             txn_apis=self._txn_partition_apis(cfg),
         )
         txn_apis.idempotent_init_producer_id = broker_apis.handle_init_producer_id
@@ -277,8 +282,11 @@ class BrokerServer:
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+        cache = self.metadata_cache
         for server in self._servers:
-            server.handler = broker_apis
+            server.handler = listener_handler(
+                cfg, server.listener_name, broker_apis, lambda mech, user: cache.image.scram.get(mech, user)
+            )
             await server.start()
 
         # 5. Register with the controller and heartbeat; the controller unfences the broker

@@ -355,4 +355,10 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         }
     if key == m.LIST_PARTITION_REASSIGNMENTS.api_key:
         return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "topics": []}
+    if key == m.ALTER_USER_SCRAM_CREDENTIALS.api_key:  # one result per user named
+        users = dict.fromkeys(x["name"] for x in [*data["deletions"], *data["upsertions"]])
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"user": u, "error_code": error, "error_message": message} for u in users],
+        }
     raise ValueError(f"no error response for API {key}")

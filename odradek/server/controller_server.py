@@ -24,6 +24,8 @@ from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.record_batches import BatchCodec
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
@@ -130,13 +132,15 @@ class ControllerServer:
             v: ep for v in raft_client.core.voters if (ep := dynamic.endpoint(v)) is not None
         }
         self.controller_apis = controller_apis
-        handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
+        handler = ControllerListenerApis(controller, [controller_apis, raft_apis, SaslApis()])
         metrics = self.shared.metrics
         observe_requests(handler, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(QuorumControllerCollector(controller))
         for server in self._servers:
-            server.handler = handler
+            server.handler = listener_handler(
+                cfg, server.listener_name, handler, lambda mech, user: controller.image.scram.get(mech, user)
+            )
             await server.start()
 
     async def shutdown(self) -> None:
