@@ -116,6 +116,7 @@ class QuorumController(Listener[MetadataRecord]):
         bootstrap_features: Mapping[str, int] | None = None,
         colocated_broker: bool = False,
         replication_options: dict[str, Any] | None = None,
+        bootstrap_records: Sequence[MetadataRecord] = (),
     ) -> None:
         """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines).
         ``colocated_broker``: this process is also broker ``node_id`` (process.roles=broker,
@@ -158,6 +159,8 @@ class QuorumController(Listener[MetadataRecord]):
         )
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
         self.scram = ScramControlManager(self.image)
+        # Written with the bootstrap features on a new log (storage format --add-scram).
+        self._bootstrap_records = list(bootstrap_records)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
         self.replication_ops = ReplicationOps(self, **(replication_options or {}))
@@ -290,7 +293,10 @@ class QuorumController(Listener[MetadataRecord]):
                 "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-        records.extend(self.features.bootstrap_records())
+        bootstrap = self.features.bootstrap_records()
+        records.extend(bootstrap)
+        if bootstrap:
+            records.extend(self._bootstrap_records)
         return records
 
     def _schedule_activation(self) -> None:

@@ -156,3 +156,30 @@ def client_config(cfg: KafkaConfig, listener: str, mechanism_key: str) -> SaslCl
             "options for the connections this node makes"
         )
     return SaslClientConfig(mechanism, opts.get("username", ""), opts.get("password", ""), dict(opts))
+
+
+def listener_protocol(cfg: KafkaConfig, listener: str) -> str:
+    """The security protocol of ``listener`` (listener.security.protocol.map, else the name)."""
+    for lst in cfg.listeners:
+        if lst.name == listener:
+            return lst.security_protocol
+    for item in cfg.get("listener.security.protocol.map") or []:
+        name, _, proto = str(item).partition(":")
+        if name.strip().upper() == listener.upper() and proto:
+            return proto.strip().upper()
+    return listener.upper()
+
+
+def client_logins(cfg: KafkaConfig) -> dict[str, SaslClientConfig]:
+    """This node's logins to brokers (the inter-broker listener) and to controllers (the first
+    controller listener), for those that are SASL listeners."""
+    out: dict[str, SaslClientConfig] = {}
+    roles = cfg.process_roles
+    if "broker" in roles:
+        ibl = cfg.inter_broker_listener_name
+        if listener_protocol(cfg, ibl) in SASL_PROTOCOLS:
+            out["broker"] = client_config(cfg, ibl, "sasl.mechanism.inter.broker.protocol")
+    ctrl = cfg.controller_listener_names
+    if ctrl and listener_protocol(cfg, ctrl[0]) in SASL_PROTOCOLS:
+        out["controller"] = client_config(cfg, ctrl[0], "sasl.mechanism.controller.protocol")
+    return out

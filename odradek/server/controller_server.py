@@ -29,7 +29,11 @@ from odradek.security.sasl_channel_builder import listener_handler
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
-from odradek.server.formatter import read_bootstrap_features, read_bootstrap_metadata_version
+from odradek.server.formatter import (
+    read_bootstrap_features,
+    read_bootstrap_metadata_version,
+    read_bootstrap_scram_records,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.raft_apis import RaftApis
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
@@ -93,6 +97,7 @@ class ControllerServer:
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
             bootstrap_features=read_bootstrap_features(cfg.metadata_log_dir),
+            bootstrap_records=read_bootstrap_scram_records(cfg.metadata_log_dir),
             colocated_broker="broker" in cfg.process_roles,
             replication_options={
                 "auto_leader_rebalance_enable": bool(cfg.get("auto.leader.rebalance.enable")),

@@ -161,23 +161,19 @@ def _sasl_value_problem(setting: str, value: str) -> str | None:
 def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
     """SASL listeners whose settings cannot work (a PLAIN listener without users, GSSAPI,
     a broken JAAS text), and inter-node logins that are missing."""
-    from odradek.security.sasl_config import SaslConfigError, client_config, listener_config
+    from odradek.security.sasl_config import SaslConfigError, client_logins, listener_config
 
     out: list[str] = []
     sasl_listeners = [x for x in config.listeners if x.security_protocol == "SASL_PLAINTEXT"]
+    if sasl_listeners and not config.process_roles:
+        return ["SASL listeners are served in KRaft mode only (not in ZooKeeper mode)"]
     for lst in sasl_listeners:
         try:
             listener_config(config, lst.name, lst.security_protocol)
         except SaslConfigError as e:
             out.append(str(e))
-    names = {x.name for x in sasl_listeners}
     try:
-        roles = config.process_roles
-        if "broker" in roles and config.inter_broker_listener_name in names:
-            client_config(config, config.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol")
-        ctrl = config.controller_listener_names
-        if ctrl and ctrl[0] in names:
-            client_config(config, ctrl[0], "sasl.mechanism.controller.protocol")
+        client_logins(config)
     except SaslConfigError as e:
         out.append(str(e))
     return out
