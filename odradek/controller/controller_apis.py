@@ -44,6 +44,7 @@ _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
     m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
     g.CREATE_ACLS, g.DELETE_ACLS,
+    m.ALTER_USER_SCRAM_CREDENTIALS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -92,6 +93,7 @@ class ControllerApis:
             g.CREATE_ACLS.api_key: self.handle_create_acls,
             g.DELETE_ACLS.api_key: self.handle_delete_acls,
             g.DESCRIBE_ACLS.api_key: self.handle_describe_acls,
+            m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
         }
         # The controller's authorizer (authorizer.class.name), set by the ControllerServer.
         self.authorizer: StandardAuthorizer | None = None
@@ -148,6 +150,7 @@ class ControllerApis:
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
             g.ASSIGN_REPLICAS_TO_DIRS, g.CREATE_ACLS, g.DELETE_ACLS, g.DESCRIBE_ACLS,
+            m.ALTER_USER_SCRAM_CREDENTIALS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -297,6 +300,12 @@ class ControllerApis:
             "throttle_time_ms": 0,
             "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
         }
+
+    async def handle_alter_user_scram_credentials(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return await self.controller.alter_user_scram_credentials(request.data)
 
     # -- Configs --------------------------------------------------------------------------------
 

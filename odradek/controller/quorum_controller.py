@@ -63,6 +63,7 @@ from odradek.controller.replication_control import (
     TopicResult,
 )
 from odradek.controller.replication_ops import ReplicationOps
+from odradek.controller.scram_control_manager import ScramControlManager
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
 from odradek.metadata.transactions import MetadataTransactions
@@ -121,6 +122,7 @@ class QuorumController(Listener[MetadataRecord]):
         bootstrap_features: Mapping[str, int] | None = None,
         colocated_broker: bool = False,
         replication_options: dict[str, Any] | None = None,
+        bootstrap_records: Sequence[MetadataRecord] = (),
     ) -> None:
         """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines).
         ``colocated_broker``: this process is also broker ``node_id`` (process.roles=broker,
@@ -165,6 +167,9 @@ class QuorumController(Listener[MetadataRecord]):
         self.acls = AclControlManager(self.image)
         # Called with each delta replayed into the committed image (the controller's authorizer).
         self.replay_listeners: list[Callable[[MetadataDelta, MetadataImage], None]] = []
+        self.scram = ScramControlManager(self.image)
+        # Written with the bootstrap features on a new log (storage format --add-scram).
+        self._bootstrap_records = list(bootstrap_records)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
         self.replication_ops = ReplicationOps(self, **(replication_options or {}))
@@ -266,7 +271,8 @@ class QuorumController(Listener[MetadataRecord]):
     def _set_write_image(self, image: MetadataImage) -> None:
         self.write_image = image
         for manager in (
-            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.acls
+            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.acls,
+            self.scram,
         ):
             manager.image = image
 
@@ -299,7 +305,10 @@ class QuorumController(Listener[MetadataRecord]):
                 "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-        records.extend(self.features.bootstrap_records())
+        bootstrap = self.features.bootstrap_records()
+        records.extend(bootstrap)
+        if bootstrap:
+            records.extend(self._bootstrap_records)
         return records
 
     def _schedule_activation(self) -> None:
@@ -632,6 +641,15 @@ class QuorumController(Listener[MetadataRecord]):
             return out, records
 
         return await self._write("createPartitions", op, timeout_ms)
+
+    async def alter_user_scram_credentials(self, request: dict[str, Any]) -> dict[str, Any]:
+        def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
+            response, records = self.scram.alter_credentials(request)
+            for name, r in records:
+                log.info("%s for user %s (mechanism %d)", name, r["name"], r["mechanism"])
+            return response, records
+
+        return await self._write("alterUserScramCredentials", op)
 
     async def alter_configs(
         self, resources: list[dict[str, Any]], validate_only: bool, incremental: bool

@@ -42,6 +42,7 @@ from odradek.metadata.image import (
     TopicsImage,
     frozen_mapping,
 )
+from odradek.metadata.scram_image import ScramDelta
 
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
 _MIGRATING = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING
@@ -134,6 +135,7 @@ class MetadataDelta:
         self._next_producer_id: int | None = None
         # ACLs added (StandardAcl) or removed (None) by id.
         self.acl_changes: dict[uuid.UUID, Any] = {}
+        self.scram = ScramDelta()
 
     def is_empty(self) -> bool:
         """True when nothing a publisher follows changed."""
@@ -145,6 +147,7 @@ class MetadataDelta:
             or self.changed_brokers
             or self.changed_broker_configs
             or self.acl_changes
+            or self.scram.changes
         )
 
     # -- replay ---------------------------------------------------------------------------------
@@ -399,6 +402,10 @@ class MetadataDelta:
         if known is None:
             raise MetadataReplayError(name, offset, f"no ACL with id {acl_id}")
         self.acl_changes[acl_id] = None
+    def _replay_scram(self, name: str, r: dict[str, Any], offset: int) -> None:
+        error = self.scram.replay(name, r)
+        if error is not None:
+            raise MetadataReplayError(name, offset, error)
 
     def _replay_marker(self, name: str, r: dict[str, Any], offset: int) -> None:
         """NoOpRecord, and the transaction markers (KIP-868), whose transactions the listener's
@@ -422,6 +429,7 @@ class MetadataDelta:
                 else ProducerIdsImage(self._next_producer_id)
             ),
             acls=self._apply_acls(old.acls),
+            scram=self.scram.apply(old.scram),
         )
 
     def _apply_acls(self, old: AclsImage) -> AclsImage:
@@ -505,6 +513,8 @@ _HANDLERS: dict[str, _Handler] = {
     "NoOpRecord": MetadataDelta._replay_marker,
     "AccessControlEntryRecord": MetadataDelta._replay_acl,
     "RemoveAccessControlEntryRecord": MetadataDelta._replay_remove_acl,
+    "UserScramCredentialRecord": MetadataDelta._replay_scram,
+    "RemoveUserScramCredentialRecord": MetadataDelta._replay_scram,
     "BeginTransactionRecord": MetadataDelta._replay_marker,
     "EndTransactionRecord": MetadataDelta._replay_marker,
     "AbortTransactionRecord": MetadataDelta._replay_marker,

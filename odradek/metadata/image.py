@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from odradek.metadata.scram_image import ScramImage
+
 # ConfigResource types as the protocol numbers them.
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -170,6 +172,7 @@ class MetadataImage:
     features: FeaturesImage = field(default_factory=FeaturesImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     acls: AclsImage = field(default_factory=AclsImage)
+    scram: ScramImage = field(default_factory=ScramImage)
 
     # -- shorthands the controller's managers read ------------------------------------------------
 

@@ -259,6 +259,30 @@ REMOVE_ACCESS_CONTROL_ENTRY_RECORD = Schema(
     "RemoveAccessControlEntryRecord", 0, 0, 0, [F("id", "uuid", "0+")]
 )
 
+# SCRAM credentials (odradek.controller.scram_control_manager); mechanism 1 = SCRAM-SHA-256,
+# 2 = SCRAM-SHA-512.
+USER_SCRAM_CREDENTIAL_RECORD = Schema(
+    "UserScramCredentialRecord",
+    0,
+    0,
+    0,
+    [
+        F("name", "string", "0+"),
+        F("mechanism", "int8", "0+"),
+        F("salt", "bytes", "0+"),
+        F("stored_key", "bytes", "0+"),
+        F("server_key", "bytes", "0+"),
+        F("iterations", "int32", "0+"),
+    ],
+)
+REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Schema(
+    "RemoveUserScramCredentialRecord",
+    0,
+    0,
+    0,
+    [F("name", "string", "0+"), F("mechanism", "int8", "0+")],
+)
+
 BEGIN_TRANSACTION_RECORD = Schema(
     "BeginTransactionRecord",
     0,
@@ -337,6 +361,8 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "RegisterControllerRecord": (27, REGISTER_CONTROLLER_RECORD),
     "ZkMigrationStateRecord": (21, ZK_MIGRATION_STATE_RECORD),
     "ClearElrRecord": (28, CLEAR_ELR_RECORD),
+    "UserScramCredentialRecord": (11, USER_SCRAM_CREDENTIAL_RECORD),
+    "RemoveUserScramCredentialRecord": (22, REMOVE_USER_SCRAM_CREDENTIAL_RECORD),
 }
 
 # Versions this node writes when none is asked for: the newest ones a Kafka 3.9 reader decodes
@@ -346,14 +372,12 @@ WRITE_VERSIONS: dict[str, int] = {
     "BrokerRegistrationChangeRecord": 2,
 }
 
-# Record types Kafka writes for features Odradek does not have (client quotas, SCRAM
-# credentials, delegation tokens): a log holding one cannot be taken over without silently
+# Record types Kafka writes for features Odradek does not have (client quotas,
+# delegation tokens): a log holding one cannot be taken over without silently
 # dropping security or quota state, so the loader refuses to start (see UnsupportedMetadata).
 UNSUPPORTED_RECORD_TYPES: dict[int, str] = {
     10: "DelegationTokenRecord",
-    11: "UserScramCredentialRecord",
     14: "ClientQuotaRecord",
-    22: "RemoveUserScramCredentialRecord",
     26: "RemoveDelegationTokenRecord",
 }
 

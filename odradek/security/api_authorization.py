@@ -691,6 +691,13 @@ def _acl_results_refused(key: str) -> Callable[[dict[str, Any]], dict[str, Any]]
     return refused
 
 
+def _scram_alter_refused(req: dict[str, Any]) -> dict[str, Any]:
+    users = dict.fromkeys(x["name"] for x in [*(req.get("deletions") or []), *(req.get("upsertions") or [])])
+    return {"throttle_time_ms": 0, "results": [
+        {"user": u, "error_code": _CLUSTER_DENIED, "error_message": None} for u in users
+    ]}
+
+
 def _top_error(**fields: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return lambda _req: _error(_CLUSTER_DENIED, **fields)
 
@@ -719,6 +726,12 @@ _ADMIN_CHECKS: dict[int, Check] = {
     g.CREATE_ACLS.api_key: _cluster_whole(Op.ALTER, _acl_results_refused("results")),
     g.DELETE_ACLS.api_key: _cluster_whole(Op.ALTER, _acl_results_refused("filter_results")),
     g.DESCRIBE_ACLS.api_key: _cluster_whole(Op.DESCRIBE, _top_error(error_message=None, resources=[])),
+    m.ALTER_USER_SCRAM_CREDENTIALS.api_key: _cluster_whole(Op.ALTER, _scram_alter_refused),
+    m.DESCRIBE_USER_SCRAM_CREDENTIALS.api_key: _cluster_whole(
+        Op.DESCRIBE, _top_error(error_message=None, results=[])),
+    # Authentication itself needs no authorization.
+    m.SASL_HANDSHAKE.api_key: _allow,
+    m.SASL_AUTHENTICATE.api_key: _allow,
 }
 
 BROKER_CHECKS: dict[int, Check] = {

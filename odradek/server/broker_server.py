@@ -34,6 +34,8 @@ from odradek.protocol.errors import Errors
 from odradek.security.api_authorization import BROKER_CHECKS
 from odradek.security.auth_helper import AuthHelper
 from odradek.security.auth_helper import install as install_authorization
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
 from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
 from odradek.server.acl_apis import AclApis
@@ -58,6 +60,7 @@ from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
 from odradek.server.txn_apis import TxnApis, build_txn_apis
 from odradek.server.txn_partition_apis import TxnPartitionApis
+from odradek.server.user_scram_apis import UserScramApis
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +271,10 @@ class BrokerServer:
             replica_manager=self.replica_manager,
             controller_channel=channel,
             log_manager=lm,
-            extensions=[group_apis, txn_apis, AclApis(authorizer, ForwardingManager(channel))],
+            extensions=[
+                group_apis, txn_apis, SaslApis(), UserScramApis(self.metadata_cache, ForwardingManager(channel)),
+                AclApis(authorizer, ForwardingManager(channel)),
+            ],
             txn_apis=self._txn_partition_apis(cfg),
         )
         if authorizer is not None:
@@ -293,8 +299,11 @@ class BrokerServer:
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+        cache = self.metadata_cache
         for server in self._servers:
-            server.handler = broker_apis
+            server.handler = listener_handler(
+                cfg, server.listener_name, broker_apis, lambda mech, user: cache.image.scram.get(mech, user)
+            )
             await server.start()
 
         # 5. Register with the controller and heartbeat; the controller unfences the broker

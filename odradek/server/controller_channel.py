@@ -363,4 +363,10 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": error, "error_message": message, "matching_acls": []} for _ in data.get("filters") or []
         ]}
+    if key == m.ALTER_USER_SCRAM_CREDENTIALS.api_key:  # one result per user named
+        users = dict.fromkeys(x["name"] for x in [*data["deletions"], *data["upsertions"]])
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"user": u, "error_code": error, "error_message": message} for u in users],
+        }
     raise ValueError(f"no error response for API {key}")
