@@ -77,6 +77,9 @@ class AdminClient:
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
+        # A SASL login registered for this role on the running loop authenticates each
+        # connection (odradek.security.sasl_client_authenticator; --command-config).
+        self.sasl_role: str | None = None
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -98,7 +101,7 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await NetworkClient(host, port, client_id=self.client_id).connect()
+                client = await NetworkClient(host, port, client_id=self.client_id, sasl_role=self.sasl_role).connect()
                 resp = await client.send(
                     m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
                 )

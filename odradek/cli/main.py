@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.reassign",
     "odradek.cli.transactions",
     "odradek.cli.console",
+    "odradek.cli.acls",
 )
 
 
