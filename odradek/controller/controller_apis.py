@@ -95,8 +95,12 @@ class ControllerApis:
             g.DESCRIBE_ACLS.api_key: self.handle_describe_acls,
             m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
         }
-        # The controller's authorizer (authorizer.class.name), set by the ControllerServer.
+        # The controller's authorizer (authorizer.class.name), set by the ControllerServer, and
+        # the check of a request a Kafka broker forwarded in an Envelope (see
+        # odradek.security.auth_helper.forwarded_check): None (go ahead), an envelope response
+        # (refused), a 1-tuple of the inner response (refused), or a Narrowed request.
         self.authorizer: StandardAuthorizer | None = None
+        self.check_forwarded: Callable[[Any, bytes | None, RequestContext], Any] | None = None
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
 
@@ -169,7 +173,19 @@ class ControllerApis:
                 log.warning("Envelope from %s refused: %s", ctx.conn.peer, e.message)
                 return {"response_data": None, "error_code": e.code}
             client = RequestClient(inner.client_id, inner.client_host or ctx.conn.peer)
-            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, inner.data, client))
+            data, merge = inner.data, None
+            if self.check_forwarded is not None:
+                # With an authorizer the inner request is checked for the client's principal.
+                verdict = self.check_forwarded(inner, req.get("request_principal"), ctx)
+                if isinstance(verdict, dict):
+                    return verdict
+                if isinstance(verdict, tuple):
+                    return {"response_data": envelope.wrap_response(inner, verdict[0]), "error_code": Errors.NONE}
+                if verdict is not None:
+                    data, merge = verdict.request, verdict.merge
+            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, data, client))
+            if merge is not None:
+                resp = merge(resp)
             return {"response_data": envelope.wrap_response(inner, resp), "error_code": Errors.NONE}
 
         return handler

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.protocol.schema import read_uvarint
 from odradek.security.acl import CLUSTER_NAME, ResourceType
+from odradek.security.kafka_principal import KafkaPrincipal
 from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server.acl_operations import AclOperation
 
@@ -92,6 +94,46 @@ class AuthHelper:
         return self.authorizer.authorized_operations(
             str(ctx.conn.principal), client_host(ctx.conn.peer), rtype, name, ops
         )
+
+
+def deserialize_principal(data: bytes) -> KafkaPrincipal:
+    """Kafka's DefaultKafkaPrincipalBuilder.deserialize: a version (int16, 0) and a
+    DefaultPrincipalData v0 (flexible: compact type and name strings, tokenAuthenticated, tags)."""
+    view = memoryview(data)
+    if len(view) < 2 or int.from_bytes(view[:2], "big") != 0:
+        raise ValueError("unsupported principal data version")
+    pos = 2
+    fields: list[str] = []
+    for _ in range(2):
+        length, pos = read_uvarint(view, pos)
+        if length == 0 or pos + length - 1 > len(view):
+            raise ValueError("truncated principal data")
+        fields.append(bytes(view[pos:pos + length - 1]).decode("utf-8"))
+        pos += length - 1
+    return KafkaPrincipal(fields[0], fields[1])
+
+
+def forwarded_check(helper: AuthHelper, checks: dict[int, Check]) -> Callable[[Any, bytes | None, RequestContext], Any]:
+    """The controller's check of a request a Kafka broker forwarded in an Envelope: the inner
+    request's own check, for the principal and client address the envelope carries."""
+    from odradek.network.request_channel import ConnectionInfo
+    from odradek.protocol.errors import Errors
+    from odradek.protocol.header import RequestHeader
+    from odradek.server.api_dispatcher import RequestContext
+
+    def check(inner: Any, principal_data: bytes | None, outer: RequestContext) -> Any:
+        try:
+            principal = deserialize_principal(bytes(principal_data or b""))
+        except (ValueError, UnicodeDecodeError):
+            return {"response_data": None, "error_code": Errors.PRINCIPAL_DESERIALIZATION_FAILURE}
+        host = inner.client_host or client_host(outer.conn.peer)
+        peer = f"[{host}]:0" if ":" in host else f"{host}:0"
+        conn = ConnectionInfo("envelope", peer, outer.conn.listener_name, principal=principal)
+        ctx = RequestContext(RequestHeader(inner.api.api_key, inner.version, inner.correlation_id, inner.client_id), conn)
+        verdict = checks[inner.api.api_key](helper, ctx, inner.data)
+        return (verdict,) if isinstance(verdict, dict) else verdict
+
+    return check
 
 
 def _then(result: Any, merge: Merge) -> Any:

@@ -26,7 +26,7 @@ from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.record_batches import BatchCodec
 from odradek.security.api_authorization import CONTROLLER_CHECKS
-from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import AuthHelper, forwarded_check
 from odradek.security.auth_helper import install as install_authorization
 from odradek.security.sasl_apis import SaslApis
 from odradek.security.sasl_channel_builder import listener_handler
@@ -156,6 +156,7 @@ class ControllerServer:
 
             helper = AuthHelper(authorizer, topic_name, lambda name: name in controller.image.topics_by_name)
             install_authorization(handler, helper, CONTROLLER_CHECKS)
+            controller_apis.check_forwarded = forwarded_check(helper, CONTROLLER_CHECKS)
         metrics = self.shared.metrics
         observe_requests(handler, self._servers, cfg, metrics)
         if metrics is not None:

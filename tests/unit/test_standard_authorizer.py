@@ -347,3 +347,36 @@ def test_every_served_api_has_a_check() -> None:
 
     missing = {api.name for api in m.ALL_APIS if api.api_key not in checks.BROKER_CHECKS} - {"ApiVersions"}
     assert not missing
+
+
+# -- requests forwarded by Kafka brokers in an Envelope -------------------------------------------
+
+
+def _principal_bytes(kind: str, name: str) -> bytes:
+    """Kafka's DefaultKafkaPrincipalBuilder.serialize: version 0, then DefaultPrincipalData v0."""
+    out = b"\x00\x00"
+    for text in (kind, name):
+        raw = text.encode()
+        out += bytes([len(raw) + 1]) + raw
+    return out + b"\x00" + b"\x00"  # tokenAuthenticated=false, no tagged fields
+
+
+def test_forwarded_requests_are_checked_for_the_envelope_principal() -> None:
+    from odradek.controller import envelope
+    from odradek.protocol import messages as m
+    from odradek.security.auth_helper import deserialize_principal, forwarded_check
+
+    assert deserialize_principal(_principal_bytes("User", "alice")) == KafkaPrincipal("User", "alice")
+    with pytest.raises(ValueError):
+        deserialize_principal(b"\x00\x01")
+    check = forwarded_check(HELPER, checks.CONTROLLER_CHECKS)
+    body = {"topics": [{"name": "orders", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                        "configs": []}], "timeout_ms": 1000, "validate_only": False}
+    inner = envelope.EmbeddedRequest(m.CREATE_TOPICS, 7, 5, "c", body, "10.0.0.1")
+    outer = ctx("User:broker")
+    refused = check(inner, _principal_bytes("User", "alice"), outer)
+    assert isinstance(refused, Narrowed) and refused.request["topics"] == []
+    assert refused.merge({"topics": []})["topics"][0]["error_code"] == Errors.TOPIC_AUTHORIZATION_FAILED
+    assert check(inner, _principal_bytes("User", "admin"), outer).request["topics"] == body["topics"]
+    bad = check(inner, b"\x00\x00\x04User", outer)
+    assert bad["error_code"] == Errors.PRINCIPAL_DESERIALIZATION_FAILURE
