@@ -158,11 +158,20 @@ def check_fetch(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict
             kept.append(t)
         else:
             denied.append((t, name, err))
-    if not denied:
+    # An incremental fetch (KIP-227) also returns partitions of the session that this request
+    # does not name: their topics are checked again, as Kafka does for every session partition.
+    incremental = replica_id < 0 and req.get("session_epoch", -1) > 0
+    if not denied and not incremental:
         return None
 
     def merge(resp: dict[str, Any]) -> dict[str, Any]:
         out = list(resp.get("responses") or [])
+        if incremental:
+            for i, t in enumerate(out):
+                name = t.get("topic") or h.topic_name(t.get("topic_id") or _ZERO_UUID) or ""
+                if name and refusal(name) is not None:
+                    out[i] = {**t, "partitions": [_fetch_entry(p["partition_index"], _TOPIC_DENIED)
+                                                  for p in t.get("partitions") or []]}
         for t, name, err in denied:
             out.append({"topic": name, "topic_id": t.get("topic_id") or _ZERO_UUID,
                         "partitions": [_fetch_entry(p["partition"], err) for p in t["partitions"]]})

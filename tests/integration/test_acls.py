@@ -167,6 +167,26 @@ def test_produce_and_consume_matrix(secured: Secured) -> None:
     got, err = consume(secured, "bob", topic, group)
     assert not got and err is not None and err.code() in (
         KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    # kafka-python: the same answers
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+
+    def kp(user: str) -> KafkaProducer:
+        return KafkaProducer(bootstrap_servers=secured.bootstrap, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username=user,
+                             sasl_plain_password=f"{user}-secret", max_block_ms=10000)
+
+    alice = kp("alice")
+    try:
+        assert alice.send(topic, b"kp").get(timeout=20).offset >= 0
+    finally:
+        alice.close()
+    bob = kp("bob")
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            bob.send(topic, b"kp").get(timeout=20)
+    finally:
+        bob.close()
 
 
 def test_consumer_group_needs_group_read(secured: Secured) -> None:

@@ -380,3 +380,20 @@ def test_forwarded_requests_are_checked_for_the_envelope_principal() -> None:
     assert check(inner, _principal_bytes("User", "admin"), outer).request["topics"] == body["topics"]
     bad = check(inner, b"\x00\x00\x04User", outer)
     assert bad["error_code"] == Errors.PRINCIPAL_DESERIALIZATION_FAILURE
+
+
+def test_incremental_fetch_rechecks_session_topics() -> None:
+    """A session's partitions the request does not name are checked again (an ACL removed while
+    a Java consumer's fetch session lives stops its data)."""
+    req = {"replica_id": -1, "session_id": 9, "session_epoch": 3, "topics": [], "max_bytes": 1}
+    v = checks.check_fetch(HELPER, ctx("User:bob", 12), req)
+    assert isinstance(v, Narrowed)
+    resp = {"responses": [{"topic": "orders", "topic_id": uuid.UUID(int=0), "partitions": [
+        {"partition_index": 0, "error_code": 0, "records": b"secret"}]}]}
+    (part,) = v.merge(resp)["responses"][0]["partitions"]
+    assert part["error_code"] == Errors.TOPIC_AUTHORIZATION_FAILED and part["records"] == b""
+    v = checks.check_fetch(HELPER, ctx("User:alice", 12), req)
+    assert isinstance(v, Narrowed)
+    assert v.merge(resp)["responses"][0]["partitions"][0]["records"] == b"secret"
+    # a full fetch names every partition it gets: nothing to re-check
+    assert checks.check_fetch(HELPER, ctx("User:alice", 12), {**req, "session_epoch": 0}) is None
