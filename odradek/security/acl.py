@@ -101,7 +101,8 @@ class StandardAcl:
         }
 
     def validation_error(self) -> str | None:
-        """Kafka's AclControlManager.validateNewAcl: why this ACL cannot be created, or None."""
+        """Why this ACL cannot be created, or None: Kafka's AclControlManager.validateNewAcl, and
+        the checks of its AclApis (the CLUSTER resource's name, a principal ``type:name``)."""
         if self.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
             return f"Invalid resourceType {self.resource_type.name}"
         if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
@@ -112,6 +113,12 @@ class StandardAcl:
             return f"Invalid permissionType {self.permission_type.name}"
         if not self.resource_name:
             return "Resource name should not be empty"
+        if self.resource_type == ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
+            return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+        kind, sep, name = self.principal.partition(":")
+        if not sep or not kind or not name:
+            return (f"Could not parse principal from `{self.principal}` (no colon is present separating "
+                    "the principal type from the principal name)")
         return None
 
     def pattern_str(self) -> str:

@@ -209,11 +209,16 @@ def test_acl_control_manager_create_validate_delete() -> None:
         acl(T, "t", "User:a", Op.ANY),
         acl(T, "t", "User:a", Op.READ, AclPermissionType.ANY),
         acl(T, "", "User:a", Op.READ),
+        acl(C, "my-cluster", "User:a", Op.ALTER),
+        acl(T, "t", "alice", Op.READ),
     ])
-    assert [r.error for r in results] == [Errors.NONE, Errors.NONE] + [Errors.INVALID_REQUEST] * 5
+    assert [r.error for r in results] == [Errors.NONE, Errors.NONE] + [Errors.INVALID_REQUEST] * 7
     assert [r.message for r in results[2:]] == [
         "Invalid resourceType ANY", "Invalid patternType MATCH", "Invalid operation ANY",
         "Invalid permissionType ANY", "Resource name should not be empty",
+        "The only valid name for the CLUSTER resource is kafka-cluster",
+        "Could not parse principal from `alice` (no colon is present separating the principal type "
+        "from the principal name)",
     ]
     assert [n for n, _ in records] == ["AccessControlEntryRecord"]  # the duplicate writes nothing
     delta = MetadataDelta(EMPTY_IMAGE)
