@@ -74,11 +74,12 @@ class SaslAuthenticatingHandler:
             if auth.authenticated_now:
                 principal = auth.principal
                 assert principal is not None
-                if conn.principal != principal:
-                    log.info(
-                        "connection %s from %s on listener %s authenticated as %s with %s",
-                        conn.connection_id, conn.peer, conn.listener_name, principal, auth.mechanism,
-                    )
+                log.info(
+                    "connection %s from %s on listener %s %s as %s with %s",
+                    conn.connection_id, conn.peer, conn.listener_name,
+                    "re-authenticated" if auth.reauthenticated else "authenticated", principal,
+                    auth.mechanism,
+                )
                 conn.principal = principal
                 if conn.set_max_request_bytes is not None:
                     conn.set_max_request_bytes(None, "")

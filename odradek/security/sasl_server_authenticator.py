@@ -112,6 +112,7 @@ class SaslAuthenticator:
         self.client_supports_reauth = False
         self.session_expiry_ms: float | None = None  # monotonic ms; None: never
         self.authenticated_now = False  # set by the step that completes (re-)authentication
+        self.reauthenticated = False  # ... and whether that was a re-authentication
 
     # -- helpers --
 
@@ -246,6 +247,7 @@ class SaslAuthenticator:
         lifetime = self._session_lifetime_ms()
         self.session_expiry_ms = None if lifetime is None else now_ms + lifetime
         self.state = SaslState.COMPLETE
+        self.reauthenticated = self._reauthenticating
         self._reauthenticating = False
         self.authenticated_now = True
         return None

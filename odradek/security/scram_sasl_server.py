@@ -137,7 +137,9 @@ class ScramSaslServer:
         m = _CLIENT_FINAL.match(text)
         if m is None:
             raise SaslError("Authentication failed: Invalid client final message")
-        if m["nonce"] != self._nonce:
+        # endsWith, as Kafka checks it: some librdkafka releases (kcat's) send the client
+        # nonce once more in front of the combined nonce.
+        if not m["nonce"].endswith(self._nonce):
             raise SaslError("Invalid client nonce in the final client message.")
         try:
             channel_binding = base64.b64decode(m["cb"], validate=True)
