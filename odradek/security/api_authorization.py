@@ -738,6 +738,13 @@ _ADMIN_CHECKS: dict[int, Check] = {
     m.ALTER_USER_SCRAM_CREDENTIALS.api_key: _cluster_whole(Op.ALTER, _scram_alter_refused),
     m.DESCRIBE_USER_SCRAM_CREDENTIALS.api_key: _cluster_whole(
         Op.DESCRIBE, _top_error(error_message=None, results=[])),
+    # Client quotas (Kafka: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster)
+    g.DESCRIBE_CLIENT_QUOTAS.api_key: _cluster_whole(
+        Op.DESCRIBE_CONFIGS, _top_error(error_message=None, entries=None)),
+    g.ALTER_CLIENT_QUOTAS.api_key: _cluster_whole(Op.ALTER_CONFIGS, lambda req: {"throttle_time_ms": 0, "entries": [
+        {"error_code": _CLUSTER_DENIED, "error_message": None, "entity": e.get("entity") or []}
+        for e in req.get("entries") or []
+    ]}),
     # Authentication itself needs no authorization.
     m.SASL_HANDSHAKE.api_key: _allow,
     m.SASL_AUTHENTICATE.api_key: _allow,

@@ -14,6 +14,7 @@ the principal may act on) to the handler and adds the refused resources' errors 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from odradek.security.acl import CLUSTER_NAME, ResourceType
 from odradek.security.kafka_principal import KafkaPrincipal
 from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server.acl_operations import AclOperation
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import uuid
@@ -160,14 +163,25 @@ def guarded(helper: AuthHelper, check: Check, handler: Handler) -> Handler:
 
 
 def install(dispatcher: ApiDispatcher, helper: AuthHelper, checks: dict[int, Check]) -> None:
-    """Put ``checks`` in front of ``dispatcher``'s handlers (every API it serves must have one,
-    ApiVersions excepted: an unchecked API is a hole)."""
+    """Put ``checks`` in front of ``dispatcher``'s handlers. An API served without a check of
+    its own (ApiVersions excepted) is not left open: it needs ALTER on the cluster (super users
+    have it), and start-up logs a warning naming it."""
     from odradek.protocol import messages as m
+    from odradek.protocol.errors import Errors
 
-    missing = sorted(k for k in dispatcher.handlers if k not in checks and k != m.API_VERSIONS.api_key)
-    if missing:
-        raise RuntimeError(f"no authorization check for API keys {missing}")
+    def fallback(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Narrowed | None:
+        if h.cluster(ctx, AclOperation.ALTER):
+            return None
+        return {"throttle_time_ms": 0, "error_code": Errors.CLUSTER_AUTHORIZATION_FAILED}
+
+    unchecked = sorted(
+        dispatcher.apis[k].name for k in dispatcher.handlers
+        if k not in checks and k != m.API_VERSIONS.api_key and k in dispatcher.apis
+    )
+    if unchecked:
+        log.warning("No authorization rule for %s: only principals with ALTER on the cluster may send them",
+                    ", ".join(unchecked))
     for key, handler in list(dispatcher.handlers.items()):
-        check = checks.get(key)
-        if check is not None:
-            dispatcher.handlers[key] = guarded(helper, check, handler)
+        if key == m.API_VERSIONS.api_key:
+            continue
+        dispatcher.handlers[key] = guarded(helper, checks.get(key, fallback), handler)

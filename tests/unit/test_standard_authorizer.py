@@ -402,3 +402,22 @@ def test_incremental_fetch_rechecks_session_topics() -> None:
     assert v.merge(resp)["responses"][0]["partitions"][0]["records"] == b"secret"
     # a full fetch names every partition it gets: nothing to re-check
     assert checks.check_fetch(HELPER, ctx("User:alice", 12), {**req, "session_epoch": 0}) is None
+
+
+def test_an_api_without_a_rule_needs_cluster_alter(caplog: pytest.LogCaptureFixture) -> None:
+    from odradek.protocol import messages as m
+    from odradek.security.auth_helper import install
+
+    class Dispatcher:
+        apis = {m.API_VERSIONS.api_key: m.API_VERSIONS, m.HEARTBEAT.api_key: m.HEARTBEAT, 999: m.DESCRIBE_QUORUM}
+        handlers: dict[int, Any] = {k: (lambda c, r: {"served": True}) for k in apis}
+
+    d = Dispatcher()
+    install(d, HELPER, {m.HEARTBEAT.api_key: checks.BROKER_CHECKS[m.HEARTBEAT.api_key]})  # type: ignore[arg-type]
+    assert "No authorization rule for DescribeQuorum" in caplog.text
+    assert d.handlers[999](ctx("User:alice"), {})["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED
+    assert d.handlers[999](ctx("User:admin"), {}) == {"served": True}
+    assert d.handlers[m.API_VERSIONS.api_key](ctx("User:nobody"), {}) == {"served": True}
+    assert d.handlers[m.HEARTBEAT.api_key](ctx("User:alice"), {"group_id": "g"}) == {"served": True}
+    assert d.handlers[m.HEARTBEAT.api_key](ctx("User:bob"), {"group_id": "g"})["error_code"] == (
+        Errors.GROUP_AUTHORIZATION_FAILED)
