@@ -130,7 +130,8 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
             resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
             assert resp["error_code"] == 0
             advertised = {(a["api_key"], a["min_version"], a["max_version"]) for a in resp["api_keys"]}
-            assert advertised == {(a.api_key, m.advertised_min_version(a), a.max_version) for a in m.ALL_APIS}
+            served = [*m.ALL_APIS, *m.SECURITY_APIS]  # SASL and SCRAM credentials (issue 16)
+            assert advertised == {(a.api_key, m.advertised_min_version(a), a.max_version) for a in served}
             # The transaction coordinator's APIs are there, EndTxn up to v5 (transactions version
             # 2, KIP-890 part 2), Produce to v12 and TxnOffsetCommit to v5 (Kafka 4.0's).
             assert (m.END_TXN.api_key, 0, 5) in advertised
@@ -201,6 +202,7 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     g.FETCH_SNAPSHOT.api_key, g.ALTER_PARTITION.api_key,  # partition leaders' ISR changes (issue 12)
                     m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key,
                     m.LIST_PARTITION_REASSIGNMENTS.api_key,
+                    m.SASL_HANDSHAKE.api_key, m.SASL_AUTHENTICATE.api_key, m.ALTER_USER_SCRAM_CREDENTIALS.api_key,
                     # the quorum's RaftApis: Fetch (of __cluster_metadata), Vote,
                     # BeginQuorumEpoch, EndQuorumEpoch, DescribeQuorum
                     m.FETCH.api_key, g.VOTE.api_key, g.BEGIN_QUORUM_EPOCH.api_key,

@@ -139,7 +139,7 @@ def test_register_broker_record_v4_as_kafka_4_writes_it() -> None:
 
 
 @pytest.mark.parametrize(("api_key", "name"), [(18, "AccessControlEntryRecord"), (14, "ClientQuotaRecord"),
-                                               (11, "UserScramCredentialRecord"), (10, "DelegationTokenRecord")])
+                                               (10, "DelegationTokenRecord")])
 def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int, name: str) -> None:
     with pytest.raises(UnsupportedMetadataRecord, match=name):
         decode_metadata_record(_raw_frame(api_key, 0, b"\x00"))

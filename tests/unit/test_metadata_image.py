@@ -40,11 +40,11 @@ APPLIED = {
     "PartitionChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord", "RemoveTopicRecord",
     "FeatureLevelRecord", "ProducerIdsRecord", "BrokerRegistrationChangeRecord", "NoOpRecord",
     "ZkMigrationStateRecord", "BeginTransactionRecord", "EndTransactionRecord", "AbortTransactionRecord",
-    "RegisterControllerRecord",
+    "RegisterControllerRecord", "UserScramCredentialRecord", "RemoveUserScramCredentialRecord",
 }
 REFUSED = {
-    "DelegationTokenRecord", "UserScramCredentialRecord", "ClientQuotaRecord", "AccessControlEntryRecord",
-    "RemoveAccessControlEntryRecord", "RemoveUserScramCredentialRecord", "RemoveDelegationTokenRecord",
+    "DelegationTokenRecord", "ClientQuotaRecord", "AccessControlEntryRecord",
+    "RemoveAccessControlEntryRecord", "RemoveDelegationTokenRecord",
 }
 
 
@@ -114,6 +114,10 @@ BUILD: list[tuple[str, dict[str, Any]]] = [
     ("ZkMigrationStateRecord", {"zk_migration_state": 3}),
     ("NoOpRecord", {}),
     ("AbortTransactionRecord", {"reason": None}),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 1, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 4096}),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 2, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 8192}),
 ]
 
 # Then every record type that changes or removes what BUILD made.
@@ -127,6 +131,7 @@ CHANGE: list[tuple[str, dict[str, Any]]] = [
     ("PartitionRecord", _partition(T2, 0, [1], 1)),
     ("RemoveTopicRecord", {"topic_id": T1}),
     ("FeatureLevelRecord", {"name": "group.version", "feature_level": 0}),
+    ("RemoveUserScramCredentialRecord", {"name": "alice", "mechanism": 1}),
 ]
 
 
