@@ -117,9 +117,10 @@ BUILD: list[tuple[str, dict[str, Any]]] = [
         "id": ACL_ID, "resource_type": 2, "resource_name": "orders", "pattern_type": 3,
         "principal": "User:alice", "host": "*", "operation": 3, "permission_type": 3,
     }),
-    ("UserScramCredentialRecord", {
-        "name": "alice", "mechanism": 1, "salt": b"s", "stored_key": b"k", "server_key": b"v", "iterations": 4096,
-    }),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 1, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 4096}),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 2, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 8192}),
 ]
 
 # Then every record type that changes or removes what BUILD made.
