@@ -7,7 +7,8 @@ literal|prefixed|any|match), entries (``--allow-principal``/``--deny-principal``
 ``--allow-host``/``--deny-host``, ``--operation``, repeatable), the ``--producer`` and
 ``--consumer`` conveniences (with ``--idempotent``), ``--principal`` to list one principal's ACLs,
 and ``--force``. Output as Kafka's tool prints it. ``--command-config`` may name
-``security.protocol`` PLAINTEXT or SASL_PLAINTEXT (``sasl.mechanism`` and ``sasl.jaas.config``).
+``security.protocol`` PLAINTEXT or SASL_PLAINTEXT (``sasl.mechanism`` and ``sasl.jaas.config``;
+read by :func:`odradek.cli.scram_configs.command_config_login`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.cli.scram_configs import ScramConfigError, command_config_login
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 from odradek.security.acl import (
@@ -278,25 +280,6 @@ class AclTool:
             })
 
 
-def _sasl_login(props: dict[str, str]) -> Any:
-    """The SASL login ``--command-config`` asks for (None: PLAINTEXT)."""
-    from odradek.security.jaas_config import parse_jaas_config
-    from odradek.security.sasl_config import SaslClientConfig
-
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol == "PLAINTEXT":
-        return None
-    if protocol != "SASL_PLAINTEXT":
-        raise UsageError(f"security.protocol={protocol} is not supported by odradek acls "
-                         "(PLAINTEXT and SASL_PLAINTEXT are)")
-    mechanism = props.get("sasl.mechanism", "GSSAPI").strip().upper()
-    jaas = props.get("sasl.jaas.config")
-    if not jaas:
-        raise UsageError("security.protocol=SASL_PLAINTEXT needs sasl.jaas.config in --command-config")
-    opts = parse_jaas_config(jaas)[0].options
-    return SaslClientConfig(mechanism, opts.get("username", ""), opts.get("password", ""), dict(opts))
-
-
 def run(ns: argparse.Namespace, out: TextIO | None = None, stdin: TextIO | None = None) -> int:
     stdout = out or sys.stdout
     try:
@@ -305,22 +288,17 @@ def run(ns: argparse.Namespace, out: TextIO | None = None, stdin: TextIO | None 
         if ns.command_config:
             with open(ns.command_config, encoding="utf-8") as f:
                 props = parse_properties(f.read())
-        login = _sasl_login(props)
+        login = command_config_login(ns.command_config)
         resource_acls = resource_to_acls(ns) if (ns.add or ns.remove) else {}
         patterns = _resources(ns, required=False) if ns.list else []
         principals = _principals(ns.principal) if ns.list else []
-    except (UsageError, OSError) as e:
+    except (UsageError, ScramConfigError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 1
 
     async def main() -> None:
         admin = AdminClient(ns.bootstrap_server or ns.bootstrap_controller,
-                            int(props.get("default.api.timeout.ms", "60000")))
-        if login is not None:
-            from odradek.security.sasl_client_authenticator import register_client_logins
-
-            register_client_logins(asyncio.get_running_loop(), {"admin": login})
-            admin.sasl_role = "admin"
+                            int(props.get("default.api.timeout.ms", "60000")), sasl=login)
         tool = AclTool(admin, stdout)
         try:
             if ns.add:

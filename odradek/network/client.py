@@ -99,9 +99,11 @@ class NetworkClient:
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         sasl_role: str | None = None,
+        sasl: SaslClientConfig | None = None,
     ) -> None:
         self.host = host
         self.sasl_role = sasl_role
+        self.sasl = sasl  # an explicit login (a tool's --command-config), else the role's
         self._authenticating = False
         self.port = port
         self.client_id = client_id
@@ -251,7 +253,7 @@ class NetworkClient:
         self._protocol = protocol
         self._close_reason = None
         self._write_paused = False
-        login = client_login(self.sasl_role)
+        login = self.sasl or client_login(self.sasl_role)
         if login is not None:
             await self._authenticate(login)
         self.backoff.ready()

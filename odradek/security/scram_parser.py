@@ -69,8 +69,9 @@ def _unquote(v: str) -> str:
     return v
 
 
-def parse_mechanism_entry(entry: str, *, require_name: bool) -> ScramCredentialSpec:
-    """One ``MECHANISM=[key=value,...]``."""
+def parse_mechanism_entry(entry: str, *, require_name: bool, check_max: bool = True) -> ScramCredentialSpec:
+    """One ``MECHANISM=[key=value,...]``; ``check_max`` False leaves the upper bound on the
+    iterations to the controller (kafka-configs checks only the minimum)."""
     mech_name, eq, rest = entry.strip().partition("=")
     mech = ScramMechanism.by_name(mech_name.strip())
     if mech is None:
@@ -102,7 +103,7 @@ def parse_mechanism_entry(entry: str, *, require_name: bool) -> ScramCredentialS
         raise ScramParseError(f"iterations must be a number, got {values['iterations']!r}") from e
     if iterations < MIN_ITERATIONS:
         raise ScramParseError(f"The 'iterations' value must be >= {MIN_ITERATIONS} for add-scram")
-    if iterations > MAX_ITERATIONS:
+    if check_max and iterations > MAX_ITERATIONS:
         raise ScramParseError(f"The 'iterations' value must be <= {MAX_ITERATIONS} for add-scram")
     try:
         salt = base64.b64decode(values["salt"], validate=True) if "salt" in values else os.urandom(32)
@@ -128,4 +129,4 @@ def parse_add_scram(text: str) -> ScramCredentialSpec:
 
 def parse_add_config(text: str) -> list[ScramCredentialSpec]:
     """``kafka-configs --entity-type users --add-config`` SCRAM entries."""
-    return [parse_mechanism_entry(e, require_name=False) for e in _split_top(text, ",") if e.strip()]
+    return [parse_mechanism_entry(e, require_name=False, check_max=False) for e in _split_top(text, ",") if e.strip()]

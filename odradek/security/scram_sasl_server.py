@@ -50,9 +50,17 @@ _CLIENT_FINAL = re.compile(
 _FIRST, _FINAL, _COMPLETE, _FAILED = range(4)
 
 
+def _random_nonce() -> str:
+    return secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")
+
+
 class ScramSaslServer:
-    def __init__(self, mechanism: ScramMechanism, lookup: CredentialLookup) -> None:
+    def __init__(
+        self, mechanism: ScramMechanism, lookup: CredentialLookup,
+        server_nonce: Callable[[], str] | None = None,
+    ) -> None:
         self.mechanism = mechanism.mechanism_name
+        self._server_nonce = server_nonce or _random_nonce
         self._mech = mechanism
         self._lookup = lookup
         self._state = _FIRST
@@ -126,7 +134,7 @@ class ScramSaslServer:
         self._user = user
         self._gs2_header = m["gs2"]
         self._client_first_bare = text[len(m["gs2"]):]
-        self._nonce = m["nonce"] + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")
+        self._nonce = m["nonce"] + self._server_nonce()
         salt = base64.b64encode(self._credential.salt).decode("ascii")
         self._server_first = f"r={self._nonce},s={salt},i={self._credential.iterations}"
         self._state = _FINAL

@@ -421,3 +421,36 @@ def test_java_client_reauthenticates(reauth_broker: EmbeddedBroker, tmp_path: Pa
     ).stdout
     assert "60 records sent" in out
     assert "re-authenticated" in caplog.text
+
+
+def test_odradek_configs_users_scram(sasl_broker: EmbeddedBroker, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The users/SCRAM part of ``odradek configs`` (odradek.cli.scram_configs), over SASL with a
+    --command-config as kafka-configs."""
+    from argparse import Namespace
+
+    from odradek.cli.scram_configs import alter_user_scram, describe_user_scram
+
+    props = _java_props(tmp_path, "admin", ["security.protocol=SASL_PLAINTEXT", *JAVA_LOGINS["SCRAM-SHA-512"]])
+    user = unique_name("gina")
+    common = {"bootstrap_server": sasl_bootstrap(sasl_broker), "entity_name": user, "command_config": props}
+    # Two mechanisms of one user in one request: DUPLICATE_RESOURCE, as Kafka's ScramControlManager
+    assert alter_user_scram(Namespace(**common, add_config="SCRAM-SHA-256=[iterations=8192,password=gina-secret],"
+                                      "SCRAM-SHA-512=[password=gina-secret]", delete_config=None)) == 1
+    assert "DUPLICATE_RESOURCE" in capsys.readouterr().err
+    for config in ("SCRAM-SHA-256=[iterations=8192,password=gina-secret]", "SCRAM-SHA-512=[password=gina-secret]"):
+        assert alter_user_scram(Namespace(**common, add_config=config, delete_config=None)) == 0
+        assert capsys.readouterr().out == f"Completed updating config for user {user}.\n"
+    assert describe_user_scram(Namespace(**common)) == 0
+    assert capsys.readouterr().out == (
+        f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192, "
+        "SCRAM-SHA-512=iterations=4096\n"
+    )
+    roundtrip_confluent(librdkafka_conf(sasl_broker, "SCRAM-SHA-256", user, "gina-secret"), unique_name("gina"))
+    assert alter_user_scram(Namespace(**common, add_config=None, delete_config="SCRAM-SHA-256")) == 0
+    capsys.readouterr()
+    assert alter_user_scram(Namespace(**common, add_config=None, delete_config="SCRAM-SHA-256")) == 1
+    assert "RESOURCE_NOT_FOUND" in capsys.readouterr().err
+    assert alter_user_scram(Namespace(**common, add_config="SCRAM-SHA-256=[iterations=20000,password=x]",
+                                      delete_config=None)) == 1
+    assert "Too many iterations" in capsys.readouterr().err
