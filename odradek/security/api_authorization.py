@@ -251,7 +251,8 @@ def check_metadata(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> d
                     kept.append(t)
                     continue
                 if not h.authorize(ctx, Op.DESCRIBE, TOPIC, resolved):
-                    denied.append({"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None, "topic_id": tid,
+                    # (Kafka: topic ids are not sensitive, the refusal names the id)
+                    denied.append({"error_code": _TOPIC_DENIED, "name": None, "topic_id": tid,
                                    "is_internal": False, "partitions": [],
                                    "topic_authorized_operations": AUTHORIZED_OPS_OMITTED})
                     continue
