@@ -22,6 +22,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.schema import Api
+from odradek.security.sasl_config import SaslClientConfig
 
 DEFAULT_API_TIMEOUT_MS = 60_000
 RETRY_BACKOFF_S = 0.1
@@ -79,8 +80,12 @@ _RETRIABLE = frozenset({
 
 
 class AdminClient:
-    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin") -> None:
+    def __init__(
+        self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin",
+        sasl: SaslClientConfig | None = None,
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.sasl = sasl  # a SASL login (--command-config), if any
         self.timeout_ms = timeout_ms
         self.client_id = client_id
         self._client: NetworkClient | None = None
@@ -128,7 +133,7 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await NetworkClient(host, port, client_id=self.client_id).connect()
+                client = await NetworkClient(host, port, client_id=self.client_id, sasl=self.sasl).connect()
                 resp = await client.send(
                     m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
                 )

@@ -32,6 +32,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.console_consumer",
     "odradek.cli.perf",
     "odradek.cli.broker_api_versions",
+    "odradek.cli.acls",
 )
 
 

@@ -26,7 +26,14 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
+from odradek.security.api_authorization import BROKER_CHECKS
+from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import install as install_authorization
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
+from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
+from odradek.server.acl_apis import AclApis
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
 )
@@ -44,7 +51,7 @@ from odradek.server.broker_components import (
     wire_replication,
 )
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
-from odradek.server.controller_channel import ControllerChannel
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
@@ -56,6 +63,7 @@ from odradek.server.replica_selector import UnknownReplicaSelector, replica_sele
 from odradek.server.replication_quota_manager import ReplicationQuotas
 from odradek.server.shared_server import SharedServer, now_ms
 from odradek.server.txn_apis import TxnApis
+from odradek.server.user_scram_apis import UserScramApis
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +95,7 @@ class BrokerServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self.broker_apis: KafkaApis | None = None
+        self.authorizer: StandardAuthorizer | None = None
         self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
@@ -188,6 +197,11 @@ class BrokerServer:
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
         # reach them at their members' next heartbeat.
         loader.publishers.append(self.group_coordinator.on_metadata_update)
+        # 3c. The authorizer (authorizer.class.name), following the image's ACLs.
+        authorizer = self.authorizer = StandardAuthorizer.from_config(cfg)
+        if authorizer is not None:
+            authorizer.load(self.metadata_cache.image.acls)
+            loader.publishers.append(authorizer.publish)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         self.heartbeat_channel = heartbeat_channel
@@ -205,17 +219,29 @@ class BrokerServer:
             node_id=self.node_id, cluster_id=self.cluster_id, cfg=cfg, metadata_cache=self.metadata_cache,
             rm=self.replica_manager, lm=lm, group_coordinator=self.group_coordinator, controller_channel=channel,
             producer_ids=producer_ids,
+            extensions=[
+                SaslApis(), UserScramApis(self.metadata_cache, ForwardingManager(channel)),
+                AclApis(authorizer, ForwardingManager(channel)),
+            ],
         )
         self.txn_apis = built.txn_apis
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
         broker_apis = built.apis
+        if authorizer is not None:
+            cache = self.metadata_cache
+            install_authorization(
+                broker_apis, AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic), BROKER_CHECKS
+            )
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+        cache = self.metadata_cache
         for server in self._servers:
-            server.handler = broker_apis
+            server.handler = listener_handler(
+                cfg, server.listener_name, broker_apis, lambda mech, user: cache.image.scram.get(mech, user)
+            )
             await server.start()
 
         # 5. Register with the controller and heartbeat; the controller unfences the broker
