@@ -18,6 +18,7 @@ import pkgutil
 import re
 import sys
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 import odradek
@@ -59,7 +60,7 @@ def _declared() -> tuple[set[str], dict[str, set[str]]]:
     return _requirement_names(project["dependencies"]), extras
 
 
-def _distribution(import_name: str, installed: dict[str, list[str]]) -> str:
+def _distribution(import_name: str, installed: Mapping[str, list[str]]) -> str:
     if import_name in installed:
         return _normalize(installed[import_name][0])
     return _normalize(DISTRIBUTION_OF.get(import_name, import_name))
