@@ -126,3 +126,27 @@ def test_the_mapping_sees_an_undeclared_import(tmp_path: Path) -> None:
     main, _ = _declared()
     assert {_distribution(n, {}) for n in imports} == {"pillow", "pyyaml"}
     assert not {"pillow", "pyyaml"} & main
+
+
+def test_every_data_file_is_package_data() -> None:
+    """Files under odradek/ other than Python sources (the console's templates) reach a
+    non-editable install only through ``[tool.setuptools.package-data]``."""
+    import fnmatch
+
+    root = Path(odradek.__file__).resolve().parent
+    patterns = tomllib.loads(PYPROJECT.read_text("utf-8"))["tool"]["setuptools"].get("package-data", {})
+    data = [p for p in root.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc", ".pyi")
+            and "__pycache__" not in p.parts]
+    assert any(p.parent.name == "templates" for p in data)
+    unshipped = []
+    for path in data:
+        rel = path.relative_to(root.parent)
+        shipped = False
+        for package, globs in patterns.items():
+            pkg_dir = Path(*package.split("."))
+            if pkg_dir in rel.parents:
+                inner = rel.relative_to(pkg_dir).as_posix()
+                shipped = shipped or any(fnmatch.fnmatch(inner, g) for g in globs)
+        if not shipped:
+            unshipped.append(str(rel))
+    assert not unshipped, f"not in [tool.setuptools.package-data]: {unshipped}"
