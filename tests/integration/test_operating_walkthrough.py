@@ -160,6 +160,10 @@ def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Walkthroug
         server_words[i + 1].replace(README_METRICS, metrics_url).split("=", 1)
         for i, w in enumerate(server_words) if w == "--override"
     )
+    # ServerProcess binds free loopback ports; the keys it sets for quick tests go back to the
+    # defaults a user's `odradek server` has.
+    overrides = {"offsets.topic.replication.factor": "3", "group.initial.rebalance.delay.ms": "3000",
+                 **overrides}
     server = ServerProcess(tmp / "data", overrides).start()
     console: subprocess.Popen[bytes] | None = None
     console_log = tmp / "console.log"
