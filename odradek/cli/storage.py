@@ -204,7 +204,7 @@ def run_format(args: argparse.Namespace) -> int:
                 "one of the following: --standalone, --initial-controllers, or "
                 "--no-initial-controllers."
             )
-        scram = _scram_records(args.add_scram)
+        scram = _scram_records(getattr(args, "add_scram", None) or [])
         names = config.controller_listener_names
         Formatter(
             node_id=config.node_id,

@@ -41,6 +41,7 @@ from collections.abc import Awaitable
 from typing import Any, cast
 
 from odradek.network.connection import (
+    MIN_REQUEST_BYTES,
     STAGING_BUFFER_BYTES,
     Close,
     FrameTooLarge,
@@ -208,7 +209,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     _max_request_name = "socket.request.max.bytes"
 
     def _set_max_request_bytes(self, limit: int | None, name: str) -> None:
+        """A SASL listener's limit before authentication (``limit``), then back to the server's.
+        Before authentication a frame may also be shorter than a request header (a bare SASL
+        token after a v0 SaslHandshake); the authenticator judges those."""
         self.core.max_frame_bytes = self._server.max_request_bytes if limit is None else limit
+        self.core.min_frame_bytes = MIN_REQUEST_BYTES if limit is None else 0
         self._max_request_name = "socket.request.max.bytes" if limit is None else name
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -305,6 +305,15 @@ def test_sasl_handshake_v0_raw_tokens(sasl_broker: EmbeddedBroker) -> None:
         assert conn.recv_frame() == b""
         r = conn.request(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
         assert r["error_code"] == 0
+    with RawConnection("127.0.0.1", sasl_port(sasl_broker)) as conn:  # a token shorter than a header
+        assert conn.request(m.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})["error_code"] == 0
+        conn.send_frame(b"\x00a\x00b")
+        assert conn.is_closed_by_peer()  # (no such user)
+    for short in (b"abc", b""):  # frames shorter than a header before the handshake
+        with RawConnection("127.0.0.1", sasl_port(sasl_broker)) as conn:
+            conn.send_frame(short)
+            assert conn.is_closed_by_peer()
+    _still_serves(sasl_broker)
 
 
 def test_plaintext_listener_answers_sasl_requests_illegal_state(sasl_broker: EmbeddedBroker) -> None:

@@ -361,3 +361,50 @@ def test_add_scram_and_add_config_parsing() -> None:
                 "SCRAM-SHA-256=name=a", "SCRAM-SHA-256=[name=a,pw=b]"):
         with pytest.raises(ScramParseError):
             parse_add_scram(bad)
+
+
+# -- the listener's handler ----------------------------------------------------------------------
+
+
+def test_authenticating_handler_sets_the_principal_and_delays_failures() -> None:
+    import asyncio
+
+    from odradek.network.request_channel import CloseConnection, ConnectionInfo
+    from odradek.security.sasl_channel_builder import SaslAuthenticatingHandler
+
+    seen: list[KafkaPrincipal] = []
+
+    class Inner:
+        def handle(self, conn: ConnectionInfo, frame: bytearray) -> list[bytes]:
+            seen.append(conn.principal)
+            return [b"ok"]
+
+    limits: list[tuple[int | None, str]] = []
+    config = SaslListenerConfig(**{**CONFIG.__dict__, "failed_authentication_delay_ms": 50})
+    handler = SaslAuthenticatingHandler(Inner(), config, lambda mm, u: None)
+    conn = ConnectionInfo("c", "p", "SASL_PLAINTEXT", set_max_request_bytes=lambda n, name: limits.append((n, name)))
+    handler.connection_made(conn)
+    assert conn.security_protocol == "SASL_PLAINTEXT"
+    assert limits == [(524288, "sasl.server.max.receive.size")]
+    handler.handle(conn, bytearray(_frame(m.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})))
+    handler.handle(conn, bytearray(_frame(m.SASL_AUTHENTICATE, 1, {"auth_bytes": b"\x00alice\x00a-pw"})))
+    assert conn.principal == KafkaPrincipal("User", "alice") and limits[-1] == (None, "")
+    assert handler.handle(conn, bytearray(_frame(m.METADATA, 12, {"topics": None}))) == [b"ok"]
+    assert seen == [KafkaPrincipal("User", "alice")]
+
+    other = ConnectionInfo("d", "p", "SASL_PLAINTEXT")
+    handler.connection_made(other)
+    handler.handle(other, bytearray(_frame(m.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})))
+    delayed = handler.handle(other, bytearray(_frame(m.SASL_AUTHENTICATE, 1, {"auth_bytes": b"\x00alice\x00no"})))
+    assert asyncio.iscoroutine(delayed)
+
+    async def run() -> tuple[float, CloseConnection]:
+        start = asyncio.get_running_loop().time()
+        with pytest.raises(CloseConnection) as info:
+            await delayed
+        return asyncio.get_running_loop().time() - start, info.value
+
+    elapsed, exc = asyncio.run(run())
+    assert elapsed >= 0.045 and exc.response is not None
+    assert _decode(m.SASL_AUTHENTICATE, 1, list(exc.response))["error_message"] == INVALID_CREDENTIALS
+    assert other.principal.name == "ANONYMOUS"
