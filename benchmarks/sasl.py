@@ -107,7 +107,7 @@ def main() -> int:
         broker.port, broker.controller_port = plain_port, ctl
         broker.start()
         try:
-            plain = {"bootstrap.servers": f"127.0.0.1:{plain_port}"}
+            plain: dict[str, str | int | float | bool] = {"bootstrap.servers": f"127.0.0.1:{plain_port}"}
             admin = AdminClient(plain)
             for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
                     "bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bench-secret")]).values():
