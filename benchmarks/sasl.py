@@ -107,15 +107,15 @@ def main() -> int:
         broker.port, broker.controller_port = plain_port, ctl
         broker.start()
         try:
-            plain: dict[str, str | int | float | bool] = {"bootstrap.servers": f"127.0.0.1:{plain_port}"}
-            admin = AdminClient(plain)
+            plain: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{plain_port}"}
+            admin = AdminClient(dict(plain))
             for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
                     "bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bench-secret")]).values():
                 f.result(30)
-            sasl = {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+            sasl: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
                     "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "bench", "sasl.password": "bench-secret"}
             rows = []
-            runs = [("PLAINTEXT", plain), ("SASL_PLAINTEXT SCRAM-SHA-512", sasl)]
+            runs: list[tuple[str, dict[str, Any]]] = [("PLAINTEXT", plain), ("SASL_PLAINTEXT SCRAM-SHA-512", sasl)]
             if args.sasl_first:
                 runs.reverse()
             for name, conf in runs:
