@@ -41,7 +41,7 @@ _ENDPOINT_TYPE_CONTROLLER = 2
 # What a Kafka broker forwards to its controller in an Envelope (the admin writes).
 _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
-    m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
+    m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS, g.ALTER_CLIENT_QUOTAS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -87,6 +87,7 @@ class ControllerApis:
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.handle_alter_partition_reassignments,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.handle_list_partition_reassignments,
             g.ASSIGN_REPLICAS_TO_DIRS.api_key: self.handle_assign_replicas_to_dirs,
+            g.ALTER_CLIENT_QUOTAS.api_key: self.handle_alter_client_quotas,
         }
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
@@ -140,7 +141,7 @@ class ControllerApis:
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
-            g.ASSIGN_REPLICAS_TO_DIRS,
+            g.ASSIGN_REPLICAS_TO_DIRS, g.ALTER_CLIENT_QUOTAS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -299,6 +300,21 @@ class ControllerApis:
 
     def handle_incremental_alter_configs(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
         return self._alter_configs(request, incremental=True)
+
+    # -- AlterClientQuotas ----------------------------------------------------------------------
+
+    async def handle_alter_client_quotas(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        outcomes = await self.controller.alter_client_quotas(req["entries"], req["validate_only"])
+        entries = []
+        for e, (code, msg) in zip(req["entries"], outcomes, strict=True):
+            if code != Errors.NONE:
+                log.info("AlterClientQuotas of %s refused: %s", e["entity"], msg)
+            entries.append({"error_code": code, "error_message": msg, "entity": e["entity"]})
+        return {"throttle_time_ms": 0, "entries": entries}
 
     # -- DescribeCluster (KIP-919: the controllers, asked of a controller) ----------------------
 

@@ -48,6 +48,17 @@ def write_image(image: MetadataImage) -> list[MetadataRecord]:
                     {"resource_type": rtype, "resource_name": rname, "name": name, "value": value},
                 )
             )
+    for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda e: repr(e[0])):
+        for key, rate in sorted(quotas.items()):
+            out.append(
+                (
+                    "ClientQuotaRecord",
+                    {
+                        "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                        "key": key, "value": rate, "remove": False,
+                    },
+                )
+            )
     if image.producer_ids.next_producer_id > 0:
         out.append(
             (

@@ -10,7 +10,7 @@ A response part may also be an object with ``file_regions`` (a fetch's
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
@@ -31,6 +31,9 @@ class ConnectionInfo:
     # connection authenticated as; User:ANONYMOUS until (and unless) it authenticates.
     security_protocol: str = "PLAINTEXT"
     principal: KafkaPrincipal = ANONYMOUS
+    # Mute the connection (read no request from it) for this many ms once the responses owed
+    # are out: a client over its quota (KIP-219). Set by the socket server.
+    mute_for: Callable[[int], None] | None = None
 
 
 class RequestHandler(Protocol):

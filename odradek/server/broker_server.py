@@ -38,6 +38,7 @@ from odradek.server.add_partitions_to_txn_manager import (
 )
 from odradek.server.alter_partition_manager import AlterPartitionManager
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
+from odradek.server.client_quotas import install_client_quotas
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.dir_lock import StartupError
 from odradek.server.group_apis import GroupApis
@@ -276,6 +277,7 @@ class BrokerServer:
 
             group_apis.add_txn_partitions = add_txn_partitions
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
+        install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:

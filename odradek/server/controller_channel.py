@@ -355,4 +355,9 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         }
     if key == m.LIST_PARTITION_REASSIGNMENTS.api_key:
         return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "topics": []}
+    if key == g.ALTER_CLIENT_QUOTAS.api_key:
+        return {
+            "throttle_time_ms": 0,
+            "entries": [{"error_code": error, "error_message": message, "entity": e["entity"]} for e in data["entries"]],
+        }
     raise ValueError(f"no error response for API {key}")

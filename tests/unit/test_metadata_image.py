@@ -40,10 +40,10 @@ APPLIED = {
     "PartitionChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord", "RemoveTopicRecord",
     "FeatureLevelRecord", "ProducerIdsRecord", "BrokerRegistrationChangeRecord", "NoOpRecord",
     "ZkMigrationStateRecord", "BeginTransactionRecord", "EndTransactionRecord", "AbortTransactionRecord",
-    "RegisterControllerRecord",
+    "RegisterControllerRecord", "ClientQuotaRecord",
 }
 REFUSED = {
-    "DelegationTokenRecord", "UserScramCredentialRecord", "ClientQuotaRecord", "AccessControlEntryRecord",
+    "DelegationTokenRecord", "UserScramCredentialRecord", "AccessControlEntryRecord",
     "RemoveAccessControlEntryRecord", "RemoveUserScramCredentialRecord", "RemoveDelegationTokenRecord",
 }
 
