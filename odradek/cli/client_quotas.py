@@ -123,7 +123,8 @@ async def describe(admin: AdminClient, types: list[str], names: list[str], out: 
                                 "The node does not support DESCRIBE_CLIENT_QUOTAS")
     for entry in sorted(await _describe_entries(admin, types, names), key=_entity_sort_key):
         values = {v["key"]: v["value"] for v in entry["values"]}
-        text = ", ".join(f"{k}={java_double(values[k])}" for k in java_hash_map_order(list(values)))
+        # The Java Admin collects them in a HashMap sized to their number.
+        text = ", ".join(f"{k}={java_double(values[k])}" for k in java_hash_map_order(list(values), len(values)))
         out.append(f"Quota configs for {_entity_text(entry['entity'])} are {text}")
     if SCRAM_HOOK is not None and CLIENTS not in types and IPS not in types and "" not in names:
         await SCRAM_HOOK.describe(admin, names, out)

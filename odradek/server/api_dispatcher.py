@@ -139,25 +139,28 @@ class ApiDispatcher(ABC):
         ctx = RequestContext(header, conn)
         result = self.handlers[api_key](ctx, request)
         quotas = self.client_quotas
+        produce_throttle = 0
+        if quotas is not None and quotas.active and api_key == m.PRODUCE.api_key:
+            # Recorded (and the connection muted) now, not when a delayed produce completes:
+            # requests pipelined behind it must not be handled meanwhile.
+            produce_throttle = quotas.record_produce(ctx, len(frame))
         if result is None:
-            if quotas is not None and quotas.active and api_key == m.PRODUCE.api_key:
-                quotas.record_produce_without_response(ctx, len(frame))
             self._completed(ctx, api, start, None, None)
             return None
         if isinstance(result, dict):
             if quotas is not None and quotas.active:
                 out = quotas.throttled_response(
-                    ctx, api, request, result, len(frame), time.monotonic() - start, self._encode
+                    ctx, api, request, result, produce_throttle, time.monotonic() - start, self._encode
                 )
             else:
                 out = self._encode(api, version, correlation_id, result)
             self._completed(ctx, api, start, out, result)
             return out
-        return self._await_and_encode(ctx, api, start, time.monotonic(), result, request, len(frame))
+        return self._await_and_encode(ctx, api, start, time.monotonic(), result, request, produce_throttle)
 
     async def _await_and_encode(
         self, ctx: RequestContext, api: Api, start: float, local_end: float,
-        pending: Awaitable[dict[str, Any] | None], request: dict[str, Any], request_size: int,
+        pending: Awaitable[dict[str, Any] | None], request: dict[str, Any], produce_throttle: int,
     ) -> ResponseBuffers | None:
         body = await pending
         if body is None:
@@ -167,7 +170,7 @@ class ApiDispatcher(ABC):
         if quotas is not None and quotas.active:
             # The handler's own time: a delayed operation's wait is not the client's cost.
             out = quotas.throttled_response(
-                ctx, api, request, body, request_size, local_end - start, self._encode
+                ctx, api, request, body, produce_throttle, local_end - start, self._encode
             )
         else:
             out = self._encode(api, ctx.version, ctx.header.correlation_id, body)

@@ -94,10 +94,11 @@ class ClientQuotaManagers:
 
     def throttled_response(
         self, ctx: RequestContext, api: Api, request: dict[str, Any], body: dict[str, Any],
-        request_size: int, handler_s: float, encode: Encode,
+        produce_throttle: int, handler_s: float, encode: Encode,
     ) -> ResponseBuffers:
         """Record the request against the client's quotas; the response (with its throttle time,
-        empty for a throttled fetch) encoded; the connection muted when throttled."""
+        empty for a throttled fetch) encoded; the connection muted when throttled.
+        ``produce_throttle``: what :meth:`record_produce` found when the request came in."""
         key = api.api_key
         version, correlation_id = ctx.version, ctx.header.correlation_id
         user, client_id = ctx.conn.principal.name, ctx.header.client_id or ""
@@ -106,11 +107,9 @@ class ClientQuotaManagers:
         request_throttle = 0
         if self.request.enabled and key not in REQUEST_QUOTA_EXEMPT and not from_follower:
             request_throttle = self.request.record_nanos(user, client_id, handler_s * 1e9, now)
-        bandwidth = 0
+        bandwidth = produce_throttle
         out: ResponseBuffers | None = None
-        if key == m.PRODUCE.api_key:
-            bandwidth = self.produce.record_and_get_throttle_time_ms(user, client_id, request_size, now)
-        elif key == m.FETCH.api_key and not from_follower and self.fetch.enabled:
+        if key == m.FETCH.api_key and not from_follower and self.fetch.enabled:
             out = encode(api, version, correlation_id, body)
             size = response_size(out)
             bandwidth = self.fetch.record_and_get_throttle_time_ms(user, client_id, size, now)
@@ -125,17 +124,19 @@ class ClientQuotaManagers:
         if "throttle_time_ms" in body:
             body = {**body, "throttle_time_ms": max(throttle, body.get("throttle_time_ms") or 0)}
         mute = ctx.conn.mute_for
-        if mute is not None:
+        if mute is not None and throttle > produce_throttle:  # (a produce's muted it already)
             mute(throttle)
         return encode(api, version, correlation_id, body)
 
-    def record_produce_without_response(self, ctx: RequestContext, request_size: int) -> None:
-        """acks=0: no response, but the bytes count and the connection is muted when over."""
+    def record_produce(self, ctx: RequestContext, request_size: int) -> int:
+        """A Produce request's bytes (Kafka's request.sizeInBytes) against producer_byte_rate;
+        the connection is muted at once when over (acks=0 too, which gets no response)."""
         throttle = self.produce.record_and_get_throttle_time_ms(
             ctx.conn.principal.name, ctx.header.client_id or "", request_size, self.clock_ms()
         )
         if throttle > 0 and ctx.conn.mute_for is not None:
             ctx.conn.mute_for(throttle)
+        return throttle
 
 
 def _is_follower_fetch(req: dict[str, Any]) -> bool:
