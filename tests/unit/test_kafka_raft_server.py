@@ -52,6 +52,7 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                     g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key, g.UPDATE_RAFT_VOTER.api_key,
                     g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
                     g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
+                    g.ALTER_CLIENT_QUOTAS.api_key,  # client quotas (issue 16)
                 ])
                 quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
                     {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
