@@ -109,13 +109,17 @@ class ClientQuotaManagers:
             request_throttle = self.request.record_nanos(user, client_id, handler_s * 1e9, now)
         bandwidth = produce_throttle
         out: ResponseBuffers | None = None
-        if key == m.FETCH.api_key and not from_follower and self.fetch.enabled:
-            out = encode(api, version, correlation_id, body)
-            size = response_size(out)
-            bandwidth = self.fetch.record_and_get_throttle_time_ms(user, client_id, size, now)
+        if key == m.FETCH.api_key and not from_follower:
+            size = 0
+            if self.fetch.enabled:
+                out = encode(api, version, correlation_id, body)
+                size = response_size(out)
+                bandwidth = self.fetch.record_and_get_throttle_time_ms(user, client_id, size, now)
             if max(bandwidth, request_throttle) > 0:
-                # No data is sent: take the bytes back (Kafka's unrecordQuotaSensor).
-                self.fetch.unrecord(user, client_id, size, now)
+                # A throttled fetch answers with no data; its bytes are taken back (Kafka's
+                # unrecordQuotaSensor and getThrottledResponse).
+                if size:
+                    self.fetch.unrecord(user, client_id, size, now)
                 body = {**body, "responses": [], "error_code": Errors.NONE}
                 out = None
         throttle = max(bandwidth, request_throttle)
