@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from odradek.cli.admin import AdminClient, kafka_exception
-from odradek.java_order import java_hash_map_order
+from odradek.java_order import java_hash_map_order, java_hash_order, java_string_hash
 from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 
@@ -111,9 +111,15 @@ def _entity_text(entity: list[dict[str, Any]]) -> str:
     return ", ".join(out)
 
 
-def _entity_sort_key(entry: dict[str, Any]) -> tuple[Any, ...]:
-    parts = {e["entity_type"]: e["entity_name"] for e in entry["entity"]}
-    return tuple((t in parts, parts.get(t) is not None, parts.get(t) or "") for t in ("user", "client-id", "ip"))
+def _entity_hash(entry: dict[str, Any]) -> int:
+    """``ClientQuotaEntity.hashCode``: ``Objects.hash(entries)``, 31 + the entity map's
+    ``AbstractMap.hashCode`` (a null name hashes to 0)."""
+    total = 31
+    for e in entry["entity"]:
+        name = e["entity_name"]
+        total += java_string_hash(e["entity_type"]) ^ (java_string_hash(name) if name is not None else 0)
+    total &= 0xFFFFFFFF
+    return total - (1 << 32) if total & 0x80000000 else total
 
 
 async def describe(admin: AdminClient, types: list[str], names: list[str], out: list[str]) -> None:
@@ -121,9 +127,12 @@ async def describe(admin: AdminClient, types: list[str], names: list[str], out: 
     if not await _serves(admin, g.DESCRIBE_CLIENT_QUOTAS.api_key):
         raise QuotaClusterError(_EXEC + "org.apache.kafka.common.errors.UnsupportedVersionException: "
                                 "The node does not support DESCRIBE_CLIENT_QUOTAS")
-    for entry in sorted(await _describe_entries(admin, types, names), key=_entity_sort_key):
+    entries = await _describe_entries(admin, types, names)
+    # The Java Admin returns them in a HashMap sized to their number.
+    for i in java_hash_order(list(range(len(entries))), lambda i: _entity_hash(entries[i]), len(entries)):
+        entry = entries[i]
         values = {v["key"]: v["value"] for v in entry["values"]}
-        # The Java Admin collects them in a HashMap sized to their number.
+        # (values too:) the Java Admin collects them in a HashMap sized to their number.
         text = ", ".join(f"{k}={java_double(values[k])}" for k in java_hash_map_order(list(values), len(values)))
         out.append(f"Quota configs for {_entity_text(entry['entity'])} are {text}")
     if SCRAM_HOOK is not None and CLIENTS not in types and IPS not in types and "" not in names:

@@ -15,6 +15,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from odradek.java_order import java_hash_map_order
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.security.client_quota_manager import (
@@ -80,6 +81,14 @@ def validate_entity(entries: list[dict[str, Any]]) -> tuple[QuotaEntity | None, 
     return tuple(sorted(seen.items())), None
 
 
+def _entity_str(entries: list[dict[str, Any]]) -> str:
+    """Java's ``ClientQuotaEntity.toString``: ``ClientQuotaEntity(entries={user=alice})``."""
+    names = {e["entity_type"]: e["entity_name"] for e in entries}
+    order = java_hash_map_order(list(names), len(names))
+    return "ClientQuotaEntity(entries={" + ", ".join(f"{t}={names[t]}" if names[t] is not None else f"{t}=null"
+                                                     for t in order) + "})"
+
+
 def validate_quota(key: str, value: float) -> tuple[Errors, str] | None:
     """Kafka's validateQuotaKeyValue for user and client-id entities."""
     ctype = USER_AND_CLIENT_QUOTA_KEYS.get(key)
@@ -104,7 +113,16 @@ class ClientQuotaControlManager:
         """One outcome per entry and the records of the valid ones (an entry is all or nothing)."""
         outcomes: list[tuple[Errors, str | None]] = []
         records: list[MetadataRecord] = []
+        seen_entities: set[tuple[tuple[str, str | None], ...]] = set()
         for entry in entries:
+            # Kafka answers a repeated entity, or a repeated key (which Kafka's result map then
+            # reports the same way), with "Ignoring duplicate entity".
+            raw = tuple(sorted((e["entity_type"], e["entity_name"]) for e in entry["entity"]))
+            keys = [op["key"] for op in entry["ops"]]
+            if raw in seen_entities or len(set(keys)) != len(keys):
+                outcomes.append(_invalid(f"Ignoring duplicate entity {_entity_str(entry['entity'])}"))
+                continue
+            seen_entities.add(raw)
             ent, error = validate_entity(entry["entity"])
             if error is not None or ent is None:
                 outcomes.append(error or (Errors.INVALID_REQUEST, None))
@@ -112,13 +130,8 @@ class ClientQuotaControlManager:
             current = self.image.client_quotas.entities.get(ent, {})
             out: list[MetadataRecord] = []
             failed: tuple[Errors, str] | None = None
-            seen: set[str] = set()
             for op in entry["ops"]:
                 key = op["key"]
-                if key in seen:
-                    failed = _invalid(f"Duplicate quota key {key} not updating quota for entity")
-                    break
-                seen.add(key)
                 entity_data = [{"entity_type": t, "entity_name": n} for t, n in ent]
                 if op["remove"]:
                     if key in current:

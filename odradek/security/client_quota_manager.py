@@ -79,7 +79,7 @@ class Rate:
     full windows (so a burst at the start is spread over the whole window)."""
 
     def __init__(self, samples: int, window_ms: int) -> None:
-        self.samples = max(2, samples)
+        self.samples = max(1, samples)
         self.window_ms = max(1, window_ms)
         self._ring: list[_Sample] = []
         self._current = 0

@@ -427,7 +427,7 @@ class KafkaApis(ApiDispatcher):
         if quotas is not None and quotas.active and replica_id < 0:
             # No more than the consumer's quota allows over the quota window (Kafka's
             # getMaxValueInQuotaWindow): a larger response would only be throttled away.
-            max_bytes = int(min(max_bytes, quotas.max_fetch_bytes(ctx)))
+            max_bytes = int(min(max_bytes, max(1.0, quotas.max_fetch_bytes(ctx))))
         isolation = req["isolation_level"] if version >= 4 else 0
         # KIP-392: a consumer's Fetch v11+ may be served by a follower, or sent to one.
         client_rack = (req.get("rack_id") or "") if version >= 11 and replica_id < 0 else None

@@ -238,7 +238,8 @@ def test_kafka_configs_sets_and_describes_quotas_which_survive_restart(
         out = {}
         for args in (("--entity-type", "users", "--entity-name", user),
                      ("--entity-type", "users", "--entity-name", user, "--entity-type", "clients"),
-                     ("--entity-type", "users", "--entity-default")):
+                     ("--entity-type", "users", "--entity-default"),
+                     ("--entity-type", "users"), ("--entity-type", "users", "--entity-type", "clients")):
             ours = odradek("configs", "--bootstrap-server", bs, "--describe", *args)
             assert ours.returncode == 0, ours.stderr
             # (Kafka's tool then describes the user's SCRAM credentials too: that API belongs to

@@ -169,7 +169,7 @@ def test_alter_validation() -> None:
         (_entry([("group", "g")], ("producer_byte_rate", 1, False)), "Unhandled client quota entity type: group"),
         (_entry([("user", "")], ("producer_byte_rate", 1, False)), "Empty user not supported"),
         (_entry([("user", "a")], ("nope", 1, False)), "Invalid configuration key nope"),
-        (_entry([("user", "a")], ("producer_byte_rate", 0, False)), "Quota producer_byte_rate must be greater than 0"),
+        (_entry([("user", "a2")], ("producer_byte_rate", 0, False)), "Quota producer_byte_rate must be greater than 0"),
         (_entry([("ip", "1.2.3.4"), ("user", "a")], ("producer_byte_rate", 1, False)),
          "Invalid quota entity combination, IP entity should not be combined with User or ClientId"),
         (_entry([("ip", "not an ip")], ("connection_creation_rate", 1, False)), "Invalid IP address: not an ip"),
@@ -181,6 +181,16 @@ def test_alter_validation() -> None:
     outcomes, records = mgr.alter_client_quotas([e for e, _ in cases])
     assert records == []
     assert outcomes == [(Errors.INVALID_REQUEST, msg) for _, msg in cases]
+    # A key or an entity given twice (Kafka reports both as a duplicate entity).
+    twice = _entry([("user", "a")], ("producer_byte_rate", 1, False), ("producer_byte_rate", 2, False))
+    ok = _entry([("user", "b"), ("client-id", None)], ("producer_byte_rate", 1, False))
+    outcomes, records = mgr.alter_client_quotas([twice, ok, ok])
+    assert outcomes == [
+        (Errors.INVALID_REQUEST, "Ignoring duplicate entity ClientQuotaEntity(entries={user=a})"),
+        (Errors.NONE, None),
+        (Errors.INVALID_REQUEST, "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=null, user=b})"),
+    ]
+    assert len(records) == 1
 
 
 def _image(*records: tuple[str, dict[str, Any]]) -> MetadataImage:
