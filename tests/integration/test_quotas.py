@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from odradek.cli.cluster import LocalCluster
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 
@@ -273,3 +274,37 @@ def test_kafka_configs_sets_and_describes_quotas_which_survive_restart(
     r = odradek("configs", "--bootstrap-server", server.bootstrap_servers, "--describe", "--entity-type", "users",
                 "--entity-name", user)
     assert (r.returncode, r.stdout) == (0, "")
+
+
+def test_quotas_in_a_cluster_of_processes(tmp_path: Path) -> None:
+    """One controller, two brokers: a quota set through broker A is forwarded to the controller,
+    reaches broker B through the metadata log, and throttles a producer there."""
+    cluster = LocalCluster(1, 2, tmp_path, die_with_parent=True)
+    broker_a, broker_b = cluster.brokers
+    try:
+        cluster.start(timeout=90)
+        client_id = unique_name("cluster-producer")
+        r = odradek("configs", "--bootstrap-server", broker_a.address, "--alter", "--add-config",
+                    "producer_byte_rate=65536", "--entity-type", "clients", "--entity-name", client_id)
+        assert r.returncode == 0, r.stderr
+        expected = f"Quota configs for client-id '{client_id}' are producer_byte_rate=65536.0\n"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = odradek("configs", "--bootstrap-server", broker_b.address, "--describe", "--entity-type", "clients",
+                        "--entity-name", client_id)
+            if r.stdout == expected:
+                break
+            time.sleep(0.5)
+        assert r.stdout == expected, r.stderr
+        topic = unique_name("cluster-quota")
+        r = odradek("topics", "--bootstrap-server", broker_b.address, "--create", "--topic", topic,
+                    "--replication-factor", "1", "--partitions", "1")
+        assert r.returncode == 0, r.stderr
+        stats = _Stats()
+        acks = _produce_flat_out(broker_b.address, topic, client_id, 3.0, stats)
+        print(f"acked {sum(n for _, n in acks)} bytes in 3 s at 64 KiB/s; max throttle {stats.max_throttle_ms} ms")
+        # 64 KiB/s, with ten windows' credit up front: far less than unthrottled in 3 s.
+        assert sum(n for _, n in acks) <= 65536 * 20
+        assert stats.max_throttle_ms > 0
+    finally:
+        cluster.stop()
