@@ -3,7 +3,7 @@ ConfigCommand) does it, against any Kafka-protocol cluster.
 
 ``odradek configs --bootstrap-server HOST:PORT (--describe [--all] | --alter (--add-config
 k=v,k2=[a,b] | --add-config-file F) [--delete-config k,k2]) --entity-type
-topics|brokers|broker-loggers|groups (--entity-name N | --entity-default)`` (or ``--topic T``,
+topics|brokers|broker-loggers|groups|users|clients (--entity-name N | --entity-default)`` (or ``--topic T``,
 ``--broker B``, ``--broker-defaults``, ``--broker-logger B``, ``--group G``).
 
 Describe prints Kafka's lines: ``Dynamic configs for topic t are:`` (``All configs`` with
@@ -382,7 +382,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entity-type", action="append",
                    help="Type of entity (topics/clients/users/brokers/broker-loggers/ips/client-metrics/groups)")
     p.add_argument("--entity-name", action=_EntityName, dest="entity_names", default=[],
-                   help="Name of entity (topic name/broker id/group id)")
+                   help="Name of entity (topic name/client id/user principal name/broker id/group id)")
     p.add_argument("--entity-default", action=_EntityName, nargs=0, dest="entity_names",
                    help="Default entity name for clients/users/brokers/ips (applies to corresponding entity type)")
     p.add_argument("--add-config", help="Key Value pairs of configs to add. Square brackets can be used to group "
