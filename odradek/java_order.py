@@ -42,6 +42,11 @@ def java_string_hash(text: str) -> int:
     return _s32(h)
 
 
+def java_topic_partition_hash(tp: tuple[str, int]) -> int:
+    """Kafka's ``TopicPartition.hashCode`` (31 * (31 + partition) + topic.hashCode())."""
+    return _s32(31 * (31 + tp[1]) + java_string_hash(tp[0]))
+
+
 def java_long_hash(value: int) -> int:
     """Java's ``Long.hashCode``: ``(int) (value ^ (value >>> 32))`` (``Integer.hashCode`` is the
     value itself, which this gives for any int32)."""
@@ -155,7 +160,7 @@ def _java_spread(h: int) -> int:
 
 
 def java_hash_order(
-    keys: Sequence[T], hash_code: Callable[[T], int], initial_capacity: int | None = None
+    keys: Iterable[T], hash_code: Callable[[T], int], initial_capacity: int | None = None
 ) -> list[T]:
     """``keys`` (in insertion order; a repeated key keeps its first place) in the iteration order
     of a ``java.util.HashMap`` (or ``HashSet``) whose keys hash with ``hash_code``: buckets

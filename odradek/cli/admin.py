@@ -2,21 +2,27 @@
 Java exception names every tool prints (metadata-quorum too).
 
 What the tools need of Kafka's Admin client, over :class:`~odradek.network.client.NetworkClient`:
-the first reachable bootstrap broker answers everything (a broker forwards controller-bound
-requests to the controller itself); requests that fail with a retriable error (NOT_CONTROLLER,
-REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout. Only PLAINTEXT.
+the first reachable bootstrap broker answers most requests; the controller-bound ones
+(ElectLeaders, Alter/ListPartitionReassignments, CreateTopics, DeleteTopics: Kafka's Admin sends
+them through its ControllerNodeProvider) go to the broker Metadata names as the controller — in
+KRaft mode any broker forwards them, in ZooKeeper mode only the controller's broker serves them
+(NOT_CONTROLLER elsewhere). Requests that fail with a retriable error (NOT_CONTROLLER,
+REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout, the controller looked up
+again. Only PLAINTEXT.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.schema import Api
+from odradek.security.sasl_config import SaslClientConfig
 
 DEFAULT_API_TIMEOUT_MS = 60_000
 RETRY_BACKOFF_S = 0.1
@@ -74,13 +80,18 @@ _RETRIABLE = frozenset({
 
 
 class AdminClient:
-    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin") -> None:
+    def __init__(
+        self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin",
+        sasl: SaslClientConfig | None = None,
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.sasl = sasl  # a SASL login (--command-config), if any
         self.timeout_ms = timeout_ms
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
         self.api_versions: dict[str, Any] = {}  # the bootstrap broker's ApiVersions response
+        self._controller: NetworkClient | None = None  # the broker Metadata names as the controller
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -89,9 +100,29 @@ class AdminClient:
         await self.close()
 
     async def close(self) -> None:
+        await self._forget_controller()
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+    async def _forget_controller(self) -> None:
+        if self._controller is not None:
+            await self._controller.close()
+            self._controller = None
+
+    async def _connect_controller(self) -> NetworkClient:
+        """A connection to the broker the last Metadata names as the controller (the bootstrap
+        connection when it names none that is listed)."""
+        if self._controller is not None and self._controller.connected:
+            return self._controller
+        await self._forget_controller()
+        md = await self.metadata([])
+        brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
+        if md.get("controller_id", -1) not in brokers:
+            return await self._connect()
+        host, port = brokers[md["controller_id"]]
+        self._controller = await NetworkClient(host, port, client_id=self.client_id).connect()
+        return self._controller
 
     async def _connect(self) -> NetworkClient:
         if self._client is not None and self._client.connected:
@@ -102,7 +133,7 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await NetworkClient(host, port, client_id=self.client_id).connect()
+                client = await NetworkClient(host, port, client_id=self.client_id, sasl=self.sasl).connect()
                 resp = await client.send(
                     m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
                 )
@@ -122,13 +153,16 @@ class AdminClient:
             )
         return v
 
-    async def send(self, api: Api, body: dict[str, Any], top_error: str | None = "error_code") -> dict[str, Any]:
-        """Send ``body`` at the highest common version; retries connection losses and retriable
-        top-level errors (``top_error``: the response field holding one) until the timeout."""
+    async def send(self, api: Api, body: dict[str, Any], top_error: str | None = "error_code",
+                   controller: bool = False,
+                   retry_if: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+        """Send ``body`` at the highest common version (to the controller with ``controller``);
+        retries connection losses, retriable top-level errors (``top_error``: the response field
+        holding one) and responses ``retry_if`` says are to be retried until the timeout."""
         deadline = time.monotonic() + self.timeout_ms / 1000
         while True:
             try:
-                client = await self._connect()
+                client = await (self._connect_controller() if controller else self._connect())
                 resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.timeout_ms / 1000)
             except (TimeoutError, OSError, ConnectionError) as e:
                 if time.monotonic() >= deadline:
@@ -137,7 +171,9 @@ class AdminClient:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             code = resp.get(top_error, 0) if top_error else 0
-            if code in _RETRIABLE and time.monotonic() < deadline:
+            if (code in _RETRIABLE or (retry_if is not None and retry_if(resp))) and time.monotonic() < deadline:
+                if controller:
+                    await self._forget_controller()  # it may have moved: ask Metadata again
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             return resp
@@ -190,15 +226,22 @@ class AdminClient:
         return {r["resource_name"]: r["configs"] for r in resp["results"]}
 
     async def list_reassignments(self, topics: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        return await self.send(m.LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics})
+        return await self.send(m.LIST_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics},
+                               controller=True)
 
     async def alter_reassignments(self, topics: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self.send(m.ALTER_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics})
+        return await self.send(m.ALTER_PARTITION_REASSIGNMENTS, {"timeout_ms": self.timeout_ms, "topics": topics},
+                               controller=True)
 
     async def elect_leaders(self, election_type: int, topic_partitions: list[dict[str, Any]] | None) -> dict[str, Any]:
+        def not_controller(resp: dict[str, Any]) -> bool:
+            """ZooKeeper mode answers NOT_CONTROLLER per partition (Kafka 3.9's KafkaController)."""
+            results = [p for t in resp.get("replica_election_results") or [] for p in t["partition_result"]]
+            return bool(results) and all(p["error_code"] == Errors.NOT_CONTROLLER for p in results)
+
         return await self.send(m.ELECT_LEADERS, {
             "election_type": election_type, "topic_partitions": topic_partitions, "timeout_ms": self.timeout_ms,
-        })
+        }, controller=True, retry_if=not_controller)
 
     async def incremental_alter_configs(self, resources: list[dict[str, Any]]) -> dict[str, Any]:
         """As Kafka's Admin: a BROKER resource naming a broker goes to that broker, the others to

@@ -1,400 +1,639 @@
-"""``odradek groups``: list, describe, delete consumer groups and reset their offsets.
+"""``odradek groups``: kafka-consumer-groups.sh, with its flags and Kafka 4's output.
 
-In the spirit of ``kafka-consumer-groups.sh``::
+    odradek groups --bootstrap-server B --list [--state [S,..]] [--type [classic|consumer]]
+    odradek groups --bootstrap-server B --describe (--group G.. | --all-groups) [--offsets|--members|--state] [--verbose]
+    odradek groups --bootstrap-server B --reset-offsets (--group G.. | --all-groups)
+        (--topic T[:P,P].. | --all-topics | --from-file CSV)
+        (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N | --to-datetime D
+         | --by-duration PnDTnHnMnS) [--dry-run | --execute] [--export]
+    odradek groups --bootstrap-server B --delete (--group G.. | --all-groups)
+    odradek groups --bootstrap-server B --delete-offsets --group G --topic T[:P,P]..
 
-    odradek groups list --bootstrap-server localhost:9092
-    odradek groups describe --group my-group --bootstrap-server localhost:9092
-    odradek groups delete --group my-group --bootstrap-server localhost:9092
-    odradek groups reset-offsets --group my-group --topic orders --to-earliest [--execute]
-
-``describe`` shows each member with its partitions (for a KIP-848 consumer group, from
-ConsumerGroupDescribe with member epochs and target assignments; for a classic group, decoded from
-its consumer-protocol assignment), and per partition the committed offset, the log end offset and
-the lag. ``reset-offsets`` is a dry
-run unless ``--execute`` is given; like Kafka's tool it only works on a group with no members.
+stdout is what Kafka's tool prints for the same cluster. Where Kafka prints an error on stdout and
+exits 0 (a group that does not exist, a group that is not inactive for a reset, a failed delete),
+odradek prints the same text on stderr and exits 1; usage errors exit 2 (see tool_common).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import csv
 import datetime as dt
+import re
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from odradek.coordinator.group.consumer_protocol import parse_assignment
-from odradek.network.client import NetworkClient
-from odradek.protocol import messages as m
-from odradek.protocol.errors import Errors, error_name
+from odradek.cli.admin import AdminClient, AdminError
+from odradek.cli.groups_admin import (
+    EARLIEST,
+    LATEST,
+    GroupAdmin,
+    GroupDescription,
+    GroupError,
+    TopicPartition,
+)
+from odradek.cli.tool_common import add_connection_args, require_bootstrap, run_admin
+from odradek.java_order import java_hash_order, java_string_hash, java_topic_partition_hash
+from odradek.protocol.errors import Errors
 
-EARLIEST, LATEST = -2, -1
-
-
-class ToolError(Exception):
-    pass
-
-
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host or "localhost", int(port)
-
-
-@dataclass
-class MemberView:
-    member_id: str
-    instance_id: str | None
-    host: str
-    client_id: str
-    assignment: dict[str, list[int]]
-    epoch: int | None = None  # KIP-848 member epoch
-    target: dict[str, list[int]] | None = None  # KIP-848 target assignment
+MISSING = "-"
+STATES = ["PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling"]
+TYPES = ["consumer", "classic"]
+ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
+SCENARIOS = ("to_datetime", "by_duration", "to_earliest", "to_latest", "shift_by", "from_file", "to_current", "to_offset")
+DRY_RUN_WARNING = (
+    "WARN: No action will be performed as the --execute option is missing. In version 5.0, this command will "
+    "require either --dry-run or --execute to be specified. You should add the --dry-run option explicitly if "
+    "you are scripting this command and want to keep the current default behavior without prompting."
+)
 
 
-@dataclass
-class GroupView:
-    group_id: str
-    state: str
-    summary: str
-    members: list[MemberView] = field(default_factory=list)
-    consumer_protocol: bool = False  # a KIP-848 consumer group
+class Output:
+    """What a command prints: stdout text (Kafka's, byte for byte), stderr lines, and whether it failed."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.failed = False
+
+    def write(self, text: str) -> None:
+        self.out.append(text)
+
+    def error(self, text: str) -> None:
+        """Kafka's ``printError``: ``\\nError: msg`` (on stdout in Kafka; on stderr here, exit 1)."""
+        self.err.append(f"\nError: {text}")
+        self.failed = True
 
 
-class Admin:
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = _split(bootstrap)
-        self.clients: dict[tuple[str, int], NetworkClient] = {}
-        self._versions: dict[tuple[str, int], dict[int, int]] = {}
-
-    async def max_version(self, api: Any, addr: tuple[str, int]) -> int:
-        """The newest version of ``api`` the broker at ``addr`` serves, or -1."""
-        versions = self._versions.get(addr)
-        if versions is None:
-            r = await self.send(
-                m.API_VERSIONS, 3,
-                {"client_software_name": "odradek-groups", "client_software_version": "1"}, addr,
-            )
-            versions = {a["api_key"]: a["max_version"] for a in r["api_keys"]}
-            self._versions[addr] = versions
-        return versions.get(api.api_key, -1)
-
-    async def client(self, addr: tuple[str, int]) -> NetworkClient:
-        c = self.clients.get(addr)
-        if c is None:
-            c = await NetworkClient(addr[0], addr[1], client_id="odradek-groups").connect()
-            self.clients[addr] = c
-        return c
-
-    async def close(self) -> None:
-        for c in self.clients.values():
-            await c.close()
-
-    async def send(self, api: Any, version: int, body: dict[str, Any], addr: tuple[str, int] | None = None) -> dict[str, Any]:
-        return await (await self.client(addr or self.bootstrap)).send(api, version, body)
-
-    async def metadata(self, topics: list[str] | None) -> dict[str, Any]:
-        body = {
-            "topics": None if topics is None else [{"name": t} for t in topics],
-            "allow_auto_topic_creation": False,
-        }
-        return await self.send(m.METADATA, 9, body)
-
-    async def brokers(self) -> dict[int, tuple[str, int]]:
-        md = await self.metadata([])
-        return {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
-
-    async def coordinator(self, group: str) -> tuple[str, int]:
-        for _ in range(50):
-            r = await self.send(m.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
-            c = r["coordinators"][0]
-            if c["error_code"] == Errors.NONE:
-                return c["host"], c["port"]
-            if c["error_code"] not in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.COORDINATOR_LOAD_IN_PROGRESS):
-                raise ToolError(f"cannot find the coordinator of {group}: {error_name(c['error_code'])}")
-            await asyncio.sleep(0.2)
-        raise ToolError(f"the coordinator of {group} is not available")
-
-    async def list_offsets(self, tps: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        md = await self.metadata(sorted({t for t, _ in tps}))
-        brokers = {b["node_id"]: (b["host"], b["port"]) for b in md["brokers"]}
-        leaders: dict[tuple[str, int], int] = {}
-        for t in md["topics"]:
-            for p in t["partitions"]:
-                leaders[(t["name"], p["partition_index"])] = p["leader_id"]
-        by_leader: dict[int, list[tuple[str, int]]] = {}
-        for tp in tps:
-            by_leader.setdefault(leaders.get(tp, -1), []).append(tp)
-        out: dict[tuple[str, int], int] = {}
-        for leader, group in by_leader.items():
-            if leader not in brokers:
-                continue
-            topics: dict[str, list[dict[str, Any]]] = {}
-            for t, p in group:
-                topics.setdefault(t, []).append({"partition_index": p, "timestamp": timestamp})
-            r = await self.send(
-                m.LIST_OFFSETS, 7,
-                {"replica_id": -1, "isolation_level": 0,
-                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
-                brokers[leader],
-            )
-            for t in r["topics"]:
-                for p in t["partitions"]:
-                    if p["error_code"] == Errors.NONE:
-                        out[(t["name"], p["partition_index"])] = p["offset"]
-        return out
-
-    async def committed(self, group: str, coord: tuple[str, int]) -> dict[tuple[str, int], int]:
-        r = await self.send(m.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": None}]}, coord)
-        g = r["groups"][0]
-        if g["error_code"] != Errors.NONE:
-            raise ToolError(f"OffsetFetch for {group} failed: {error_name(g['error_code'])}")
-        return {
-            (t["name"], p["partition_index"]): p["committed_offset"]
-            for t in g["topics"]
-            for p in t["partitions"]
-            if p["committed_offset"] >= 0
-        }
+def _pad(value: object, width: int) -> str:
+    return str(value).ljust(width)
 
 
-def _table(rows: list[list[str]]) -> str:
-    if not rows:
-        return ""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+def _opt(value: int | None) -> str:
+    return MISSING if value is None else str(value)
 
 
-async def cmd_list(a: Admin, args: argparse.Namespace) -> int:
-    seen: dict[str, tuple[str, str, str]] = {}
-    for addr in (await a.brokers()).values():
-        version = min(await a.max_version(m.LIST_GROUPS, addr), 5)
-        r = await a.send(m.LIST_GROUPS, version, {"states_filter": args.state or [], "types_filter": []}, addr)
-        for g in r["groups"]:
-            seen[g["group_id"]] = (g["group_state"], g.get("group_type") or "classic", g["protocol_type"])
-    rows = [["GROUP", "STATE", "TYPE", "PROTOCOL TYPE"]]
-    rows += [[g, st, ty, pt] for g, (st, ty, pt) in sorted(seen.items())]
-    print(_table(rows))
-    return 0
+# -- --list ------------------------------------------------------------------------------------
 
 
-def _by_topic(parts: dict[str, Any]) -> dict[str, list[int]]:
-    return {tp["topic_name"]: sorted(tp["partitions"]) for tp in parts["topic_partitions"]}
+async def cmd_list(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
+    with_type, with_state = opts.type is not None, opts.state is not None
+    groups = await ga.list_groups(opts.state or [], opts.type or [])
+    if not (with_type or with_state):
+        for gid, _, _ in groups:
+            out.write(f"{gid}\n")
+        return
+    width = max((max(15, len(g)) for g, _, _ in groups), default=15) + 10
+    header, rows = ["GROUP"], [[g] for g, _, _ in groups]
+    if with_type:
+        header.append("TYPE")
+        for row, (_, t, _) in zip(rows, groups, strict=True):
+            row.append(t)
+    if with_state:
+        header.append("STATE")
+        for row, (_, _, s) in zip(rows, groups, strict=True):
+            row.append(s)
+    for row in [header, *rows]:
+        out.write(_pad(row[0], width) + "".join(" " + _pad(c, 20) for c in row[1:]) + "\n")
 
 
-async def describe_group(a: Admin, group: str, coord: tuple[str, int]) -> GroupView:
-    """ConsumerGroupDescribe for a KIP-848 group, else (or on an older broker) DescribeGroups."""
-    if await a.max_version(m.CONSUMER_GROUP_DESCRIBE, coord) >= 0:
-        r = await a.send(
-            m.CONSUMER_GROUP_DESCRIBE, 0, {"group_ids": [group], "include_authorized_operations": False}, coord
-        )
-        d = r["groups"][0]
-        if d["error_code"] == Errors.NONE:
-            return GroupView(
-                group,
-                d["group_state"],
-                f"Group {group}: state {d['group_state']}, type consumer (KIP-848), group epoch "
-                f"{d['group_epoch']}, assignment epoch {d['assignment_epoch']}, assignor "
-                f"{d['assignor_name']}, {len(d['members'])} member(s)",
-                [
-                    MemberView(
-                        mem["member_id"], mem["instance_id"], mem["client_host"], mem["client_id"],
-                        _by_topic(mem["assignment"]), mem["member_epoch"], _by_topic(mem["target_assignment"]),
-                    )
-                    for mem in d["members"]
-                ],
-                consumer_protocol=True,
-            )
-        if d["error_code"] != Errors.GROUP_ID_NOT_FOUND:
-            raise ToolError(
-                f"ConsumerGroupDescribe for {group} failed: {error_name(d['error_code'])} {d['error_message'] or ''}"
-            )
-    d = (await a.send(m.DESCRIBE_GROUPS, 5, {"groups": [group]}, coord))["groups"][0]
-    if d["error_code"] != Errors.NONE:
-        raise ToolError(f"DescribeGroups for {group} failed: {error_name(d['error_code'])}")
-    members = []
-    for mem in d["members"]:
-        asg: dict[str, list[int]] = {}
-        if d["protocol_type"] == "consumer":
-            try:
-                asg = parse_assignment(bytes(mem["member_assignment"]))
-            except ValueError:
-                asg = {}
-        members.append(MemberView(mem["member_id"], mem["group_instance_id"], mem["client_host"], mem["client_id"], asg))
-    return GroupView(
-        group,
-        d["group_state"],
-        f"Group {group}: state {d['group_state']}, protocol {d['protocol_type'] or '-'}/"
-        f"{d['protocol_data'] or '-'}, {len(d['members'])} member(s)",
-        members,
-    )
+# -- --describe --------------------------------------------------------------------------------
 
 
-async def describe_rows(a: Admin, group: str) -> tuple[GroupView, list[list[str]]]:
-    coord = await a.coordinator(group)
-    view = await describe_group(a, group, coord)
-    owner: dict[tuple[str, int], MemberView] = {}
-    for mem in view.members:
-        for t, ps in mem.assignment.items():
-            for p in ps:
-                owner[(t, p)] = mem
-    committed = await a.committed(group, coord)
-    tps = sorted(set(committed) | set(owner))
-    ends = await a.list_offsets(tps, LATEST) if tps else {}
-    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]]
-    for tp in tps:
-        cur = committed.get(tp)
-        end = ends.get(tp)
-        lag = str(end - cur) if cur is not None and end is not None else "-"
-        holder = owner.get(tp)
-        rows.append([
-            group, tp[0], str(tp[1]), "-" if cur is None else str(cur), "-" if end is None else str(end), lag,
-            holder.member_id if holder else "-", holder.host if holder else "-",
-            holder.client_id if holder else "-",
-        ])
-    return view, rows
+def _should_print(out: Output, group: str, state: str, rows: int) -> bool:
+    if state == "Dead":
+        out.error(f"Consumer group '{group}' does not exist.")
+    elif state == "Empty":
+        out.err.append(f"\nConsumer group '{group}' has no active members.")
+    elif state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
+        out.err.append(f"\nWarning: Consumer group '{group}' is rebalancing.")
+    return state != "Dead" and rows > 0
 
 
-def _partitions_text(asg: dict[str, list[int]]) -> str:
-    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(asg.items())) or "-"
+async def _describe_all(ga: GroupAdmin, groups: list[str]) -> dict[str, GroupDescription]:
+    return {g: await ga.describe(g) for g in sorted(set(groups))}
 
 
-async def cmd_describe(a: Admin, args: argparse.Namespace) -> int:
-    for group in args.group:
-        view, rows = await describe_rows(a, group)
-        print(view.summary)
-        if args.members:
-            header = ["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
-            if view.consumer_protocol:
-                header[1:1] = ["MEMBER-EPOCH"]
-                header.append("TARGET-ASSIGNMENT")
-            mrows = [header]
-            for mem in view.members:
-                row = [mem.member_id, mem.instance_id or "-", mem.host, mem.client_id,
-                       str(sum(len(p) for p in mem.assignment.values())), _partitions_text(mem.assignment)]
-                if view.consumer_protocol:
-                    row[1:1] = [str(mem.epoch)]
-                    # "=" once the member has reconciled to its target.
-                    row.append("=" if mem.target == mem.assignment else _partitions_text(mem.target or {}))
-                mrows.append(row)
-            print(_table(mrows))
-        else:
-            print(_table(rows))
-        print()
-    return 0
+async def describe_offsets(ga: GroupAdmin, out: Output, groups: list[str], verbose: bool) -> None:
+    for gid, d in (await _describe_all(ga, groups)).items():
+        committed = await ga.committed(gid)
+        rows: list[list[str]] = []
+        assigned: set[TopicPartition] = set()
+        members = sorted((x for x in d.members if x.assignment), key=lambda x: -len(set(x.assignment)))
+        owners = [(sorted(set(x.assignment)), x.consumer_id, x.host, x.client_id) for x in members]
+        for tps, *_ in owners:
+            assigned.update(tps)
+        unassigned = sorted(tp for tp in committed if tp not in assigned)
+        if unassigned:
+            owners.append((unassigned, MISSING, MISSING, MISSING))
+        ends = await ga.list_offsets(sorted({tp for tps, *_ in owners for tp in tps}), LATEST)
+        for tps, cid, host, client in owners:
+            for tp in tps:
+                off, epoch = committed.get(tp, (None, -1))
+                end = ends.get(tp)
+                lag = str(end - off) if off is not None and end is not None else MISSING
+                row = [gid, tp[0], str(tp[1])]
+                if verbose:
+                    row.append(str(epoch) if off is not None and epoch >= 0 else MISSING)
+                row += [MISSING if off is None else str(off), MISSING if end is None else str(end), lag, cid, host, client]
+                rows.append(row)
+        if not _should_print(out, gid, d.state, len(rows)):
+            continue
+        g_w = max([15] + [len(r[0]) for r in rows])
+        t_w = max([15] + [len(r[1]) for r in rows])
+        c_w = max([15] + [len(r[-3]) for r in rows])
+        h_w = max([15] + [len(r[-2]) for r in rows])
+        widths = [g_w, t_w, 10] + [15] * (4 if verbose else 3) + [c_w, h_w, 0]
+        header = ["GROUP", "TOPIC", "PARTITION", *(["LEADER-EPOCH"] if verbose else []), "CURRENT-OFFSET",
+                  "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+        for row in [header, *rows]:
+            out.write("\n" + " ".join(_pad(c, w) for c, w in zip(row, widths, strict=True)))
+        out.write("\n")
 
 
-async def cmd_delete(a: Admin, args: argparse.Namespace) -> int:
-    status = 0
-    for group in args.group:
-        coord = await a.coordinator(group)
-        r = await a.send(m.DELETE_GROUPS, 2, {"groups_names": [group]}, coord)
-        err = r["results"][0]["error_code"]
-        if err == Errors.NONE:
-            print(f"Deleted group {group}")
-        else:
-            print(f"Could not delete group {group}: {error_name(err)}", file=sys.stderr)
-            status = 1
-    return status
+def assignment_text(tps: list[TopicPartition]) -> str:
+    """Kafka's ``topic:0,1;other:2`` (topics sorted as text, partitions as numbers), or ``-``."""
+    if not tps:
+        return MISSING
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    return ";".join(sorted(f"{t}:{','.join(str(p) for p in sorted(ps))}" for t, ps in by_topic.items()))
 
 
-def _parse_datetime(text: str) -> int:
-    when = dt.datetime.fromisoformat(text)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
+async def describe_members(ga: GroupAdmin, out: Output, groups: list[str], verbose: bool) -> None:
+    for gid, d in (await _describe_all(ga, groups)).items():
+        w = {"g": 15, "c": 15, "i": 17, "h": 15, "cl": 15, "cur": 20, "tgt": 20}
+        with_instance = False
+        rows = [(x, assignment_text(x.assignment), assignment_text(x.target or [])) for x in d.members]
+        printable = _should_print(out, gid, d.state, len(d.members))
+        if printable:
+            for x, cur, tgt in rows:
+                w["g"], w["c"] = max(w["g"], len(gid)), max(w["c"], len(x.consumer_id))
+                w["i"], w["h"] = max(w["i"], len(x.instance_id or "")), max(w["h"], len(x.host))
+                w["cl"], w["cur"], w["tgt"] = max(w["cl"], len(x.client_id)), max(w["cur"], len(cur)), max(w["tgt"], len(tgt))
+                with_instance = with_instance or bool(x.instance_id)
+        cols = ["g", "c", "i", "h", "cl"] if with_instance else ["g", "c", "h", "cl"]
+        names = {"g": "GROUP", "c": "CONSUMER-ID", "i": "GROUP-INSTANCE-ID", "h": "HOST", "cl": "CLIENT-ID"}
+        line = "".join(_pad(names[c], w[c]) + " " for c in cols) + _pad("#PARTITIONS", 15) + " "
+        if verbose:
+            line += " ".join([_pad("CURRENT-EPOCH", 15), _pad("CURRENT-ASSIGNMENT", w["cur"]),
+                              _pad("TARGET-EPOCH", 15), _pad("TARGET-ASSIGNMENT", w["tgt"])])
+        out.write("\n" + line + "\n")  # Kafka prints the header even when there is nothing under it
+        if not printable:
+            continue
+        for x, cur, tgt in rows:
+            values = {"g": gid, "c": x.consumer_id, "i": x.instance_id or "", "h": x.host, "cl": x.client_id}
+            line = "".join(_pad(values[c], w[c]) + " " for c in cols) + _pad(len(set(x.assignment)), 15) + " "
+            if verbose:
+                target_epoch = d.target_assignment_epoch if x.member_epoch is not None else None
+                line += " ".join([_pad(_opt(x.member_epoch), 15), _pad(cur, w["cur"]),
+                                  _pad(_opt(target_epoch), 15), _pad(tgt, w["tgt"])])
+            out.write(line + "\n")
+
+
+async def describe_state(ga: GroupAdmin, out: Output, groups: list[str], verbose: bool) -> None:
+    for gid, d in (await _describe_all(ga, groups)).items():
+        if not _should_print(out, gid, d.state, 1):
+            continue
+        c = d.coordinator
+        coord = f"{c.host}:{c.port}  ({c.node_id})"
+        g_w, c_w = max(15, len(gid)), max(25, len(coord))
+        header = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+        row = [gid, coord, d.assignor or MISSING, d.state]
+        widths = [g_w, c_w, 20, 20]
+        if verbose:
+            header += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+            row += [MISSING if d.group_epoch is None else str(d.group_epoch),
+                    MISSING if d.target_assignment_epoch is None else str(d.target_assignment_epoch)]
+            widths += [15, 25]
+        for r, last in ((header, "#MEMBERS"), (row, str(len(d.members)))):
+            out.write("\n" + "".join(_pad(v, w) + " " for v, w in zip(r, widths, strict=True)) + last)
+        out.write("\n")
+
+
+async def _group_ids(ga: GroupAdmin, opts: argparse.Namespace) -> list[str]:
+    if opts.all_groups:
+        return [g for g, _, _ in await ga.list_groups([], [])]
+    return list(opts.group)
+
+
+async def cmd_describe(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
+    groups = await _group_ids(ga, opts)
+    if opts.offsets or not (opts.members or opts.state is not None):
+        await describe_offsets(ga, out, groups, opts.verbose)
+    elif opts.members:
+        await describe_members(ga, out, groups, opts.verbose)
+    else:
+        await describe_state(ga, out, groups, opts.verbose)
+
+
+# -- --reset-offsets -----------------------------------------------------------------------------
+
+
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?", re.I)
+
+
+def parse_duration_ms(text: str) -> int:
+    """Java's ``Duration.parse`` (``PnDTnHnMn.nS``), in milliseconds."""
+    mt = _DURATION.fullmatch(text)
+    if mt is None or text.upper().endswith("T") or not any(mt.group(i) for i in range(2, 6)):
+        raise ValueError(f"Text cannot be parsed to a Duration: {text}")
+    days, hours, minutes, secs = (int(mt.group(i) or 0) for i in range(2, 6))
+    frac = (mt.group(6) or "").ljust(3, "0")[:3]
+    ms = (((days * 24 + hours) * 60 + minutes) * 60 + secs) * 1000
+    ms += (-1 if mt.group(5) and mt.group(5).startswith("-") else 1) * int(frac or 0)
+    return -ms if mt.group(1) == "-" else ms
+
+
+def parse_datetime_ms(text: str) -> int:
+    """Kafka's ``Utils.getDateTime``: ``yyyy-MM-ddTHH:mm:ss.SSS`` with an optional zone (``Z``,
+    ``+01:00``); without one, the local time zone."""
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError as e:
+        if "T" not in text:
+            raise ValueError("Error parsing timestamp. It does not contain a 'T' according to ISO8601 format") from e
+        raise ValueError(f"Error parsing timestamp with format yyyy-MM-dd'T'HH:mm:ss.SSS: {text}") from e
     return int(when.timestamp() * 1000)
 
 
-async def cmd_reset(a: Admin, args: argparse.Namespace) -> int:
-    group = args.group[0]
-    coord = await a.coordinator(group)
-    committed = await a.committed(group, coord)
-    tps: list[tuple[str, int]] = []
-    if args.topic:
-        md = await a.metadata([t.split(":")[0] for t in args.topic])
-        parts = {t["name"]: [p["partition_index"] for p in t["partitions"]] for t in md["topics"] if t["error_code"] == 0}
-        for spec in args.topic:
-            name, _, plist = spec.partition(":")
-            if name not in parts:
-                raise ToolError(f"unknown topic {name}")
-            chosen = [int(x) for x in plist.split(",")] if plist else sorted(parts[name])
-            tps.extend((name, p) for p in chosen)
-    else:
-        tps = sorted(committed)
-    if not tps:
-        raise ToolError("no partitions to reset (give --topic)")
-    if args.to_offset is not None:
-        target = {tp: args.to_offset for tp in tps}
-    else:
-        ts = EARLIEST if args.to_earliest else LATEST if args.to_latest else _parse_datetime(args.to_datetime)
-        target = await a.list_offsets(tps, ts)
-        if ts >= 0:  # no record at/after the time: the end of the log
-            ends = await a.list_offsets([tp for tp in tps if target.get(tp, -1) < 0], LATEST)
-            target.update({tp: ends[tp] for tp in ends if target.get(tp, -1) < 0})
-    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
-    rows += [[group, t, str(p), str(target.get((t, p), "-"))] for t, p in tps]
-    print(_table(rows))
-    if not args.execute:
-        print("(dry run: add --execute to commit these offsets)")
-        return 0
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (t, p), off in target.items():
-        topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off, "committed_metadata": ""})
-    r = await a.send(
-        m.OFFSET_COMMIT, 8,
-        {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-         "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
-        coord,
-    )
-    errors = {error_name(p["error_code"]) for t in r["topics"] for p in t["partitions"] if p["error_code"]}
-    if errors:
-        hint = " (the group must have no active members)" if "UNKNOWN_MEMBER_ID" in errors else ""
-        raise ToolError(f"resetting offsets of {group} failed: {', '.join(sorted(errors))}{hint}")
-    print(f"Offsets of group {group} reset.")
-    return 0
+def parse_topic_arg(arg: str) -> tuple[str, list[int] | None]:
+    if ":" not in arg:
+        return arg, None
+    parts = arg.split(":")
+    if len(parts) != 2:
+        raise ValueError(f"Invalid topic arg '{arg}', expected topic name and partitions")
+    out = []
+    for p in parts[1].split(","):
+        if not p.strip().lstrip("-").isdigit():
+            raise ValueError(f"Invalid partition '{p}' specified in topic arg '{arg}''")
+        out.append(int(p))
+    return parts[0], out
 
 
-COMMANDS = {"list": cmd_list, "describe": cmd_describe, "delete": cmd_delete, "reset-offsets": cmd_reset}
+async def _partitions_to_reset(ga: GroupAdmin, opts: argparse.Namespace, group: str) -> list[TopicPartition]:
+    if opts.all_topics:
+        return sorted(await ga.committed(group))
+    tps: list[TopicPartition] = []
+    whole: list[str] = []
+    for arg in opts.topic or []:
+        name, parts = parse_topic_arg(arg)
+        if parts is None:
+            whole.append(name)
+        else:
+            tps.extend((name, p) for p in parts)
+    if tps:  # the partitions given must exist
+        known = await ga.partitions(sorted({t for t, _ in tps}))
+        existing = {(t, p) for t, ps in known.items() if isinstance(ps, list) for p in ps}
+        missing = [tp for tp in tps if tp not in existing]
+        if missing:
+            raise AdminError("org.apache.kafka.common.errors.UnknownTopicOrPartitionException: The partitions "
+                             f'"{",".join(f"{t}-{p}" for t, p in missing)}" do not exist')
+    if whole:  # Kafka's order: the partitions given, then the topics' as its HashMap holds them
+        described = await ga.partitions(whole)
+        for name in java_hash_order(whole, java_string_hash):
+            parts_or_err = described.get(name, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            if isinstance(parts_or_err, int):
+                raise GroupError(parts_or_err)
+            tps.extend((name, p) for p in parts_or_err)
+    return tps
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.action != "list" and not args.group:
-        print("--group is required", file=sys.stderr)
-        return 2
-    if args.action == "reset-offsets" and sum(
-        bool(x) for x in (args.to_earliest, args.to_latest, args.to_datetime, args.to_offset is not None)
-    ) != 1:
-        print("give exactly one of --to-earliest, --to-latest, --to-datetime, --to-offset", file=sys.stderr)
-        return 2
+async def _check_range(ga: GroupAdmin, out: Output, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    starts = await ga.list_offsets(list(wanted), EARLIEST)
+    ends = await ga.list_offsets(list(wanted), LATEST)
+    res = {}
+    for tp, off in wanted.items():
+        if tp not in ends:
+            raise AdminError(f"java.lang.IllegalStateException: Unexpected non-existing offset value for topic partition {tp[0]}-{tp[1]}")
+        if off > ends[tp]:
+            out.err.append(f"New offset ({off}) is higher than latest offset for topic partition {tp[0]}-{tp[1]}. "
+                           f"Value will be set to {ends[tp]}")
+            off = ends[tp]
+        elif tp in starts and off < starts[tp]:
+            out.err.append(f"New offset ({off}) is lower than earliest offset for topic partition {tp[0]}-{tp[1]}. "
+                           f"Value will be set to {starts[tp]}")
+            off = starts[tp]
+        res[tp] = off
+    return res
 
-    async def main() -> int:
-        a = Admin(args.bootstrap_server)
-        try:
-            return await COMMANDS[args.action](a, args)
-        finally:
-            await a.close()
 
+async def _at_time(ga: GroupAdmin, out: Output, tps: list[TopicPartition], ts: int) -> dict[TopicPartition, int]:
+    found = await ga.list_offsets(tps, ts)
+    empty = java_hash_order((tp for tp in tps if found.get(tp, 0) < 0), java_topic_partition_hash)
+    for t, p in empty:
+        out.write(f"\nWarn: Partition {p} from topic {t} is empty. Falling back to latest known offset.\n")
+    found.update(await ga.list_offsets(empty, LATEST))
+    return found
+
+
+def csv_text(value: str) -> str:
+    """A CSV string field as Kafka's writer (Jackson's CsvMapper) prints it: quoted when longer than
+    24 characters or holding a character up to ',' (quotes doubled), else bare."""
+    if len(value) > 24 or any(ord(c) <= ord(",") for c in value):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+def _need_all(got: dict[TopicPartition, int], tps: list[TopicPartition], what: str) -> dict[TopicPartition, int]:
+    for tp in tps:
+        if tp not in got:
+            raise UsageError(f"Error getting {what} of topic partition: {tp[0]}-{tp[1]}")
+    return {tp: got[tp] for tp in tps}
+
+
+class UsageError(Exception):
+    """A usage error found while running (Kafka's printUsageAndExit): exit 2."""
+
+
+def read_plan(path: str, groups: list[str]) -> dict[str, dict[TopicPartition, int]]:
+    """A --from-file CSV: ``topic,partition,offset`` for one --group, else ``group,topic,partition,offset``."""
     try:
-        return asyncio.run(main())
-    except ToolError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        with open(path, newline="") as f:
+            lines = [row for row in csv.reader(f) if row]
     except OSError as e:
-        print(f"error: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
+        raise AdminError(f"java.nio.file.NoSuchFileException: {path}" if isinstance(e, FileNotFoundError)
+                         else f"java.io.IOException: {e.strerror}: {path}") from e
+    plan: dict[str, dict[TopicPartition, int]] = {}
+    single = len(groups) == 1 and bool(lines) and len(lines[0]) == 3
+    for row in lines:
+        if single and len(row) == 3:
+            g, (t, p, o) = groups[0], row
+        elif len(row) == 4:
+            g, t, p, o = row
+        else:
+            raise AdminError(f"Invalid reset plan line: {','.join(row)}")
+        plan.setdefault(g, {})[(t, int(p))] = int(o)
+    return plan
+
+
+async def _prepare(ga: GroupAdmin, opts: argparse.Namespace, out: Output, group: str,
+                   tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    if opts.to_offset is not None:
+        return await _check_range(ga, out, {tp: opts.to_offset for tp in tps})
+    if opts.to_earliest:
+        return _need_all(await ga.list_offsets(tps, EARLIEST), tps, "starting offset")
+    if opts.to_latest:
+        return _need_all(await ga.list_offsets(tps, LATEST), tps, "ending offset")
+    if opts.shift_by is not None:
+        committed = await ga.committed(group)
+        for tp in tps:
+            if tp not in committed:
+                raise UsageError(f"Cannot shift offset for partition {tp[0]}-{tp[1]} since there is no current committed offset")
+        return await _check_range(ga, out, {tp: committed[tp][0] + opts.shift_by for tp in tps})
+    if opts.to_datetime is not None or opts.by_duration is not None:
+        if opts.to_datetime is not None:
+            ts = parse_datetime_ms(opts.to_datetime)
+        else:
+            ts = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - parse_duration_ms(opts.by_duration)
+        return _need_all(await _at_time(ga, out, tps, ts), tps, "offset by timestamp")
+    if opts.from_file is not None:
+        plan = read_plan(opts.from_file, list(opts.group)).get(group)
+        if plan is None:
+            out.error(f"No reset plan for group {group} found")
+            return {}
+        return await _check_range(ga, out, plan)
+    committed = await ga.committed(group)  # --to-current
+    have = {tp: committed[tp][0] for tp in tps if tp in committed}
+    missing = [tp for tp in tps if tp not in committed]
+    have.update(_need_all(await ga.list_offsets(missing, LATEST), missing, "ending offset"))
+    return have
+
+
+async def cmd_reset(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
+    result: dict[str, dict[TopicPartition, int]] = {}
+    for gid in java_hash_order(await _group_ids(ga, opts), java_string_hash):
+        d = await ga.describe(gid)
+        if d.state not in ("Empty", "Dead"):
+            out.error(f"Assignments can only be reset if the group '{gid}' is inactive, but the current state is {d.state}.")
+            result[gid] = {}
+            continue
+        tps = [] if opts.from_file is not None and not (opts.topic or opts.all_topics) else await _partitions_to_reset(ga, opts, gid)
+        offsets = await _prepare(ga, opts, out, gid, tps)
+        if opts.execute and offsets:
+            await ga.commit(gid, offsets)
+        result[gid] = offsets
+    if opts.export:
+        lines = []
+        for gid, offsets in result.items():
+            for t, p in java_hash_order(offsets, java_topic_partition_hash):
+                cols = [csv_text(t), str(p), str(offsets[(t, p)])]
+                lines.append(",".join(cols if len(opts.group) == 1 else [csv_text(gid), *cols]) + "\n")
+        out.write("".join(lines) + "\n")
+        return
+    rows = [[gid, t, str(p), str(offsets[(t, p)])]
+            for gid, offsets in result.items() for t, p in java_hash_order(offsets, java_topic_partition_hash)]
+    if result:
+        g_w = max([15] + [len(r[0]) for r in rows])
+        t_w = max([15] + [len(r[1]) for r in rows])
+        for r in [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], *rows]:
+            out.write(f"\n{_pad(r[0], g_w)} {_pad(r[1], t_w)} {_pad(r[2], 10)} {r[3]}")
+    out.write("\n")
+
+
+# -- --delete, --delete-offsets ------------------------------------------------------------------
+
+
+async def cmd_delete(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
+    ok: list[str] = []
+    failed: dict[str, int] = {}
+    for gid in java_hash_order(await _group_ids(ga, opts), java_string_hash):
+        code = await ga.delete_group(gid)
+        if code == Errors.NONE:
+            ok.append(gid)
+        else:
+            failed[gid] = code
+    if not failed:
+        out.write(f"Deletion of requested consumer groups ({', '.join(repr_q(g) for g in ok)}) was successful.\n")
+        return
+    out.error("Deletion of some consumer groups failed:")
+    for gid, code in failed.items():
+        out.err.append(f"* Group '{gid}' could not be deleted due to: {GroupError(code)}")
+    if ok:
+        out.err.append(f"\nThese consumer groups were deleted successfully: {', '.join(repr_q(g) for g in ok)}")
+
+
+def repr_q(group: str) -> str:
+    return f"'{group}'"
+
+
+_DELETE_OFFSETS_TOP: dict[int, str] = {
+    Errors.INVALID_GROUP_ID: "'{g}' is not valid.",
+    Errors.GROUP_ID_NOT_FOUND: "'{g}' does not exist.",
+    Errors.GROUP_AUTHORIZATION_FAILED: "Access to '{g}' is not authorized.",
+    Errors.NON_EMPTY_GROUP: "Deleting offsets of a consumer group '{g}' is forbidden if the group is not empty.",
+}
+
+
+async def cmd_delete_offsets(ga: GroupAdmin, opts: argparse.Namespace, out: Output) -> None:
+    gid = opts.group[0]
+    status: dict[tuple[str, int], str] = {}
+    tps: list[TopicPartition] = []
+    whole: list[str] = []
+    for arg in opts.topic:
+        name, parts = parse_topic_arg(arg)
+        if parts is None:
+            whole.append(name)
+        else:
+            tps.extend((name, p) for p in parts)
+    if whole:
+        for name, parts_or_err in (await ga.partitions(whole)).items():
+            if isinstance(parts_or_err, int):
+                status[(name, -1)] = f"Error: {GroupError(parts_or_err)}"
+            else:
+                tps.extend((name, p) for p in parts_or_err)
+    top, per = await ga.delete_offsets(gid, sorted(set(tps))) if tps else (Errors.NONE, {})
+    for tp in set(tps):
+        code = per.get(tp, top if top else Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        status[tp] = "Successful" if code == Errors.NONE else f"Error: {GroupError(code)}"
+    if top == Errors.NONE:
+        out.write(f"Request succeeded for deleting offsets from group {gid}.\n")
+    elif top in _DELETE_OFFSETS_TOP:
+        out.error(_DELETE_OFFSETS_TOP[top].format(g=gid))
+    elif top in (Errors.GROUP_SUBSCRIBED_TO_TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED, Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        out.error("Encountered some partition-level error, see the follow-up details.")
+    else:
+        out.error(f"Encountered some unknown error: {Errors(top).name}")
+    if top not in (Errors.NONE, Errors.GROUP_SUBSCRIBED_TO_TOPIC, Errors.TOPIC_AUTHORIZATION_FAILED,
+                   Errors.UNKNOWN_TOPIC_OR_PARTITION):
+        status = {}  # a group-level failure: Kafka lists no partitions
+    if any(s != "Successful" for s in status.values()):
+        out.failed = True
+    t_w = max([15] + [len(t) for t, _ in status])
+    out.write("\n" + f"{_pad('TOPIC', t_w)} {_pad('PARTITION', 10)} {_pad('STATUS', 15)}")
+    for (t, p), s in sorted(status.items(), key=lambda kv: kv[0][0] + str(kv[0][1])):
+        out.write("\n" + f"{_pad(t, t_w)} {_pad(p if p >= 0 else MISSING, 10)} {_pad(s, 15)}")
+    out.write("\n")
+
+
+COMMANDS: dict[str, Callable[[GroupAdmin, argparse.Namespace, Output], Any]] = {
+    "list": cmd_list, "describe": cmd_describe, "delete": cmd_delete,
+    "reset_offsets": cmd_reset, "delete_offsets": cmd_delete_offsets,
+}
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _states(text: str) -> list[str]:
+    by_lower = {s.lower(): s for s in STATES}
+    chosen = [by_lower.get(s.strip().lower(), "") for s in text.split(",") if s.strip()]
+    if "" in chosen:
+        raise argparse.ArgumentTypeError(f"Invalid state list '{text}'. Valid states are: {', '.join(STATES)}")
+    return chosen
+
+
+def _types(text: str) -> list[str]:
+    chosen = [s.strip().lower() for s in text.split(",") if s.strip()]
+    if any(t not in TYPES for t in chosen):
+        raise argparse.ArgumentTypeError(f"Invalid types list '{text}'. Valid types are: Consumer, Classic")
+    return chosen
 
 
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "groups", help="list, describe, delete consumer groups and reset their offsets"
+        "groups", help="list, describe, delete consumer groups and reset their offsets (kafka-consumer-groups.sh)",
+        description="kafka-consumer-groups.sh: list, describe, delete consumer groups, reset and delete their "
+        "offsets. Exit codes: 0 done, 1 failed (Kafka's message on stderr), 2 usage error.",
     )
-    p.add_argument("action", choices=sorted(COMMANDS))
-    p.add_argument("--bootstrap-server", default="localhost:9092", metavar="HOST:PORT")
-    p.add_argument("--group", action="append", default=[], help="group id (repeatable)")
-    p.add_argument("--state", action="append", help="list: only groups in this state")
-    p.add_argument("--members", action="store_true", help="describe: show members and assignments")
-    p.add_argument("--topic", action="append", help="reset-offsets: TOPIC or TOPIC:P1,P2 (repeatable)")
-    p.add_argument("--to-earliest", action="store_true")
-    p.add_argument("--to-latest", action="store_true")
-    p.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2024-01-31T12:00:00 (UTC if no zone)")
-    p.add_argument("--to-offset", type=int)
-    p.add_argument("--execute", action="store_true", help="reset-offsets: commit (default: dry run)")
-    p.set_defaults(func=run)
+    add_connection_args(p)
+    a = p.add_argument_group("actions (exactly one)")
+    a.add_argument("--list", action="store_true", help="list all consumer groups")
+    a.add_argument("--describe", action="store_true", help="describe groups: offsets and lag (default), --members or --state")
+    a.add_argument("--delete", action="store_true", help="delete groups (they must have no members)")
+    a.add_argument("--reset-offsets", action="store_true", help="reset the offsets of inactive groups")
+    a.add_argument("--delete-offsets", action="store_true", help="delete the offsets of a group for topics")
+    p.add_argument("--group", action="append", default=[], help="a consumer group (repeatable)")
+    p.add_argument("--all-groups", action="store_true", help="every consumer group")
+    p.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P]", help="a topic, or some partitions of it")
+    p.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    p.add_argument("--offsets", action="store_true", help="describe: offsets and lag per partition (the default)")
+    p.add_argument("--members", action="store_true", help="describe: the members")
+    p.add_argument("--state", nargs="?", const=[], type=_states, metavar="S,S",
+                   help="describe: the group's state; list: show states, or only groups in these states")
+    p.add_argument("--type", nargs="?", const=[], type=_types, metavar="classic|consumer",
+                   help="list: show types, or only groups of these types")
+    p.add_argument("--verbose", action="store_true", help="describe: more columns (epochs, assignments)")
+    r = p.add_argument_group("reset scenarios (exactly one with --reset-offsets)")
+    r.add_argument("--to-earliest", action="store_true")
+    r.add_argument("--to-latest", action="store_true")
+    r.add_argument("--to-current", action="store_true")
+    r.add_argument("--to-offset", type=int, metavar="N")
+    r.add_argument("--shift-by", type=int, metavar="N", help="positive or negative")
+    r.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss", help="with an optional zone, e.g. Z or +01:00")
+    r.add_argument("--by-duration", metavar="PnDTnHnMnS", help="this long ago")
+    r.add_argument("--from-file", metavar="CSV", help="topic,partition,offset (or group,topic,partition,offset) lines")
+    p.add_argument("--dry-run", action="store_true", help="reset: only show the new offsets (the default)")
+    p.add_argument("--execute", action="store_true", help="reset: commit the new offsets")
+    p.add_argument("--export", action="store_true", help="reset: print the new offsets as CSV")
+    p.set_defaults(func=lambda opts: run(p, opts))
+
+
+def _validate(p: argparse.ArgumentParser, opts: argparse.Namespace) -> str:
+    actions = [x for x in ACTIONS if getattr(opts, x)]
+    if len(actions) != 1:
+        p.error("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets")
+    action = actions[0]
+    require_bootstrap(p, opts)
+    if action in ("describe", "delete", "reset_offsets") and not (opts.group or opts.all_groups):
+        p.error(f"Option [{action.replace('_', '-')}] takes one of these options: [all-groups], [group]")
+    if action == "describe" and sum(bool(x) for x in (opts.members, opts.offsets, opts.state is not None)) > 1:
+        p.error("Option [describe] takes at most one of these options: [members], [offsets], [state]")
+    if opts.group and opts.all_groups:
+        p.error("Option [all-groups] can't be used with option [group]")
+    if action == "delete_offsets" and (len(opts.group) != 1 or not opts.topic):
+        p.error("Option [delete-offsets] takes the following options: [topic], [group]")
+    if action == "reset_offsets":
+        chosen = [s for s in SCENARIOS if getattr(opts, s) not in (None, False)]
+        if len(chosen) != 1:
+            p.error("Option [reset-offsets] takes exactly one of these options: " +
+                    ", ".join(f"[{s.replace('_', '-')}]" for s in SCENARIOS))
+        if not (opts.topic or opts.all_topics or opts.from_file):
+            p.error("One of the reset scopes should be defined: --all-topics, --topic.")
+        if opts.dry_run and opts.execute:
+            p.error("Option [dry-run] can't be used with option [execute]")
+        try:
+            if opts.by_duration is not None:
+                parse_duration_ms(opts.by_duration)
+            if opts.to_datetime is not None:
+                parse_datetime_ms(opts.to_datetime)
+        except ValueError as e:
+            p.error(str(e))
+    elif opts.dry_run or opts.execute or opts.export:
+        p.error(f"Option [{'dry-run' if opts.dry_run else 'execute' if opts.execute else 'export'}] takes one of these "
+                "options: [reset-offsets]")
+    return action
+
+
+def run(p: argparse.ArgumentParser, opts: argparse.Namespace) -> int:
+    action = _validate(p, opts)
+    if action == "reset_offsets" and not (opts.dry_run or opts.execute):
+        print(DRY_RUN_WARNING, file=sys.stderr)
+    out = Output()
+
+    async def work(admin: AdminClient) -> list[str]:
+        ga = GroupAdmin(admin)
+        try:
+            await COMMANDS[action](ga, opts, out)
+        except AdminError as e:  # as Kafka's tool reports any failure: the message, then the exception
+            text = str(e)
+            message = text.split(": ", 1)[1] if text.startswith(("org.", "java.")) and ": " in text else text
+            raise AdminError(f"\nError: Executing consumer group command failed due to {message}\n{text}") from e
+        finally:
+            await ga.close()
+        return []
+
+    try:
+        code = run_admin(opts, work, error_prefix="", client_id="adminclient-consumer-groups")
+    except (UsageError, ValueError) as e:
+        p.print_usage(sys.stderr)
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write("".join(out.out))
+    sys.stdout.flush()
+    for line in out.err:
+        print(line, file=sys.stderr)
+    return code or (1 if out.failed else 0)

@@ -29,6 +29,11 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.log_dirs",
     "odradek.cli.features",
     "odradek.cli.completion",
+    "odradek.cli.console_producer",
+    "odradek.cli.console_consumer",
+    "odradek.cli.perf",
+    "odradek.cli.broker_api_versions",
+    "odradek.cli.acls",
 )
 
 

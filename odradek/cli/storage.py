@@ -81,6 +81,15 @@ def add_parser(sub: Any) -> None:
         help="The setting to use for a specific feature, in feature=level format. For "
         "example: `transaction.version=2`.",
     )
+    fmt.add_argument(
+        "--add-scram",
+        "-S",
+        action="append",
+        default=[],
+        help="A SCRAM_CREDENTIAL to add to the __cluster_metadata log e.g. "
+        "'SCRAM-SHA-256=[name=alice,password=alice-secret]' "
+        "'SCRAM-SHA-512=[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword=\"YCE=\"]'",
+    )
     quorum = fmt.add_mutually_exclusive_group()
     quorum.add_argument(
         "--standalone",
@@ -195,6 +204,7 @@ def run_format(args: argparse.Namespace) -> int:
                 "one of the following: --standalone, --initial-controllers, or "
                 "--no-initial-controllers."
             )
+        scram = _scram_records(args.add_scram)
         names = config.controller_listener_names
         Formatter(
             node_id=config.node_id,
@@ -206,6 +216,7 @@ def run_format(args: argparse.Namespace) -> int:
             ignore_formatted=args.ignore_formatted,
             initial_controllers=initial,
             features=features,
+            scram_records=scram,
         ).run()
     except ConfigError as e:
         print(f"odradek: invalid configuration: {e}", file=sys.stderr)
@@ -215,6 +226,29 @@ def run_format(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return 1
     return 0
+
+
+def _scram_records(flags: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``--add-scram`` flags → UserScramCredentialRecords (FormatterError on a bad one)."""
+    from odradek.security.scram_credential import credential_from_salted
+    from odradek.security.scram_parser import ScramParseError, parse_add_scram
+
+    out: list[tuple[str, dict[str, Any]]] = []
+    for flag in flags:
+        try:
+            spec = parse_add_scram(flag)
+        except ScramParseError as e:
+            raise FormatterError(str(e)) from e
+        cred = credential_from_salted(spec.mechanism, spec.salt, spec.salted_password, spec.iterations)
+        out.append(
+            (
+                "UserScramCredentialRecord",
+                {"name": spec.name, "mechanism": spec.mechanism.type_id, "salt": cred.salt,
+                 "stored_key": cred.stored_key, "server_key": cred.server_key,
+                 "iterations": cred.iterations},
+            )
+        )
+    return out
 
 
 def run_info(args: argparse.Namespace) -> int:

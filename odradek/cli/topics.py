@@ -215,7 +215,7 @@ async def _create(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
         "assignments": [{"partition_index": i, "broker_ids": b} for i, b in enumerate(assignment)],
         "configs": configs,
     }
-    resp = await admin.send(m.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 30_000, "validate_only": False}, top_error=None)
+    resp = await admin.send(m.CREATE_TOPICS, {"topics": [topic], "timeout_ms": 30_000, "validate_only": False}, top_error=None, controller=True)
     r = resp["topics"][0]
     if r["error_code"] == Errors.TOPIC_ALREADY_EXISTS and opts.if_not_exists:
         return lines
@@ -238,7 +238,7 @@ async def _alter(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
         # Kafka's tool sends the assignment of the partitions past the current count.
         "assignments": None if assignment is None else [{"broker_ids": b} for b in assignment[current[n]:]],
     } for n in names]
-    resp = await admin.send(m.CREATE_PARTITIONS, {"topics": topics, "timeout_ms": 30_000, "validate_only": False}, top_error=None)
+    resp = await admin.send(m.CREATE_PARTITIONS, {"topics": topics, "timeout_ms": 30_000, "validate_only": False}, top_error=None, controller=True)
     for r in resp["results"]:
         if r["error_code"] != Errors.NONE:
             raise _error(r["error_code"], r["error_message"])
@@ -254,7 +254,7 @@ async def _delete(admin: AdminClient, opts: argparse.Namespace) -> list[str]:
         raise AdminError(f"Topic '{opts.topic}' does not exist as expected")
     resp = await admin.send(m.DELETE_TOPICS, {
         "topics": [{"name": n, "topic_id": None} for n in names], "topic_names": names, "timeout_ms": 30_000,
-    }, top_error=None)
+    }, top_error=None, controller=True)
     for r in resp["responses"]:
         if r["error_code"] != Errors.NONE:
             raise _error(r["error_code"], r.get("error_message"))

@@ -19,7 +19,8 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, KafkaError
 from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
-from odradek.server import config_defs
+from odradek.security.standard_authorizer import StandardAuthorizer
+from odradek.server import acl_apis, config_defs
 from odradek.server.acl_operations import AUTHORIZED_OPS_OMITTED, CLUSTER_AUTHORIZED_OPERATIONS
 from odradek.server.controller_channel import (
     ControllerRequest,
@@ -41,7 +42,9 @@ _ENDPOINT_TYPE_CONTROLLER = 2
 # What a Kafka broker forwards to its controller in an Envelope (the admin writes).
 _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
-    m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS, g.ALTER_CLIENT_QUOTAS,
+    m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
+    g.CREATE_ACLS, g.DELETE_ACLS,
+    m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -87,8 +90,18 @@ class ControllerApis:
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.handle_alter_partition_reassignments,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.handle_list_partition_reassignments,
             g.ASSIGN_REPLICAS_TO_DIRS.api_key: self.handle_assign_replicas_to_dirs,
+            g.CREATE_ACLS.api_key: self.handle_create_acls,
+            g.DELETE_ACLS.api_key: self.handle_delete_acls,
+            g.DESCRIBE_ACLS.api_key: self.handle_describe_acls,
+            m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
             g.ALTER_CLIENT_QUOTAS.api_key: self.handle_alter_client_quotas,
         }
+        # The controller's authorizer (authorizer.class.name), set by the ControllerServer, and
+        # the check of a request a Kafka broker forwarded in an Envelope (see
+        # odradek.security.auth_helper.forwarded_check): None (go ahead), an envelope response
+        # (refused), a 1-tuple of the inner response (refused), or a Narrowed request.
+        self.authorizer: StandardAuthorizer | None = None
+        self.check_forwarded: Callable[[Any, bytes | None, RequestContext], Any] | None = None
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
 
@@ -141,7 +154,8 @@ class ControllerApis:
             m.INCREMENTAL_ALTER_CONFIGS, m.DESCRIBE_CLUSTER,
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
-            g.ASSIGN_REPLICAS_TO_DIRS, g.ALTER_CLIENT_QUOTAS,
+            g.ASSIGN_REPLICAS_TO_DIRS, g.CREATE_ACLS, g.DELETE_ACLS, g.DESCRIBE_ACLS,
+            m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -160,10 +174,46 @@ class ControllerApis:
                 log.warning("Envelope from %s refused: %s", ctx.conn.peer, e.message)
                 return {"response_data": None, "error_code": e.code}
             client = RequestClient(inner.client_id, inner.client_host or ctx.conn.peer)
-            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, inner.data, client))
+            data, merge = inner.data, None
+            if self.check_forwarded is not None:
+                # With an authorizer the inner request is checked for the client's principal.
+                verdict = self.check_forwarded(inner, req.get("request_principal"), ctx)
+                if isinstance(verdict, dict):
+                    return verdict
+                if isinstance(verdict, tuple):
+                    return {"response_data": envelope.wrap_response(inner, verdict[0]), "error_code": Errors.NONE}
+                if verdict is not None:
+                    data, merge = verdict.request, verdict.merge
+            resp = await self.handle(ControllerRequest(inner.api.api_key, inner.version, data, client))
+            if merge is not None:
+                resp = merge(resp)
             return {"response_data": envelope.wrap_response(inner, resp), "error_code": Errors.NONE}
 
         return handler
+
+    # -- ACLs (Kafka's ControllerApis.handleCreateAcls / handleDeleteAcls / handleDescribeAcls) --
+
+    async def handle_create_acls(self, request: ControllerRequest) -> dict[str, Any]:
+        if self.authorizer is None:
+            return acl_apis.security_disabled(request.api_key, request.data)
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        results = await self.controller.create_acls(acl_apis.acl_creations(request.data))
+        return acl_apis.create_acls_response(results)
+
+    async def handle_delete_acls(self, request: ControllerRequest) -> dict[str, Any]:
+        if self.authorizer is None:
+            return acl_apis.security_disabled(request.api_key, request.data)
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        filters = [acl_apis.acl_filter(f, request.api_version) for f in request.data.get("filters") or []]
+        results = await self.controller.delete_acls(filters)
+        return acl_apis.delete_acls_response(results)
+
+    async def handle_describe_acls(self, request: ControllerRequest) -> dict[str, Any]:
+        return acl_apis.describe_acls_response(self.authorizer, request.data, request.api_version)
 
     # -- DescribeQuorum -------------------------------------------------------------------------
 
@@ -267,6 +317,12 @@ class ControllerApis:
             "throttle_time_ms": 0,
             "results": [{"name": n, "error_code": c, "error_message": msg} for n, c, msg in results],
         }
+
+    async def handle_alter_user_scram_credentials(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        return await self.controller.alter_user_scram_credentials(request.data)
 
     # -- Configs --------------------------------------------------------------------------------
 

@@ -17,6 +17,13 @@ from dataclasses import dataclass, field, replace
 
 TopicPartition = tuple[str, int]
 
+
+def tp_name(tp: TopicPartition) -> str:
+    """A partition as Kafka's ``TopicPartition.toString`` writes it in log lines and error
+    messages: ``<topic>-<partition>``."""
+    return f"{tp[0]}-{tp[1]}"
+
+
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 NO_EPOCH = -1

@@ -27,6 +27,7 @@ from odradek.controller.controller_context import (
     LeaderIsrAndControllerEpoch,
     PartitionState,
     TopicPartition,
+    tp_name,
 )
 from odradek.controller.controller_zk_client import (
     ControllerMovedException,
@@ -62,6 +63,9 @@ MAX_ELECTION_ROUNDS = 100  # BADVERSION retries are bounded (Kafka loops until n
 @dataclass(frozen=True)
 class OfflinePartitionLeaderElectionStrategy:
     allow_unclean: bool = False
+
+    def __str__(self) -> str:  # Kafka's case class: OfflinePartitionLeaderElectionStrategy(false)
+        return f"OfflinePartitionLeaderElectionStrategy({str(self.allow_unclean).lower()})"
 
 
 @dataclass(frozen=True)
@@ -168,7 +172,7 @@ class PartitionStateMachine:
             for tp in valid:
                 log.info(
                     "Changed partition %s state from %s to %s with assigned replicas %s",
-                    tp, ctx.partition_state(tp).name, target.name, ctx.partition_replica_assignment(tp),
+                    tp_name(tp), ctx.partition_state(tp).name, target.name, ctx.partition_replica_assignment(tp),
                 )
                 ctx.put_partition_state(tp, PartitionState.NewPartition)
             return {}
@@ -181,7 +185,7 @@ class PartitionStateMachine:
             ]
             for tp in self._initialize_leader_and_isr_for_partitions(uninitialized):
                 log.info("Changed partition %s from NewPartition to OnlinePartition with state %s",
-                         tp, ctx.partition_leadership_info(tp))
+                         tp_name(tp), ctx.partition_leadership_info(tp))
                 ctx.put_partition_state(tp, PartitionState.OnlinePartition)
             if not to_elect:
                 return {}
@@ -191,7 +195,7 @@ class PartitionStateMachine:
             for tp, outcome in results.items():
                 if isinstance(outcome, LeaderAndIsr):
                     log.info("Changed partition %s from %s to OnlinePartition with state %s",
-                             tp, ctx.partition_state(tp).name, outcome)
+                             tp_name(tp), ctx.partition_state(tp).name, outcome)
                     ctx.put_partition_state(tp, PartitionState.OnlinePartition)
             return results
         for tp in valid:  # Offline, NonExistent
@@ -208,7 +212,7 @@ class PartitionStateMachine:
                     tp, PartitionState.NewPartition, PartitionState.OnlinePartition,
                     StateChangeFailedException(
                         f"Controller {self.controller_id} epoch {ctx.epoch} encountered error during state change of "
-                        f"partition {tp} from New to Online, assigned replicas are "
+                        f"partition {tp_name(tp)} from New to Online, assigned replicas are "
                         f"[{','.join(map(str, ctx.partition_replica_assignment(tp)))}], live brokers are "
                         f"[{sorted(ctx.live_broker_ids)}]. No assigned replica is alive."
                     ),
@@ -253,9 +257,10 @@ class PartitionStateMachine:
                     self._log_failed(tp, self.context.partition_state(tp), PartitionState.OnlinePartition, outcome)
             finished.update(done)
             if remaining:
-                log.info("Retrying leader election with strategy %s for partitions %s", strategy, remaining)
+                log.info("Retrying leader election with strategy %s for partitions %s", strategy,
+                         ",".join(map(tp_name, remaining)))
         for tp in remaining:
-            finished[tp] = StateChangeFailedException(f"gave up electing a leader for {tp} after repeated BADVERSION")
+            finished[tp] = StateChangeFailedException(f"gave up electing a leader for {tp_name(tp)} after repeated BADVERSION")
         return finished
 
     def _do_elect_leader_for_partitions(
@@ -276,12 +281,12 @@ class PartitionStateMachine:
                 failed[tp] = got
             elif got is None:
                 failed[tp] = StateChangeFailedException(
-                    f"LeaderAndIsr information doesn't exist for partition {tp} in "
+                    f"LeaderAndIsr information doesn't exist for partition {tp_name(tp)} in "
                     f"{ctx.partition_state(tp).name} state"
                 )
             elif got.controller_epoch > ctx.epoch:
                 failed[tp] = StateChangeFailedException(
-                    f"Aborted leader election for partition {tp} since the LeaderAndIsr path was already written by "
+                    f"Aborted leader election for partition {tp_name(tp)} since the LeaderAndIsr path was already written by "
                     f"another controller. This probably means that the current controller {self.controller_id} went "
                     f"through a soft failure and another controller was elected with epoch {got.controller_epoch}."
                 )
@@ -301,7 +306,7 @@ class PartitionStateMachine:
             elected = self._elect(tp, lai, strategy, allow)
             if elected is None:
                 failed[tp] = StateChangeFailedException(
-                    f"Failed to elect leader for partition {tp} under strategy {strategy}"
+                    f"Failed to elect leader for partition {tp_name(tp)} under strategy {strategy}"
                 )
                 continue
             new_states[tp], recipients[tp] = elected
@@ -317,7 +322,7 @@ class PartitionStateMachine:
                 )
         for tp in result.to_retry:
             log.debug("Controller failed to elect leader for partition %s (state %s): bad ZK version, will retry",
-                      tp, new_states[tp])
+                      tp_name(tp), new_states[tp])
         return {**result.finished, **failed}, list(result.to_retry)
 
     def _unclean_allowed(
@@ -378,7 +383,7 @@ class PartitionStateMachine:
         self._log_failed(
             tp, current, target,
             StateChangeFailedException(
-                f"Partition {tp} should be in one of "
+                f"Partition {tp_name(tp)} should be in one of "
                 f"{','.join(sorted(s.name for s in target.valid_previous_states))} states before moving to "
                 f"{target.name} state. Instead it is in {current.name} state"
             ),
@@ -387,5 +392,5 @@ class PartitionStateMachine:
     def _log_failed(self, tp: TopicPartition, current: PartitionState, target: PartitionState, e: Exception) -> None:
         log.error(
             "Controller %d epoch %d failed to change state for partition %s from %s to %s: %s",
-            self.controller_id, self.context.epoch, tp, current.name, target.name, e,
+            self.controller_id, self.context.epoch, tp_name(tp), current.name, target.name, e,
         )

@@ -36,6 +36,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from odradek.controller.acl_control_manager import (
+    AclControlManager,
+    AclCreateResult,
+    AclDeleteResult,
+)
 from odradek.controller.alter_partition import alter_partition
 from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
@@ -63,6 +68,7 @@ from odradek.controller.replication_control import (
     TopicResult,
 )
 from odradek.controller.replication_ops import ReplicationOps
+from odradek.controller.scram_control_manager import ScramControlManager
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import EMPTY_IMAGE, MetadataImage
 from odradek.metadata.transactions import MetadataTransactions
@@ -76,6 +82,7 @@ from odradek.raft.raft_client import (
     RaftClient,
     SnapshotReader,
 )
+from odradek.security.acl import AclBindingFilter, StandardAcl
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +128,7 @@ class QuorumController(Listener[MetadataRecord]):
         bootstrap_features: Mapping[str, int] | None = None,
         colocated_broker: bool = False,
         replication_options: dict[str, Any] | None = None,
+        bootstrap_records: Sequence[MetadataRecord] = (),
     ) -> None:
         """``clock_ms``: monotonic milliseconds (broker sessions and write deadlines).
         ``colocated_broker``: this process is also broker ``node_id`` (process.roles=broker,
@@ -164,6 +172,12 @@ class QuorumController(Listener[MetadataRecord]):
             cluster_id, self.image, self.features, session_timeout_ms=session_timeout_ms
         )
         self.producer_ids = ProducerIdControlManager(self.image, self.cluster)
+        self.acls = AclControlManager(self.image)
+        # Called with each delta replayed into the committed image (the controller's authorizer).
+        self.replay_listeners: list[Callable[[MetadataDelta, MetadataImage], None]] = []
+        self.scram = ScramControlManager(self.image)
+        # Written with the bootstrap features on a new log (storage format --add-scram).
+        self._bootstrap_records = list(bootstrap_records)
         self.client_quotas = ClientQuotaControlManager(self.image)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
@@ -256,6 +270,8 @@ class QuorumController(Listener[MetadataRecord]):
             delta.replay(name, fields, offset)
             self.cluster.replay(name, fields, offset)
         self.image = delta.apply()
+        for listener in self.replay_listeners:
+            listener(delta, self.image)
         if self._speculative_end <= self._committed_offset or base is not None:
             self._drop_speculative()
         self.replication_ops.after_replay(delta, full=base is not None)
@@ -264,7 +280,8 @@ class QuorumController(Listener[MetadataRecord]):
     def _set_write_image(self, image: MetadataImage) -> None:
         self.write_image = image
         for manager in (
-            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.client_quotas,
+            self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.acls,
+            self.scram, self.client_quotas,
         ):
             manager.image = image
 
@@ -297,7 +314,10 @@ class QuorumController(Listener[MetadataRecord]):
                 "Aborting the metadata transaction left open at offset %d", self.transactions.open_transaction
             )
             records.append(("AbortTransactionRecord", {"reason": "Odradek took over the metadata log"}))
-        records.extend(self.features.bootstrap_records())
+        bootstrap = self.features.bootstrap_records()
+        records.extend(bootstrap)
+        if bootstrap:
+            records.extend(self._bootstrap_records)
         return records
 
     def _schedule_activation(self) -> None:
@@ -493,6 +513,14 @@ class QuorumController(Listener[MetadataRecord]):
 
         return await self._write("allocateProducerIds", op)
 
+    async def create_acls(self, acls: list[StandardAcl]) -> list[AclCreateResult]:
+        """CreateAcls (Kafka's AclControlManager.createAcls); answered once committed."""
+        return await self._write("createAcls", lambda: self.acls.create_acls(acls))
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[AclDeleteResult]:
+        """DeleteAcls (Kafka's AclControlManager.deleteAcls); answered once committed."""
+        return await self._write("deleteAcls", lambda: self.acls.delete_acls(filters))
+
     async def alter_partition(self, request: dict[str, Any], version: int) -> dict[str, Any]:
         """AlterPartition from a partition leader (Kafka's ReplicationControlManager
         .alterPartition): the sender's broker epoch, then each partition (see
@@ -622,6 +650,15 @@ class QuorumController(Listener[MetadataRecord]):
             return out, records
 
         return await self._write("createPartitions", op, timeout_ms)
+
+    async def alter_user_scram_credentials(self, request: dict[str, Any]) -> dict[str, Any]:
+        def op() -> tuple[dict[str, Any], list[MetadataRecord]]:
+            response, records = self.scram.alter_credentials(request)
+            for name, r in records:
+                log.info("%s for user %s (mechanism %d)", name, r["name"], r["mechanism"])
+            return response, records
+
+        return await self._write("alterUserScramCredentials", op)
 
     async def alter_configs(
         self, resources: list[dict[str, Any]], validate_only: bool, incremental: bool

@@ -28,6 +28,7 @@ from odradek.controller.controller_context import (
     PartitionAndReplica,
     ReplicaState,
     TopicPartition,
+    tp_name,
 )
 from odradek.controller.controller_zk_client import (
     ControllerMovedException,
@@ -104,7 +105,7 @@ class ReplicaStateMachine:
                 if info is not None:
                     if info.leader_and_isr.leader == replica_id:
                         self._log_failed(r, ctx.replica_state(r), ReplicaState.OfflineReplica, StateChangeFailedException(
-                            f"Replica {replica_id} for partition {tp} cannot be moved to NewReplica state as it is "
+                            f"Replica {replica_id} for partition {tp_name(tp)} cannot be moved to NewReplica state as it is "
                             "being requested to become leader"
                         ))
                         continue
@@ -137,7 +138,7 @@ class ReplicaStateMachine:
             updated = self._remove_replicas_from_isr(replica_id, [r.topic_partition for r in with_info])
             for tp, info in updated.items():
                 log.info("Partition %s state changed to %s after removing replica %d from the ISR as part of "
-                         "transition to OfflineReplica", tp, info, replica_id)
+                         "transition to OfflineReplica", tp_name(tp), info, replica_id)
                 if not ctx.is_topic_queued_up_for_deletion(tp[0]):
                     recipients = [b for b in ctx.partition_replica_assignment(tp) if b != replica_id]
                     batch.add_leader_and_isr_request_for_brokers(
@@ -202,7 +203,7 @@ class ReplicaStateMachine:
             elif got is None:
                 if not ctx.is_topic_queued_up_for_deletion(tp[0]):
                     out[tp] = StateChangeFailedException(
-                        f"Failed to change state of replica {replica_id} for partition {tp} since the leader and isr "
+                        f"Failed to change state of replica {replica_id} for partition {tp_name(tp)} since the leader and isr "
                         "path in zookeeper is empty"
                     )
             elif got.controller_epoch > ctx.epoch:
@@ -234,7 +235,7 @@ class ReplicaStateMachine:
             retry = list(result.to_retry)
             for tp in retry:
                 log.debug("Controller failed to remove replica %d from ISR of partition %s: bad ZK version, "
-                          "will retry", replica_id, tp)
+                          "will retry", replica_id, tp_name(tp))
         return out, retry
 
     def _log_invalid_transition(self, r: PartitionAndReplica, target: ReplicaState) -> None:
@@ -247,7 +248,7 @@ class ReplicaStateMachine:
     def _log_failed(self, r: PartitionAndReplica, current: ReplicaState, target: ReplicaState, e: Exception) -> None:
         log.error(
             "Controller %d epoch %d initiated state change of replica %d for partition %s from %s to %s failed: %s",
-            self.controller_id, self.context.epoch, r.replica, r.topic_partition, current.name, target.name, e,
+            self.controller_id, self.context.epoch, r.replica, tp_name(r.topic_partition), current.name, target.name, e,
         )
 
 

@@ -11,7 +11,7 @@ Every record type is either applied here or refused loudly (:class:`MetadataRepl
 record that does not fit the image (a partition of an unknown topic, fencing a broker at another
 epoch): Kafka's replay throws on these too. ``APPLIED_RECORD_TYPES`` lists what is applied; the
 decoder (:mod:`odradek.metadata.records`) already refuses the types of features Odradek does not
-have (ACLs, quotas, SCRAM, delegation tokens).
+have (quotas, SCRAM, delegation tokens).
 
 The delta also keeps what changed, by name, for the publishers (the replica manager, the dynamic
 broker configs, the group coordinator): ``changed_partitions``, ``created_topics``,
@@ -28,6 +28,7 @@ from typing import Any
 from odradek.metadata.image import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
+    AclsImage,
     BrokerEndpoint,
     BrokerRegistration,
     ClientQuotasImage,
@@ -42,6 +43,7 @@ from odradek.metadata.image import (
     TopicsImage,
     frozen_mapping,
 )
+from odradek.metadata.scram_image import ScramDelta
 
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader stays
 _MIGRATING = uuid.UUID(int=0)  # Kafka's DirectoryId.MIGRATING
@@ -134,6 +136,9 @@ class MetadataDelta:
         self._feature_levels: dict[str, int] = {}
         self._zk_migration_state: int | None = None
         self._next_producer_id: int | None = None
+        # ACLs added (StandardAcl) or removed (None) by id.
+        self.acl_changes: dict[uuid.UUID, Any] = {}
+        self.scram = ScramDelta()
         self._client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
 
     def is_empty(self) -> bool:
@@ -145,6 +150,8 @@ class MetadataDelta:
             or self.changed_topic_configs
             or self.changed_brokers
             or self.changed_broker_configs
+            or self.acl_changes
+            or self.scram.changes
             or self.changed_client_quotas
         )
 
@@ -400,6 +407,22 @@ class MetadataDelta:
         current = self.image.producer_ids.next_producer_id if self._next_producer_id is None else self._next_producer_id
         self._next_producer_id = max(current, r["next_producer_id"])
 
+    def _replay_acl(self, name: str, r: dict[str, Any], offset: int) -> None:
+        from odradek.security.acl import StandardAcl
+
+        self.acl_changes[r["id"]] = StandardAcl.from_record(r)
+
+    def _replay_remove_acl(self, name: str, r: dict[str, Any], offset: int) -> None:
+        acl_id = r["id"]
+        known = self.acl_changes.get(acl_id) if acl_id in self.acl_changes else self.image.acls.acls.get(acl_id)
+        if known is None:
+            raise MetadataReplayError(name, offset, f"no ACL with id {acl_id}")
+        self.acl_changes[acl_id] = None
+    def _replay_scram(self, name: str, r: dict[str, Any], offset: int) -> None:
+        error = self.scram.replay(name, r)
+        if error is not None:
+            raise MetadataReplayError(name, offset, error)
+
     def _replay_marker(self, name: str, r: dict[str, Any], offset: int) -> None:
         """NoOpRecord, and the transaction markers (KIP-868), whose transactions the listener's
         :class:`~odradek.metadata.transactions.MetadataTransactions` already resolved: only the
@@ -421,8 +444,15 @@ class MetadataDelta:
                 if self._next_producer_id is None
                 else ProducerIdsImage(self._next_producer_id)
             ),
+            acls=self._apply_acls(old.acls),
+            scram=self.scram.apply(old.scram),
             client_quotas=self._apply_client_quotas(old.client_quotas),
         )
+
+    def _apply_acls(self, old: AclsImage) -> AclsImage:
+        if not self.acl_changes:
+            return old
+        return AclsImage(_merged(old.acls, self.acl_changes))  # type: ignore[arg-type]
 
     def _apply_client_quotas(self, old: ClientQuotasImage) -> ClientQuotasImage:
         if not self._client_quotas:
@@ -510,6 +540,10 @@ _HANDLERS: dict[str, _Handler] = {
     "ZkMigrationStateRecord": MetadataDelta._replay_zk_migration_state,
     "ProducerIdsRecord": MetadataDelta._replay_producer_ids,
     "NoOpRecord": MetadataDelta._replay_marker,
+    "AccessControlEntryRecord": MetadataDelta._replay_acl,
+    "RemoveAccessControlEntryRecord": MetadataDelta._replay_remove_acl,
+    "UserScramCredentialRecord": MetadataDelta._replay_scram,
+    "RemoveUserScramCredentialRecord": MetadataDelta._replay_scram,
     "BeginTransactionRecord": MetadataDelta._replay_marker,
     "EndTransactionRecord": MetadataDelta._replay_marker,
     "AbortTransactionRecord": MetadataDelta._replay_marker,

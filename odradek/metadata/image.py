@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from odradek.metadata.scram_image import ScramImage
+
 # ConfigResource types as the protocol numbers them.
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -157,6 +159,14 @@ class ProducerIdsImage:
     next_producer_id: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AclsImage:
+    """The ACLs (AccessControlEntryRecords) by id; values are
+    :class:`~odradek.security.acl.StandardAcl`."""
+
+    acls: Mapping[uuid.UUID, Any] = field(default_factory=_empty)
+
+
 # -- the image ------------------------------------------------------------------------------------
 
 
@@ -168,6 +178,8 @@ class MetadataImage:
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     features: FeaturesImage = field(default_factory=FeaturesImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    acls: AclsImage = field(default_factory=AclsImage)
+    scram: ScramImage = field(default_factory=ScramImage)
     client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
 
     # -- shorthands the controller's managers read ------------------------------------------------

@@ -26,6 +26,7 @@ from odradek.metadata.image import (
     TopicImage,
 )
 from odradek.metadata.metadata_record_serde import MetadataRecord
+from odradek.metadata.scram_image import scram_records
 
 METADATA_VERSION = "metadata.version"
 
@@ -48,6 +49,8 @@ def write_image(image: MetadataImage) -> list[MetadataRecord]:
                     {"resource_type": rtype, "resource_name": rname, "name": name, "value": value},
                 )
             )
+    for acl_id, acl in sorted(image.acls.acls.items(), key=lambda kv: str(kv[0])):
+        out.append(("AccessControlEntryRecord", acl.to_record(acl_id)))
     for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda e: repr(e[0])):
         for key, rate in sorted(quotas.items()):
             out.append(
@@ -66,6 +69,7 @@ def write_image(image: MetadataImage) -> list[MetadataRecord]:
                 {"broker_id": -1, "broker_epoch": -1, "next_producer_id": image.producer_ids.next_producer_id},
             )
         )
+    out.extend(scram_records(image.scram))
     return out
 
 

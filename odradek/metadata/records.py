@@ -251,6 +251,51 @@ BROKER_REGISTRATION_CHANGE_RECORD = Schema(
 
 NO_OP_RECORD = Schema("NoOpRecord", 0, 0, 0, [])
 
+ACCESS_CONTROL_ENTRY_RECORD = Schema(
+    "AccessControlEntryRecord",
+    0,
+    0,
+    0,
+    [
+        F("id", "uuid", "0+"),
+        F("resource_type", "int8", "0+"),
+        F("resource_name", "string", "0+"),
+        F("pattern_type", "int8", "0+"),
+        F("principal", "string", "0+"),
+        F("host", "string", "0+"),
+        F("operation", "int8", "0+"),
+        F("permission_type", "int8", "0+"),
+    ],
+)
+
+REMOVE_ACCESS_CONTROL_ENTRY_RECORD = Schema(
+    "RemoveAccessControlEntryRecord", 0, 0, 0, [F("id", "uuid", "0+")]
+)
+
+# SCRAM credentials (odradek.controller.scram_control_manager); mechanism 1 = SCRAM-SHA-256,
+# 2 = SCRAM-SHA-512.
+USER_SCRAM_CREDENTIAL_RECORD = Schema(
+    "UserScramCredentialRecord",
+    0,
+    0,
+    0,
+    [
+        F("name", "string", "0+"),
+        F("mechanism", "int8", "0+"),
+        F("salt", "bytes", "0+"),
+        F("stored_key", "bytes", "0+"),
+        F("server_key", "bytes", "0+"),
+        F("iterations", "int32", "0+"),
+    ],
+)
+REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Schema(
+    "RemoveUserScramCredentialRecord",
+    0,
+    0,
+    0,
+    [F("name", "string", "0+"), F("mechanism", "int8", "0+")],
+)
+
 BEGIN_TRANSACTION_RECORD = Schema(
     "BeginTransactionRecord",
     0,
@@ -320,6 +365,8 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "RemoveTopicRecord": (9, REMOVE_TOPIC_RECORD),
     "FeatureLevelRecord": (12, FEATURE_LEVEL_RECORD),
     "ProducerIdsRecord": (15, PRODUCER_IDS_RECORD),
+    "AccessControlEntryRecord": (18, ACCESS_CONTROL_ENTRY_RECORD),
+    "RemoveAccessControlEntryRecord": (19, REMOVE_ACCESS_CONTROL_ENTRY_RECORD),
     "BrokerRegistrationChangeRecord": (17, BROKER_REGISTRATION_CHANGE_RECORD),
     "NoOpRecord": (20, NO_OP_RECORD),
     "BeginTransactionRecord": (23, BEGIN_TRANSACTION_RECORD),
@@ -328,6 +375,8 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "RegisterControllerRecord": (27, REGISTER_CONTROLLER_RECORD),
     "ZkMigrationStateRecord": (21, ZK_MIGRATION_STATE_RECORD),
     "ClearElrRecord": (28, CLEAR_ELR_RECORD),
+    "UserScramCredentialRecord": (11, USER_SCRAM_CREDENTIAL_RECORD),
+    "RemoveUserScramCredentialRecord": (22, REMOVE_USER_SCRAM_CREDENTIAL_RECORD),
 }
 
 # Versions this node writes when none is asked for: the newest ones a Kafka 3.9 reader decodes
@@ -337,15 +386,11 @@ WRITE_VERSIONS: dict[str, int] = {
     "BrokerRegistrationChangeRecord": 2,
 }
 
-# Record types Kafka writes for features Odradek does not have (ACLs, SCRAM
-# credentials, delegation tokens): a log holding one cannot be taken over without silently
-# dropping security or quota state, so the loader refuses to start (see UnsupportedMetadata).
+# Record types Kafka writes for features Odradek does not have (delegation tokens): a log
+# holding one cannot be taken over without silently dropping security state, so the loader
+# refuses to start (see UnsupportedMetadata).
 UNSUPPORTED_RECORD_TYPES: dict[int, str] = {
     10: "DelegationTokenRecord",
-    11: "UserScramCredentialRecord",
-    18: "AccessControlEntryRecord",
-    19: "RemoveAccessControlEntryRecord",
-    22: "RemoveUserScramCredentialRecord",
     26: "RemoveDelegationTokenRecord",
 }
 

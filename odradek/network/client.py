@@ -10,6 +10,10 @@ it; a response that breaks the protocol (a correlation id that does not match) c
 connection the same way. The next request reconnects, after ``reconnect.backoff.ms`` doubling per
 consecutive failure up to ``reconnect.backoff.max.ms`` (Kafka's semantics, 20 % jitter); a
 reconnection that fails fails the requests waiting for it.
+
+``sasl_role`` ("broker" / "controller"): the peer is a node of that role; if this process
+registered a SASL login for it (:mod:`odradek.security.sasl_client_authenticator`), every new
+connection authenticates before any queued request goes out, and a refused login fails them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from odradek.network.connection import (
     ReconnectBackoff,
 )
 from odradek.protocol.schema import Api
+from odradek.security.sasl_client_authenticator import SaslClientError, authenticate, client_login
+from odradek.security.sasl_config import SaslClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +98,13 @@ class NetworkClient:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
+        sasl_role: str | None = None,
+        sasl: SaslClientConfig | None = None,
     ) -> None:
         self.host = host
+        self.sasl_role = sasl_role
+        self.sasl = sasl  # an explicit login (a tool's --command-config), else the role's
+        self._authenticating = False
         self.port = port
         self.client_id = client_id
         self.core = ClientConnection(
@@ -184,6 +195,8 @@ class NetworkClient:
             if self._queued and not self._closed:
                 self._ensure_reconnect()
             return
+        if self._authenticating:
+            return
         core = self.core
         while self._queued and core.can_send:
             item = self._queued.popleft()
@@ -240,8 +253,34 @@ class NetworkClient:
         self._protocol = protocol
         self._close_reason = None
         self._write_paused = False
+        login = self.sasl or client_login(self.sasl_role)
+        if login is not None:
+            await self._authenticate(login)
         self.backoff.ready()
         self._pump()
+
+    async def _authenticate(self, login: SaslClientConfig) -> None:
+        """SASL before anything queued is sent; a failure closes the connection."""
+        self._authenticating = True
+
+        async def send(api: Api, version: int, body: dict[str, Any]) -> dict[str, Any]:
+            fut = self._new_future()
+            _, parts = self.core.send_request(api, version, body, context=fut)
+            assert self._transport is not None
+            self._transport.writelines(parts)
+            return cast(dict[str, Any], await fut)
+
+        try:
+            await authenticate(send, login)
+        except (SaslClientError, ConnectionClosed, ProtocolError, KeyError, ValueError) as e:
+            if self._transport is not None:
+                self._transport.abort()
+            self.backoff.disconnected(self._now_ms())
+            raise ConnectionClosed(
+                f"SASL {login.mechanism} authentication to {self.address} failed: {e}"
+            ) from e
+        finally:
+            self._authenticating = False
 
     def _ensure_reconnect(self) -> None:
         if self._reconnect_task is None or self._reconnect_task.done():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from odradek.security.kafka_principal import ANONYMOUS, KafkaPrincipal
 
@@ -31,6 +31,11 @@ class ConnectionInfo:
     # connection authenticated as; User:ANONYMOUS until (and unless) it authenticates.
     security_protocol: str = "PLAINTEXT"
     principal: KafkaPrincipal = ANONYMOUS
+    # The SASL state of the connection (odradek.security.sasl_server_authenticator), if any.
+    authenticator: Any = None
+    # Set by the socket server: limit the size of the requests read from now on (None: back to
+    # socket.request.max.bytes), with the setting's name for the log line when one is too large.
+    set_max_request_bytes: Callable[[int | None, str], None] | None = None
     # Mute the connection (read no request from it) for this many ms once the responses owed
     # are out: a client over its quota (KIP-219). Set by the socket server.
     mute_for: Callable[[int], None] | None = None
@@ -50,5 +55,10 @@ class RequestHandler(Protocol):
 class CloseConnection(Exception):
     """Raised by a handler: log the message, send nothing more, close the connection.
 
-    Responses to earlier requests on the connection are still flushed first.
+    Responses to earlier requests on the connection are still flushed first; ``response``, if
+    given, is sent as this request's response before closing (a SASL failure's error response).
     """
+
+    def __init__(self, message: str, response: ResponseBuffers | None = None) -> None:
+        super().__init__(message)
+        self.response = response

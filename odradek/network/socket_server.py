@@ -198,10 +198,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         conn_id = f"{local}-{peer}-{next(self._server._conn_counter)}"
         self.info = ConnectionInfo(
             connection_id=conn_id, peer=peer, listener_name=self._server.listener_name,
+            set_max_request_bytes=self._set_max_request_bytes,
             mute_for=self._throttle,
         )
+        hook = getattr(self._server.handler, "connection_made", None)
+        if hook is not None:  # a SASL listener's authenticator starts here
+            hook(self.info)
         self._server._connections.add(self)
         log.debug("accepted connection %s on listener %s", conn_id, self._server.listener_name)
+
+    _max_request_name = "socket.request.max.bytes"
+
+    def _set_max_request_bytes(self, limit: int | None, name: str) -> None:
+        self.core.max_frame_bytes = self._server.max_request_bytes if limit is None else limit
+        self._max_request_name = "socket.request.max.bytes" if limit is None else name
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -314,8 +324,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except FrameTooLarge as e:
                 log.warning(
                     "request of %d bytes from %s on listener %s exceeds "
-                    "socket.request.max.bytes=%d; closing connection %s",
-                    e.size, self._peer, server.listener_name, e.limit, self._conn_id,
+                    "%s=%d; closing connection %s",
+                    e.size, self._peer, server.listener_name, self._max_request_name, e.limit,
+                    self._conn_id,
                 )
                 self._close_after_pending()
                 return
@@ -333,6 +344,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result = self._server.handler.handle(info, frame)
         except CloseConnection as e:
             log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, e)
+            if e.response is not None:
+                self.core.complete(self.core.reserve_response(), self._hold(e.response))
             self._close_after_pending()
             return
         except Exception:
@@ -408,6 +421,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             )
         elif isinstance(exc, CloseConnection):
             log.warning("closing connection %s from %s: %s", self._conn_id, self._peer, exc)
+            if exc.response is not None:  # its response first, then close
+                self._closing = True
+                self.core.complete(slot, self._hold(exc.response))
+                self.core.close_after_pending()
+                self._flush()
+                return
         else:
             log.error(
                 "error completing a request on connection %s from %s; closing connection",

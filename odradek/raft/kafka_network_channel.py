@@ -148,6 +148,7 @@ class KafkaNetworkChannel(Generic[T]):
                 f"raft-client-{self.node_id}",
                 reconnect_backoff_ms=self._backoff[0],
                 reconnect_backoff_max_ms=self._backoff[1],
+                sasl_role="controller",
             )
             self._clients[node] = client
         return client

@@ -48,7 +48,7 @@ ClientFactory = Callable[[SourceBroker], NetworkClient]
 
 
 def _default_client(source: SourceBroker) -> NetworkClient:
-    return NetworkClient(source.host, source.port, "odradek-add-partitions-to-txn")
+    return NetworkClient(source.host, source.port, "odradek-add-partitions-to-txn", sasl_role="broker")
 
 
 def produce_error(error: Errors) -> tuple[Errors, str | None]:

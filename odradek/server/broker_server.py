@@ -14,13 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Any
 
 from odradek.controller.feature_control_manager import registration_features
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
-from odradek.log.errors import KafkaStorageError
-from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metadata.delta import MetadataDelta
@@ -30,30 +26,45 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
-from odradek.protocol.errors import Errors
+from odradek.security.api_authorization import BROKER_CHECKS
+from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import install as install_authorization
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
+from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
+from odradek.server.acl_apis import AclApis
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
-    TransactionVerifier,
 )
 from odradek.server.alter_partition_manager import AlterPartitionManager
+from odradek.server.broker_components import (
+    bind_broker_listeners,
+    build_broker_apis,
+    cancel_tasks,
+    close_logs,
+    fetcher_config,
+    load_log_manager,
+    run_periodically,
+    schedule_log_tasks,
+    stop_request_side,
+    wire_replication,
+)
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
 from odradek.server.client_quotas import install_client_quotas
-from odradek.server.controller_channel import ControllerChannel
+from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
-from odradek.server.group_apis import GroupApis
 from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.meta_properties import directory_ids
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
-from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
 from odradek.server.replication_quota_manager import ReplicationQuotas
-from odradek.server.shared_server import SharedServer, bind_listener, network_limits, now_ms
-from odradek.server.txn_apis import TxnApis, build_txn_apis
-from odradek.server.txn_partition_apis import TxnPartitionApis
+from odradek.server.shared_server import SharedServer, now_ms
+from odradek.server.txn_apis import TxnApis
+from odradek.server.user_scram_apis import UserScramApis
 
 log = logging.getLogger(__name__)
 
@@ -61,35 +72,7 @@ log = logging.getLogger(__name__)
 _CATCH_UP_POLL_S = 0.02
 _CATCH_UP_LOG_INTERVAL_S = 10.0
 
-
-async def run_periodically(name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
-    """Run ``fn`` in a worker thread every ``interval_ms`` (a callable is read before each wait,
-    so a dynamic config change takes effect) until cancelled. A failure is logged
-    once (a disk-full or I/O error as one line, anything else with its traceback), then quietly
-    until a run succeeds again, which is logged once too: a checkpoint that cannot be written
-    on a full disk does not log a traceback every few seconds."""
-    loop = asyncio.get_running_loop()
-    failing = 0  # consecutive failed runs
-    interval = interval_ms if callable(interval_ms) else (lambda: interval_ms)
-    while True:
-        await asyncio.sleep(min(max(interval(), 1), 2**31) / 1000.0)
-        try:
-            await loop.run_in_executor(None, fn)
-        except Exception as e:
-            failing += 1
-            if failing > 1:
-                log.debug("Background task %s failed again: %s", name, e)
-            elif isinstance(e, (OSError, KafkaStorageError)):
-                log.error(
-                    "Background task %s failed: %s; retrying every %d ms (logged again when it "
-                    "succeeds)", name, e, interval_ms,
-                )
-            else:
-                log.exception("Background task %s failed (logged once until it succeeds)", name)
-            continue
-        if failing:
-            log.info("Background task %s succeeds again after %d failed runs", name, failing)
-            failing = 0
+__all__ = ["BrokerServer", "run_periodically"]  # run_periodically: now in broker_components
 
 
 class BrokerServer:
@@ -113,6 +96,7 @@ class BrokerServer:
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self.broker_apis: KafkaApis | None = None
+        self.authorizer: StandardAuthorizer | None = None
         self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
@@ -163,7 +147,6 @@ class BrokerServer:
         (the broker owns it from now on and closes it at shutdown). ``heartbeat_channel``, when
         given, carries registration and heartbeats on their own (Kafka's "heartbeat" channel), so
         that they never wait behind a forwarded request."""
-        loop = asyncio.get_running_loop()
         cfg = self.config
         self.cluster_id = cluster_id
         channel = self.controller_channel = controller_channel
@@ -175,27 +158,11 @@ class BrokerServer:
         self._apply_dynamic_configs()
 
         # 2. Partition logs, recovered where the last stop was unclean.
-        default_log_config = config_defs.build_log_config(cfg, {})
-        cleaner_config = CleanerConfig(
-            enable=cfg.log_cleaner_enable,
-            backoff_ms=cfg.log_cleaner_backoff_ms,
-            dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
-        )
-        lm = LogManager(cfg.log_dirs, default_log_config, now_ms, cleaner_config=cleaner_config)
-        try:
-            await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for))
-        except BaseException:
-            # Close what was loaded, but write no clean-shutdown marker: the logs not yet
-            # loaded must still be recovered next time.
-            for lg in lm.all_logs().values():
-                lg.close()
-            raise
-        self.log_manager = lm
+        lm = self.log_manager = await load_log_manager(cfg, self.log_config_for)
         try:
             self._refuse_unsupported_state()
         except StartupError:
-            for lg in lm.all_logs().values():
-                lg.close()
+            close_logs(lm)
             raise
         self._delete_stray_logs()
 
@@ -204,8 +171,7 @@ class BrokerServer:
         try:
             self.replica_manager.replica_selector = replica_selector(cfg.get("replica.selector.class"))
         except UnknownReplicaSelector as e:
-            for lg in lm.all_logs().values():
-                lg.close()
+            close_logs(lm)
             raise StartupError(str(e)) from e
         self._start_replication(channel)
         image = self.metadata_cache.image
@@ -232,6 +198,11 @@ class BrokerServer:
         # Consumer groups (KIP-848) assign from the topic metadata: new topics and partitions
         # reach them at their members' next heartbeat.
         loader.publishers.append(self.group_coordinator.on_metadata_update)
+        # 3c. The authorizer (authorizer.class.name), following the image's ACLs.
+        authorizer = self.authorizer = StandardAuthorizer.from_config(cfg)
+        if authorizer is not None:
+            authorizer.load(self.metadata_cache.image.acls)
+            loader.publishers.append(authorizer.publish)
 
         # 4. Listeners. Ports are bound before registration so that port 0 can be used.
         self.heartbeat_channel = heartbeat_channel
@@ -243,47 +214,37 @@ class BrokerServer:
             metadata_offset=lambda: self.metadata_cache.image.offset,
         )
         producer_ids = ProducerIdManager(self.node_id, lambda: lifecycle.broker_epoch, channel)
-        # 4b. Transaction coordinator: loads the __transaction_state partitions this node leads.
-        txn_apis = self.txn_apis = build_txn_apis(
-            node_id=self.node_id, config=cfg, replica_manager=self.replica_manager,
-            metadata_cache=self.metadata_cache, controller_channel=channel, producer_ids=producer_ids,
-            offsets_partition_for=self.group_coordinator.partition_for,
+        # 4b. Transaction coordinator (loads the __transaction_state partitions this node leads),
+        # group APIs, KafkaApis.
+        built = build_broker_apis(
+            node_id=self.node_id, cluster_id=self.cluster_id, cfg=cfg, metadata_cache=self.metadata_cache,
+            rm=self.replica_manager, lm=lm, group_coordinator=self.group_coordinator, controller_channel=channel,
+            producer_ids=producer_ids,
+            extensions=[
+                SaslApis(), UserScramApis(self.metadata_cache, ForwardingManager(channel)),
+                AclApis(authorizer, ForwardingManager(channel)),
+            ],
         )
-        txn_apis.startup()
-        group_apis = GroupApis(self.group_coordinator)
-        group_apis.find_transaction_coordinator = txn_apis.coordinator_for
-        broker_apis = KafkaApis(
-            producer_id_manager=producer_ids,
-            node_id=self.node_id,
-            cluster_id=self.cluster_id,
-            config=cfg,
-            metadata_cache=self.metadata_cache,
-            replica_manager=self.replica_manager,
-            controller_channel=channel,
-            log_manager=lm,
-            extensions=[group_apis, txn_apis],
-            txn_apis=self._txn_partition_apis(cfg),
-        )
-        txn_apis.idempotent_init_producer_id = broker_apis.handle_init_producer_id
-        group_apis.transaction_version = txn_apis.transaction_version
-        manager = self.add_partitions_to_txn_manager
-        if manager is not None:
-            adder = manager
-
-            async def add_txn_partitions(
-                tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]
-            ) -> dict[tuple[str, int], Errors]:
-                return await adder.verify(tid, pid, epoch, tps, add=True)
-
-            group_apis.add_txn_partitions = add_txn_partitions
-        self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
+        self.txn_apis = built.txn_apis
+        self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
+        broker_apis = built.apis
+        # (before the authorizer, which guards every handler there is)
         install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
+        if authorizer is not None:
+            cache = self.metadata_cache
+            install_authorization(
+                broker_apis, AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic), BROKER_CHECKS
+            )
+        self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+        cache = self.metadata_cache
         for server in self._servers:
-            server.handler = broker_apis
+            server.handler = listener_handler(
+                cfg, server.listener_name, broker_apis, lambda mech, user: cache.image.scram.get(mech, user)
+            )
             await server.start()
 
         # 5. Register with the controller and heartbeat; the controller unfences the broker
@@ -301,21 +262,8 @@ class BrokerServer:
         self._delete_stray_logs()
         broker_epoch = lifecycle.broker_epoch
 
-        # 6. Background work: retention, flushing, checkpoints.
-        # Compaction runs in a worker thread, one pass at a time, off the request path.
-        if cleaner_config.enable:
-            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lm.clean_logs)
-        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
-        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
-        self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
-        self._schedule(
-            "producer-expiration", cfg._int("producer.id.expiration.check.interval.ms"), lm.remove_expired_producers
-        )
-        rm = self.replica_manager
-        self._schedule_on_loop("isr-expiration", max(1, cfg.replica_lag_time_max_ms // 2), rm.maybe_shrink_isrs)
-        self._schedule(
-            "high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms, lm.checkpoint_high_watermarks
-        )
+        # 6. Background work: compaction, retention, flushing, checkpoints, expirations.
+        schedule_log_tasks(self._tasks, cfg, lm, self.replica_manager)
         self._started = True
         addresses = ", ".join(f"{n}://{h}:{p}" for n, h, p in endpoints)
         log.info(
@@ -332,29 +280,16 @@ class BrokerServer:
         def broker_epoch() -> int:
             return self.lifecycle_manager.broker_epoch if self.lifecycle_manager is not None else -1
 
-        fetcher_config = FetcherConfig(
-            node_id=self.node_id,
-            fetch_max_bytes=cfg._int("replica.fetch.max.bytes"),
-            fetch_response_max_bytes=cfg._int("replica.fetch.response.max.bytes"),
-            fetch_wait_max_ms=cfg._int("replica.fetch.wait.max.ms"),
-            fetch_min_bytes=cfg._int("replica.fetch.min.bytes"),
-            fetch_backoff_ms=cfg._int("replica.fetch.backoff.ms"),
-            socket_timeout_ms=cfg._int("replica.socket.timeout.ms"),
-        )
         quotas = self.replication_quotas = ReplicationQuotas(
             self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds")
         )
         self._update_replication_throttles(set(self.metadata_cache.image.topics.by_name), rates=True)
         self.replica_fetcher_manager = ReplicaFetcherManager(
-            rm, fetcher_config, cfg._int("num.replica.fetchers"), quota=quotas.follower
+            rm, fetcher_config(cfg, self.node_id), cfg._int("num.replica.fetchers"), quota=quotas.follower
         )
         rm.leader_quota = quotas.leader
         self.alter_partition_manager = AlterPartitionManager(channel, self.node_id, broker_epoch)
-        rm.replica_fetcher_manager = self.replica_fetcher_manager
-        rm.alter_partition_manager = self.alter_partition_manager
-        rm.inter_broker_listener = cfg.inter_broker_listener_name
-        rm.broker_epoch = broker_epoch
-        rm.replica_lag_time_max_ms = cfg.replica_lag_time_max_ms
+        wire_replication(rm, cfg, self.replica_fetcher_manager, self.alter_partition_manager, broker_epoch)
 
     def _update_replication_throttles(self, topics: set[str], rates: bool) -> None:
         """Replication throttles from the configs: the rates (dynamic broker configs) and the
@@ -377,30 +312,10 @@ class BrokerServer:
         if topics or rates:
             self._update_replication_throttles(topics, rates)
 
-    def _schedule_on_loop(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` on the event loop every ``interval_ms`` (work on in-memory state)."""
-
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000.0)
-                try:
-                    fn()
-                except Exception:
-                    log.exception("Task %s failed", name)
-
-        self._tasks.append(asyncio.get_running_loop().create_task(loop(), name=name))
-
     async def bind_listeners(self) -> None:
         """Bind (not yet serve) the broker listeners (every listener not a controller one)."""
         cfg = self.config
-        controller_names = set(cfg.controller_listener_names)
-        limits = network_limits(cfg)  # shared by the broker's listeners
-        for lst in cfg.listeners:
-            if lst.name in controller_names:
-                continue
-            server = await bind_listener(cfg, lst, limits)
-            self._servers.append(server)
-            self.bound_ports[lst.name] = server.port
+        await bind_broker_listeners(cfg, self._servers, self.bound_ports, skip=cfg.controller_listener_names)
 
     # Internal topics of Apache Kafka features Odradek does not have: records in them (a data
     # directory Kafka used) mean state Odradek would silently drop or misread.
@@ -467,30 +382,6 @@ class BrokerServer:
                 log.info("Deleting stray log %s-%d: its topic no longer exists in the metadata", topic, part)
                 self.log_manager.delete_log(topic, part)
 
-    def _schedule(self, name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
-        """Run ``fn`` in a worker thread every ``interval_ms`` (a callable: read before each wait)."""
-        interval = interval_ms if callable(interval_ms) else (lambda: interval_ms)
-        if not 0 < interval() < 2**62:
-            return
-        self._tasks.append(
-            asyncio.get_running_loop().create_task(run_periodically(name, interval, fn), name=name)
-        )
-
-    def _txn_partition_apis(self, cfg: KafkaConfig) -> TxnPartitionApis:
-        """The partition side of transactions, with KIP-890 verification of transactional
-        produce against the transaction coordinators."""
-        assert self.replica_manager is not None
-        manager = self.add_partitions_to_txn_manager = AddPartitionsToTxnManager(
-            self.metadata_cache,
-            cfg.inter_broker_listener_name,
-            cfg.request_timeout_ms,
-            cfg._int("transaction.state.log.num.partitions"),
-        )
-        verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
-        if self.group_coordinator is not None:  # TxnOffsetCommit verifies its offsets partition
-            self.group_coordinator.offset_manager.txn_verifier = verifier.verify
-        return TxnPartitionApis(self.replica_manager, lambda: cfg.request_timeout_ms, verifier)
-
     async def shutdown(self) -> None:
         if self._started:
             log.info("Odradek broker %d shutting down", self.node_id)
@@ -508,18 +399,8 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
-        if self.txn_apis is not None:
-            await self.txn_apis.shutdown()
-        if self.group_coordinator is not None:
-            await self.group_coordinator.shutdown()
-        if self.add_partitions_to_txn_manager is not None:
-            await self.add_partitions_to_txn_manager.close()
-        if self.replica_fetcher_manager is not None:
-            await self.replica_fetcher_manager.shutdown()
-        if self.alter_partition_manager is not None:
-            await self.alter_partition_manager.close()
-        if self.replica_manager is not None:
-            self.replica_manager.shutdown()
+        await stop_request_side(self.txn_apis, self.group_coordinator, self.add_partitions_to_txn_manager,
+                                self.replica_fetcher_manager, self.alter_partition_manager, self.replica_manager)
         for server in self._servers:
             await server.stop()
         self._servers.clear()
@@ -531,14 +412,7 @@ class BrokerServer:
             await self.heartbeat_channel.close()
         if self.controller_channel is not None:
             await self.controller_channel.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._tasks.clear()
+        await cancel_tasks(self._tasks)
         loop = asyncio.get_running_loop()
         if self.log_manager is not None:
             lm = self.log_manager

@@ -433,6 +433,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     C("socket.connection.setup.timeout.max.ms", "long", "30000", at_least(0), "Connect timeout"),
     C("connections.max.idle.ms", "long", "600000", None, "Idle connection timeout (< 0: none)"),
     C("connections.max.reauth.ms", "long", "0", None, "SASL reauthentication"),
+    C("connection.failed.authentication.delay.ms", "int", "100", at_least(0),
+      "Delay before a failed authentication's response and close"),
     C("max.connections", "int", str(INT_MAX), at_least(0), "Max connections"),
     C("max.connections.per.ip", "int", str(INT_MAX), at_least(0), "Max connections per IP"),
     C("max.connections.per.ip.overrides", "string", "", None, "Per-IP limits: host:count,..."),

@@ -355,6 +355,20 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         }
     if key == m.LIST_PARTITION_REASSIGNMENTS.api_key:
         return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "topics": []}
+    if key == g.CREATE_ACLS.api_key:
+        return {"throttle_time_ms": 0, "results": [
+            {"error_code": error, "error_message": message} for _ in data.get("creations") or []
+        ]}
+    if key == g.DELETE_ACLS.api_key:
+        return {"throttle_time_ms": 0, "filter_results": [
+            {"error_code": error, "error_message": message, "matching_acls": []} for _ in data.get("filters") or []
+        ]}
+    if key == m.ALTER_USER_SCRAM_CREDENTIALS.api_key:  # one result per user named
+        users = dict.fromkeys(x["name"] for x in [*data["deletions"], *data["upsertions"]])
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"user": u, "error_code": error, "error_message": message} for u in users],
+        }
     if key == g.ALTER_CLIENT_QUOTAS.api_key:
         return {
             "throttle_time_ms": 0,

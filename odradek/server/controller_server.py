@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
 from collections.abc import Iterable
 
 from odradek.controller.controller_apis import ControllerApis
@@ -25,10 +26,20 @@ from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.protocol import messages as m
 from odradek.raft.record_batches import BatchCodec
+from odradek.security.api_authorization import CONTROLLER_CHECKS
+from odradek.security.auth_helper import AuthHelper, forwarded_check
+from odradek.security.auth_helper import install as install_authorization
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
+from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
 from odradek.server.api_dispatcher import ApiDispatcher, ApiExtension
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
-from odradek.server.formatter import read_bootstrap_features, read_bootstrap_metadata_version
+from odradek.server.formatter import (
+    read_bootstrap_features,
+    read_bootstrap_metadata_version,
+    read_bootstrap_scram_records,
+)
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.raft_apis import RaftApis
 from odradek.server.shared_server import SharedServer, bind_listener, network_limits
@@ -93,6 +104,7 @@ class ControllerServer:
             session_timeout_ms=cfg.broker_session_timeout_ms,
             bootstrap_metadata_version=_bootstrap_metadata_version(cfg.metadata_log_dir),
             bootstrap_features=read_bootstrap_features(cfg.metadata_log_dir),
+            bootstrap_records=read_bootstrap_scram_records(cfg.metadata_log_dir),
             colocated_broker="broker" in cfg.process_roles,
             replication_options={
                 "auto_leader_rebalance_enable": bool(cfg.get("auto.leader.rebalance.enable")),
@@ -132,13 +144,29 @@ class ControllerServer:
             v: ep for v in raft_client.core.voters if (ep := dynamic.endpoint(v)) is not None
         }
         self.controller_apis = controller_apis
-        handler = ControllerListenerApis(controller, [controller_apis, raft_apis])
+        handler = ControllerListenerApis(controller, [controller_apis, raft_apis, SaslApis()])
+        authorizer = StandardAuthorizer.from_config(cfg)
+        if authorizer is not None:
+            # The controller's own authorizer, following its committed image's ACLs.
+            authorizer.load(controller.image.acls)
+            controller.replay_listeners.append(authorizer.publish)
+            controller_apis.authorizer = authorizer
+
+            def topic_name(tid: uuid.UUID) -> str | None:
+                t = controller.image.topics_by_id.get(tid)
+                return None if t is None else t.name
+
+            helper = AuthHelper(authorizer, topic_name, lambda name: name in controller.image.topics_by_name)
+            install_authorization(handler, helper, CONTROLLER_CHECKS)
+            controller_apis.check_forwarded = forwarded_check(helper, CONTROLLER_CHECKS)
         metrics = self.shared.metrics
         observe_requests(handler, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(QuorumControllerCollector(controller))
         for server in self._servers:
-            server.handler = handler
+            server.handler = listener_handler(
+                cfg, server.listener_name, handler, lambda mech, user: controller.image.scram.get(mech, user)
+            )
             await server.start()
 
     async def shutdown(self) -> None:

@@ -233,6 +233,24 @@ def parse_feature_flags(flags: Sequence[str], supported: dict[str, tuple[int, in
     return out
 
 
+def read_bootstrap_scram_records(directory: str) -> list[tuple[str, dict[str, Any]]]:
+    """The UserScramCredentialRecords of ``<directory>/bootstrap.checkpoint`` (--add-scram)."""
+    from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
+    from odradek.raft.snapshot import SnapshotError, read_snapshot
+
+    path = os.path.join(directory, BOOTSTRAP_CHECKPOINT)
+    if not os.path.exists(path):
+        return []
+    try:
+        return [
+            (name, dict(fields))
+            for name, fields in read_snapshot(path, METADATA_RECORD_SERDE)
+            if name == "UserScramCredentialRecord"
+        ]
+    except SnapshotError:
+        return []
+
+
 def read_bootstrap_metadata_version(directory: str) -> int | None:
     """The metadata.version level in ``<directory>/bootstrap.checkpoint``, if there is one."""
     from odradek.metadata.metadata_record_serde import METADATA_RECORD_SERDE
@@ -262,6 +280,8 @@ class Formatter:
     initial_controllers: list[InitialVoter] | None = None
     # Other features finalized at bootstrap (--feature name=level); levels 0 are not written.
     features: dict[str, int] = field(default_factory=dict)
+    # UserScramCredentialRecords to bootstrap (--add-scram), written after the features.
+    scram_records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     print_line: Callable[[str], None] = print
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
 
@@ -305,10 +325,19 @@ class Formatter:
             if lvl > 0 and name not in ("metadata.version", "kraft.version")
         ]
         shown = ", ".join(
-            f"ApiMessageAndVersion(FeatureLevelRecord(name='{r['name']}', "
-            f"featureLevel={r['feature_level']}) at version 0)"
-            for _, r in bootstrap
+            [
+                f"ApiMessageAndVersion(FeatureLevelRecord(name='{r['name']}', "
+                f"featureLevel={r['feature_level']}) at version 0)"
+                for _, r in bootstrap
+            ]
+            + [
+                f"ApiMessageAndVersion(UserScramCredentialRecord(name='{r['name']}', "
+                f"mechanism={r['mechanism']}, salt=(redacted), storedKey=(redacted), "
+                f"serverKey=(redacted), iterations={r['iterations']}) at version 0)"
+                for _, r in self.scram_records
+            ]
         )
+        bootstrap = bootstrap + list(self.scram_records)
         self.print_line(
             f"Bootstrap metadata: BootstrapMetadata(records=[{shown}], "
             f"metadataVersionLevel={level}, source=format command)"

@@ -25,8 +25,11 @@ from the metadata log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
+from odradek.security.sasl_client_authenticator import register_client_logins
+from odradek.security.sasl_config import client_logins
 from odradek.server.broker_server import BrokerServer
 from odradek.server.controller_channel import ControllerRequestHandler
 from odradek.server.controller_server import ControllerServer
@@ -58,6 +61,8 @@ class KafkaRaftServer:
 
     async def startup(self) -> None:
         cfg = self.config
+        # The SASL logins this node's connections to other nodes use (none on plaintext).
+        register_client_logins(asyncio.get_running_loop(), client_logins(cfg))
         self.shared.lock_dirs()
         try:
             if self.controller is not None:

@@ -103,7 +103,8 @@ class NetworkControllerConnection:
     def _new_client(self) -> NetworkClient:
         host, port, client_id, lo, hi = self._args
         return NetworkClient(
-            host, port, client_id, max_in_flight=1, reconnect_backoff_ms=lo, reconnect_backoff_max_ms=hi
+            host, port, client_id, max_in_flight=1, reconnect_backoff_ms=lo, reconnect_backoff_max_ms=hi,
+            sasl_role="controller",
         )
 
     async def send(self, api: Api, version: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:

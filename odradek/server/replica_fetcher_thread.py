@@ -125,7 +125,7 @@ ClientFactory = Callable[[SourceBroker, str], NetworkClient]
 
 
 def _default_client(source: SourceBroker, client_id: str) -> NetworkClient:
-    return NetworkClient(source.host, source.port, client_id, max_in_flight=1)
+    return NetworkClient(source.host, source.port, client_id, max_in_flight=1, sasl_role="broker")
 
 
 class ReplicaFetcherThread:

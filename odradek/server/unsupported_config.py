@@ -10,7 +10,9 @@ without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; 
 ``ssl.*`` and ``sasl.*`` keys (also per listener, ``listener.name.<name>.ssl.*`` and
 ``listener.name.<name>.<mechanism>.sasl.*``) are refused when set to anything but empty or
 Kafka's default: a server.properties written for a plaintext Kafka may carry defaults, but key
-stores, JAAS configurations or mechanisms mean security was expected.
+stores, JAAS configurations or mechanisms mean security was expected. The exceptions are the SASL
+settings of SASL_PLAINTEXT listeners (:data:`SASL_KEYS_SERVED`, mechanisms PLAIN,
+SCRAM-SHA-256/512 and OAUTHBEARER with the unsecured validator); GSSAPI is refused.
 """
 
 from __future__ import annotations
@@ -18,10 +20,23 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from odradek.security.standard_authorizer import STANDARD_AUTHORIZER_CLASS
+
 if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
-SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT",)
+SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+# SASL settings served (odradek.security.sasl_config), also under a listener's prefix.
+SASL_KEYS_SERVED = frozenset({
+    "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol", "sasl.jaas.config", "sasl.server.max.receive.size",
+})
+_LOGIN_MODULES_SERVED = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+)
 
 # Kafka's defaults of the ssl.*/sasl.* broker settings that have one (SslConfigs, SaslConfigs,
 # BrokerSecurityConfigs); setting one of these to its default configures nothing.
@@ -57,7 +72,9 @@ _PER_LISTENER = re.compile(r"^listener\.name\.[^.]+\.(?:[^.]+\.)?((?:ssl|sasl)\.
 
 # Plug-ins and features configured by setting a key at all.
 _REFUSED_IF_SET: dict[str, str] = {
-    "authorizer.class.name": "ACL authorization is not supported yet (every request would be allowed)",
+    "authorizer.class.name": (
+        f"the only authorizer supported is {STANDARD_AUTHORIZER_CLASS} (KRaft mode)"
+    ),
     "principal.builder.class": "authentication is not supported yet (there are no principals)",
     "delegation.token.secret.key": "delegation tokens are not supported yet",
     "delegation.token.master.key": "delegation tokens are not supported yet",
@@ -108,6 +125,11 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
     originals = config.originals
     for key in sorted(originals):
         value = originals[key].strip()
+        if key == "authorizer.class.name" and value == STANDARD_AUTHORIZER_CLASS:
+            if config.is_zk_mode:
+                out.append(f"{key}={value}: the StandardAuthorizer keeps its ACLs in the KRaft metadata "
+                           "log; it is not supported in ZooKeeper mode")
+            continue
         reason = _REFUSED_IF_SET.get(key)
         if reason is not None and value:
             out.append(f"{key}={_shown(key, value)}: {reason}")
@@ -121,5 +143,47 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
         default = KAFKA_SECURITY_DEFAULTS.get(setting)
         if default is not None and _normalize(value) == _normalize(default):
             continue
+        if setting in SASL_KEYS_SERVED:
+            problem = _sasl_value_problem(setting, value)
+            if problem is not None:
+                out.append(f"{key}={_shown(key, value)}: {problem}")
+            continue
         out.append(f"{key}={_shown(key, value)}: TLS and SASL are not supported yet")
+    out.extend(_sasl_listener_problems(config))
+    return out
+
+
+def _sasl_value_problem(setting: str, value: str) -> str | None:
+    from odradek.security.sasl_config import SUPPORTED_MECHANISMS
+
+    if setting in ("sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
+                   "sasl.mechanism.controller.protocol"):
+        bad = [x.strip() for x in value.split(",") if x.strip().upper() not in SUPPORTED_MECHANISMS]
+        if bad:
+            return (f"SASL mechanism {', '.join(bad)} is not supported (supported: "
+                    f"{', '.join(SUPPORTED_MECHANISMS)})")
+    if setting == "sasl.jaas.config":
+        if not value.strip().startswith(_LOGIN_MODULES_SERVED):
+            return "only the PLAIN, SCRAM and OAUTHBEARER login modules of Kafka are supported"
+    return None
+
+
+def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
+    """SASL listeners whose settings cannot work (a PLAIN listener without users, GSSAPI,
+    a broken JAAS text), and inter-node logins that are missing."""
+    from odradek.security.sasl_config import SaslConfigError, client_logins, listener_config
+
+    out: list[str] = []
+    sasl_listeners = [x for x in config.listeners if x.security_protocol == "SASL_PLAINTEXT"]
+    if sasl_listeners and not config.process_roles:
+        return ["SASL listeners are served in KRaft mode only (not in ZooKeeper mode)"]
+    for lst in sasl_listeners:
+        try:
+            listener_config(config, lst.name, lst.security_protocol)
+        except SaslConfigError as e:
+            out.append(str(e))
+    try:
+        client_logins(config)
+    except SaslConfigError as e:
+        out.append(str(e))
     return out

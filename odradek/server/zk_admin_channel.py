@@ -10,9 +10,11 @@ channel. Responses are the request's response bodies with Kafka's per-topic erro
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
 from odradek.server.controller_channel import ControllerChannel, ControllerRequest
 from odradek.server.zk_admin_manager import ZkAdminManager
 
@@ -28,9 +30,11 @@ def _uuid(text: str | None) -> uuid.UUID:
 
 
 class ZkAdminChannel(ControllerChannel):
-    def __init__(self, manager: ZkAdminManager, network: ControllerChannel) -> None:
+    def __init__(self, manager: ZkAdminManager, network: ControllerChannel,
+                 topic_name: Callable[[uuid.UUID], str | None] = lambda _id: None) -> None:
         self.manager = manager
         self.network = network
+        self.topic_name = topic_name  # a topic id's name (the metadata cache), for DeleteTopics v6+
 
     def active_controller_id(self) -> int | None:
         return self.network.active_controller_id()
@@ -69,11 +73,37 @@ class ZkAdminChannel(ControllerChannel):
         } for r in results]}
 
     async def _delete_topics(self, version: int, req: dict[str, Any]) -> dict[str, Any]:
+        """As Kafka 3.9's ZooKeeper-mode handleDeleteTopicsRequest: with ``delete.topic.enable``
+        false every topic is refused (INVALID_REQUEST below v3, TOPIC_DELETION_DISABLED from v3); a
+        topic given by name and id both makes the whole request INVALID_REQUEST; an id (v6+) is
+        resolved to its name (UNKNOWN_TOPIC_ID, name null, when unknown). Each answer echoes the
+        request's topic id."""
         if version >= 6:
-            names = [t.get("name") or "" for t in req.get("topics") or []]
+            asked = [(t.get("name"), t.get("topic_id") or _ZERO_UUID) for t in req.get("topics") or []]
         else:
-            names = list(req.get("topic_names") or [])
-        results = await self.manager.delete_topics(names, req.get("timeout_ms", 30000))
-        return {"throttle_time_ms": 0, "responses": [
-            {"name": r.name, "topic_id": _ZERO_UUID, "error_code": r.error_code, "error_message": r.error_message}
-            for r in results]}
+            asked = [(n, _ZERO_UUID) for n in req.get("topic_names") or []]
+
+        def answer(rows: list[tuple[str | None, uuid.UUID, int, str | None]]) -> dict[str, Any]:
+            return {"throttle_time_ms": 0, "responses": [
+                {"name": n, "topic_id": i, "error_code": c, "error_message": msg} for n, i, c, msg in rows]}
+
+        if not self.manager.delete_topic_enable and version < 3:
+            return answer([(n, i, Errors.INVALID_REQUEST, None) for n, i in asked])
+        if any(n is not None and i != _ZERO_UUID for n, i in asked):
+            return answer([(n, i, Errors.INVALID_REQUEST, "Topic name and topic ID can not both be specified.")
+                           for n, i in asked])
+        rows: list[tuple[str | None, uuid.UUID, int, str | None]] = []
+        names: list[str] = []
+        for n, i in asked:
+            name = n if i == _ZERO_UUID else self.topic_name(i)
+            if name is None:
+                unknown = i != _ZERO_UUID
+                rows.append((None, i, Errors.UNKNOWN_TOPIC_ID if unknown else Errors.INVALID_REQUEST,
+                             None if unknown else "Neither a topic name nor a topic ID was given."))
+            else:
+                rows.append((name, i, Errors.NONE, None))
+                names.append(name)
+        results = {r.name: r for r in await self.manager.delete_topics(names, req.get("timeout_ms", 30000))} \
+            if names else {}
+        return answer([(n, i, c, msg) if c != Errors.NONE or n is None else
+                       (n, i, results[n].error_code, results[n].error_message) for n, i, c, msg in rows])

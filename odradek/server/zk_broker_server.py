@@ -24,29 +24,31 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import Any
 
 from odradek.controller.kafka_controller import KafkaControllerConfig
 from odradek.controller.kafka_controller_driver import ZkControllerRuntime
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
-from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metrics.collectors import BrokerCollector, ZkControllerCollector
 from odradek.metrics.prometheus import observe_requests, prometheus_endpoint
 from odradek.network.socket_server import SocketServer
-from odradek.protocol.errors import Errors
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
-    TransactionVerifier,
 )
-from odradek.server.broker_server import run_periodically
+from odradek.server.broker_components import (
+    bind_broker_listeners,
+    build_broker_apis,
+    cancel_tasks,
+    fetcher_config,
+    load_log_manager,
+    schedule_log_tasks,
+    stop_request_side,
+    wire_replication,
+)
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_broker_config import DynamicBrokerConfigPolicy
-from odradek.server.group_apis import GroupApis
-from odradek.server.kafka_apis import KafkaApis
 from odradek.server.kafka_config import KafkaConfig
 from odradek.server.meta_properties import (
     META_PROPERTIES,
@@ -57,11 +59,11 @@ from odradek.server.meta_properties import (
 from odradek.server.node_to_controller_channel import NodeToControllerChannel
 from odradek.server.producer_id_manager import ProducerIdManager
 from odradek.server.replica_fetcher_manager import ReplicaFetcherManager
-from odradek.server.replica_fetcher_thread import FetcherConfig
 from odradek.server.replica_manager import ReplicaManager
-from odradek.server.shared_server import bind_listener, network_limits, now_ms
-from odradek.server.txn_apis import TxnApis, build_txn_apis
-from odradek.server.txn_partition_apis import TxnPartitionApis
+from odradek.server.replica_selector import UnknownReplicaSelector, replica_selector
+from odradek.server.replication_quota_manager import ReplicationQuotas
+from odradek.server.shared_server import now_ms
+from odradek.server.txn_apis import TxnApis
 from odradek.server.zk_admin_channel import ZkAdminChannel
 from odradek.server.zk_admin_manager import ZkAdminManager, ZkAutoTopicCreationManager
 from odradek.server.zk_broker_channels import (
@@ -124,6 +126,7 @@ class ZkBrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.replica_fetcher_manager: ReplicaFetcherManager | None = None
+        self.replication_quotas: ReplicationQuotas | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_apis: TxnApis | None = None
         self._channels: list[NodeToControllerChannel] = []
@@ -155,6 +158,10 @@ class ZkBrokerServer:
     async def startup(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
+        try:  # replica.selector.class (KIP-392), checked before anything is started
+            selector = replica_selector(cfg.get("replica.selector.class"))
+        except UnknownReplicaSelector as e:
+            raise StartupError(str(e)) from e
         self._locks = lock_dirs(list(cfg.log_dirs))
         # 1. ZooKeeper: the session, the top-level paths, the cluster id.
         zk = self.zk_client = KafkaZkClient(zk_config(cfg))
@@ -175,46 +182,37 @@ class ZkBrokerServer:
         self.metadata_cache.zk = zk
 
         # 2. Listeners bound (port 0 resolved before registration), logs loaded.
-        limits = network_limits(cfg)
-        for lst in cfg.listeners:
-            server = await bind_listener(cfg, lst, limits)
-            self._servers.append(server)
-            self.bound_ports[lst.name] = server.port
+        await bind_broker_listeners(cfg, self._servers, self.bound_ports)
+        lm = self.log_manager = await load_log_manager(cfg, self.log_config_for)
         if self.metrics is not None:
             await self.metrics.start()
-        cleaner_config = CleanerConfig(
-            enable=cfg.log_cleaner_enable, backoff_ms=cfg.log_cleaner_backoff_ms,
-            dedupe_buffer_size=int(cfg.get("log.cleaner.dedupe.buffer.size")),
-        )
-        lm = self.log_manager = LogManager(cfg.log_dirs, config_defs.build_log_config(cfg, {}), now_ms,
-                                           cleaner_config=cleaner_config)
-        await loop.run_in_executor(None, lambda: lm.load_logs(self.log_config_for))
 
         # 3. Replication: the replica manager follows LeaderAndIsr; ISR changes and producer id
         # blocks go to the controller of the last UpdateMetadata.
         rm = self.replica_manager = ReplicaManager(self.node_id, lm, self.metadata_cache, self.log_config_for)
-        fetcher_config = FetcherConfig(
-            node_id=self.node_id,
-            fetch_max_bytes=cfg._int("replica.fetch.max.bytes"),
-            fetch_response_max_bytes=cfg._int("replica.fetch.response.max.bytes"),
-            fetch_wait_max_ms=cfg._int("replica.fetch.wait.max.ms"),
-            fetch_min_bytes=cfg._int("replica.fetch.min.bytes"),
-            fetch_backoff_ms=cfg._int("replica.fetch.backoff.ms"),
-            socket_timeout_ms=cfg._int("replica.socket.timeout.ms"),
-        )
-        self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config, cfg._int("num.replica.fetchers"))
+        rm.replica_selector = selector
+        # Replication throttles (KIP-73): the rates from the broker configs (static, then
+        # /config/brokers), the throttled replicas from the topic configs as they change.
+        quotas = self.replication_quotas = ReplicationQuotas(
+            self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds"))
+
+        def update_throttle_rates() -> None:
+            quotas.update_rates(cfg._int("leader.replication.throttled.rate"),
+                                cfg._int("follower.replication.throttled.rate"))
+
+        update_throttle_rates()
+        rm.leader_quota = quotas.leader
+        self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config(cfg, self.node_id),
+                                                             cfg._int("num.replica.fetchers"), quota=quotas.follower)
         alter_channel = zk_controller_channel(cfg, self.metadata_cache, "alter-partition")
         forward_channel = zk_controller_channel(cfg, self.metadata_cache, "forwarding")
         # producer id blocks on their own channel (Kafka's "producerId" channel manager): never
         # queued behind a forwarded request
         pid_channel = zk_controller_channel(cfg, self.metadata_cache, "producer-id")
         self._channels = [alter_channel, forward_channel, pid_channel]
-        rm.replica_fetcher_manager = self.replica_fetcher_manager
-        rm.alter_partition_manager = zk_alter_partition_manager(cfg, self.metadata_cache, lambda: self.broker_epoch,
-                                                                alter_channel)
-        rm.inter_broker_listener = cfg.inter_broker_listener_name
-        rm.broker_epoch = lambda: self.broker_epoch
-        rm.replica_lag_time_max_ms = cfg.replica_lag_time_max_ms
+        wire_replication(rm, cfg, self.replica_fetcher_manager,
+                         zk_alter_partition_manager(cfg, self.metadata_cache, lambda: self.broker_epoch, alter_channel),
+                         lambda: self.broker_epoch)
 
         # 4. Coordinators and the APIs. Admin requests (and the coordinators' internal topics)
         # are written to ZooKeeper by this broker (ZkAdminManager); the rest goes to the controller.
@@ -231,48 +229,32 @@ class ZkBrokerServer:
             delete_topic_enable=cfg._bool("delete.topic.enable"), node_id=self.node_id,
             broker_configs=DynamicBrokerConfigPolicy(cfg),
         )
-        admin_channel = ZkAdminChannel(admin, forward_channel)
+        admin_channel = ZkAdminChannel(admin, forward_channel, cache.get_topic_name)
         self.group_coordinator = GroupCoordinator(
             node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
             controller_channel=admin_channel,
         )
         self.group_coordinator.startup()
         producer_ids = ProducerIdManager(self.node_id, lambda: self.broker_epoch, pid_channel)
-        txn_apis = self.txn_apis = build_txn_apis(
-            node_id=self.node_id, config=cfg, replica_manager=rm, metadata_cache=self.metadata_cache,
-            controller_channel=admin_channel, producer_ids=producer_ids,
-            offsets_partition_for=self.group_coordinator.partition_for,
-        )
-        txn_apis.startup()
-        group_apis = GroupApis(self.group_coordinator)
-        group_apis.find_transaction_coordinator = txn_apis.coordinator_for
         zk_apis = ZkControllerApis(self.node_id, self.metadata_cache, rm, lambda: self.broker_epoch)
         controller = self.controller = ZkControllerRuntime(
             KafkaControllerConfig.from_kafka_config(cfg), zk, loop, register_broker=self.register_broker)
         bound = ZkControllerBoundApis(
             lambda: controller.controller.is_active, controller.events.put,
             lambda: [(t, p) for t in cache.get_all_topics() for p in cache.get_topic_partitions(t)])
-        apis = KafkaApis(
-            producer_id_manager=producer_ids, node_id=self.node_id, cluster_id=self.cluster_id, config=cfg,
-            metadata_cache=self.metadata_cache, replica_manager=rm, controller_channel=admin_channel,
-            log_manager=lm, extensions=[group_apis, txn_apis, zk_apis, bound],
-            txn_apis=self._txn_partition_apis(cfg, rm),
+        # the transaction coordinator, the group APIs, KafkaApis (KIP-890 verification of
+        # transactional produce as in KRaft mode: Kafka 3.9's ZooKeeper broker verifies too)
+        built = build_broker_apis(
+            node_id=self.node_id, cluster_id=self.cluster_id, cfg=cfg, metadata_cache=self.metadata_cache, rm=rm,
+            lm=lm, group_coordinator=self.group_coordinator, controller_channel=admin_channel,
+            producer_ids=producer_ids, extensions=[zk_apis, bound],
         )
+        self.txn_apis = built.txn_apis
+        self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
+        apis = built.apis
         bound.restrict(apis)
         apis.admin_apis.serves_group_configs = False  # as Kafka 3.9: group configs are KRaft's
         apis.auto_topic_creation = ZkAutoTopicCreationManager(admin)  # type: ignore[assignment]  # same create_topics
-        txn_apis.idempotent_init_producer_id = apis.handle_init_producer_id
-        group_apis.transaction_version = txn_apis.transaction_version
-        adder = self.add_partitions_to_txn_manager
-        if adder is not None:
-            verifier = adder
-
-            async def add_txn_partitions(
-                tid: str, pid: int, epoch: int, tps: list[tuple[str, int]]
-            ) -> dict[tuple[str, int], Errors]:
-                return await verifier.verify(tid, pid, epoch, tps, add=True)
-
-            group_apis.add_txn_partitions = add_txn_partitions
         observe_requests(apis, self._servers, cfg, self.metrics)
         if self.metrics is not None:
             self.metrics.add(BrokerCollector(rm, lambda: self.group_coordinator))
@@ -283,6 +265,7 @@ class ZkBrokerServer:
 
         # 4b. Topic and broker config overrides from /config (and its change notifications).
         def apply_topic(topic: str) -> None:
+            quotas.update_topic(topic, self.metadata_cache.topic_config(topic))
             log_config = self.log_config_for(topic)
             for (t, _p), part in rm.partitions.items():
                 if t == topic and part.log is not None:
@@ -295,6 +278,7 @@ class ZkBrokerServer:
                     log.error("Dynamic broker configs with invalid values ignored: %s", ", ".join(sorted(ignored)))
                 # every log's config may default from a changed broker key (Kafka's DynamicLogConfig)
                 lm.default_config = config_defs.build_log_config(cfg, {})
+                update_throttle_rates()
                 for topic in {t for t, _p in rm.partitions}:
                     apply_topic(topic)
                 if self.replica_fetcher_manager is not None:
@@ -314,49 +298,14 @@ class ZkBrokerServer:
         await loop.run_in_executor(None, self.register_broker)
         controller.start()
 
-        # 6. Background work.
-        if cleaner_config.enable:  # compaction (__consumer_offsets, compacted topics), off the request path
-            self._schedule("log-cleaner", lambda: lm.cleaner_backoff_ms, lm.clean_logs)
-        self._schedule("producer-expiration", cfg._int("producer.id.expiration.check.interval.ms"),
-                       lm.remove_expired_producers)
-        self._schedule("log-retention", cfg.log_retention_check_interval_ms, lm.cleanup_logs)
-        self._schedule("log-flusher", min(cfg.log_flush_scheduler_interval_ms, 1000), lm.flush_dirty_logs)
-        self._schedule("recovery-point-checkpoint", cfg.log_flush_offset_checkpoint_interval_ms, lm.checkpoint_logs)
-        self._schedule("high-watermark-checkpoint", cfg.replica_high_watermark_checkpoint_interval_ms,
-                       lm.checkpoint_high_watermarks)
-        self._tasks.append(loop.create_task(self._isr_expiration(max(1, cfg.replica_lag_time_max_ms // 2))))
+        # 6. Background work: compaction, retention, flushing, checkpoints, expirations.
+        schedule_log_tasks(self._tasks, cfg, lm, rm)
         self._started = True
         addresses = ", ".join(f"{a.name}://{a.host}:{a.port or self.bound_ports.get(a.name, 0)}"
                               for a in cfg.advertised_listeners)
         log.info("Odradek broker ready: node id %d (ZooKeeper mode), cluster id %s, listening on %s, data in %s, "
                  "broker epoch %d", self.node_id, self.cluster_id, addresses, ",".join(cfg.log_dirs),
                  self.broker_epoch)
-
-    def _txn_partition_apis(self, cfg: KafkaConfig, rm: ReplicaManager) -> TxnPartitionApis:
-        """Transactional produce verified against the transaction coordinators (KIP-890, as in
-        KRaft mode: Kafka 3.9's ZooKeeper broker verifies too)."""
-        manager = self.add_partitions_to_txn_manager = AddPartitionsToTxnManager(
-            self.metadata_cache, cfg.inter_broker_listener_name, cfg.request_timeout_ms,
-            cfg._int("transaction.state.log.num.partitions"),
-        )
-        verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
-        if self.group_coordinator is not None:
-            self.group_coordinator.offset_manager.txn_verifier = verifier.verify
-        return TxnPartitionApis(rm, lambda: cfg.request_timeout_ms, verifier)
-
-    async def _isr_expiration(self, interval_ms: int) -> None:
-        while True:
-            await asyncio.sleep(interval_ms / 1000.0)
-            try:
-                if self.replica_manager is not None:
-                    self.replica_manager.maybe_shrink_isrs()
-            except Exception:
-                log.exception("isr-expiration failed")
-
-    def _schedule(self, name: str, interval_ms: int | Callable[[], int], fn: Callable[[], Any]) -> None:
-        first = interval_ms() if callable(interval_ms) else interval_ms
-        if 0 < first < 2**62:
-            self._tasks.append(asyncio.get_running_loop().create_task(run_periodically(name, interval_ms, fn)))
 
     async def shutdown(self) -> None:
         loop = asyncio.get_running_loop()
@@ -373,18 +322,9 @@ class ZkBrokerServer:
             self.config_manager.shutdown()
         if self.controller is not None:
             await self.controller.close()
-        if self.txn_apis is not None:
-            await self.txn_apis.shutdown()
-        if self.group_coordinator is not None:
-            await self.group_coordinator.shutdown()
-        if self.add_partitions_to_txn_manager is not None:
-            await self.add_partitions_to_txn_manager.close()
-        if self.replica_fetcher_manager is not None:
-            await self.replica_fetcher_manager.shutdown()
-        if self.replica_manager is not None:
-            if self.replica_manager.alter_partition_manager is not None:
-                await self.replica_manager.alter_partition_manager.close()
-            self.replica_manager.shutdown()
+        rm = self.replica_manager
+        await stop_request_side(self.txn_apis, self.group_coordinator, self.add_partitions_to_txn_manager,
+                                self.replica_fetcher_manager, rm.alter_partition_manager if rm is not None else None, rm)
         for server in self._servers:
             await server.stop()
         self._servers.clear()
@@ -392,14 +332,7 @@ class ZkBrokerServer:
             await self.metrics.stop()
         for ch in self._channels:
             await ch.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-        self._tasks.clear()
+        await cancel_tasks(self._tasks)
         if self.zk_client is not None:
             await loop.run_in_executor(None, self.zk_client.close)  # ends the session: /controller and /brokers/ids go
         if self.log_manager is not None:

@@ -45,6 +45,7 @@ TOOL_CLASSES: dict[str, str] = {
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
 }
 
 

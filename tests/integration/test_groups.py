@@ -452,25 +452,26 @@ def test_groups_cli(gbroker: EmbeddedBroker, capsys: pytest.CaptureFixture[str])
         n += len([x for x in c.consume(10, 0.5) if x.error() is None])
     c.commit(asynchronous=False)
     bs = ["--bootstrap-server", gbroker.bootstrap_servers]
-    assert main(["groups", "list", *bs]) == 0
-    assert group in capsys.readouterr().out
-    assert main(["groups", "describe", "--group", group, "--members", *bs]) == 0
-    out = capsys.readouterr().out
-    assert "Stable" in out and topic in out
-    assert main(["groups", "describe", "--group", group, *bs]) == 0
+    assert main(["groups", "--list", *bs]) == 0
+    assert group in capsys.readouterr().out.split()
+    assert main(["groups", "--describe", "--group", group, "--state", *bs]) == 0
+    assert "Stable" in capsys.readouterr().out
+    assert main(["groups", "--describe", "--group", group, "--members", "--verbose", *bs]) == 0
+    assert f"{topic}:0,1" in capsys.readouterr().out
+    assert main(["groups", "--describe", "--group", group, *bs]) == 0
     out = capsys.readouterr().out
     lags = [line.split() for line in out.splitlines() if line.startswith(group)]
     assert sum(int(r[5]) for r in lags) == 100 - n and {r[4] for r in lags} <= {str(x) for x in range(101)}
     # Resetting a group with a live member is refused; after it leaves, a dry run then --execute.
-    assert main(["groups", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute", *bs]) == 1
+    assert main(["groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute", *bs]) == 1
     c.close()
     wait_for(lambda: group_state(gbroker, group).state_name == "Empty", 10, "the group to empty")
-    assert main(["groups", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest", *bs]) == 0
-    assert "dry run" in capsys.readouterr().out
+    assert main(["groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", *bs]) == 0
+    assert "NEW-OFFSET" in capsys.readouterr().out
     assert committed_total(gbroker, group, topic) == n
-    assert main(["groups", "reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "3", "--execute", *bs]) == 0
+    assert main(["groups", "--reset-offsets", "--group", group, "--topic", f"{topic}:0", "--to-offset", "3", "--execute", *bs]) == 0
     assert group_state(gbroker, group).offsets[(topic, 0)].offset == 3
-    assert main(["groups", "reset-offsets", "--group", group, "--topic", topic, "--to-latest", "--execute", *bs]) == 0
+    assert main(["groups", "--reset-offsets", "--group", group, "--topic", topic, "--to-latest", "--execute", *bs]) == 0
     assert committed_total(gbroker, group, topic) == 100
-    assert main(["groups", "delete", "--group", group, *bs]) == 0
+    assert main(["groups", "--delete", "--group", group, *bs]) == 0
     assert group_state(gbroker, group) is None

@@ -317,15 +317,17 @@ def test_describe_with_admin_client_and_cli(broker: EmbeddedBroker, capsys: pyte
         assert len(mine) == 1 and mine[0].state == ConsumerGroupState.STABLE
 
         bs = ["--bootstrap-server", broker.bootstrap_servers]
-        assert main(["groups", "list", *bs]) == 0
+        assert main(["groups", "--list", "--type", "--state", *bs]) == 0
         line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(group))
-        assert "Stable" in line and "consumer" in line
-        assert main(["groups", "describe", "--group", group, "--members", *bs]) == 0
+        assert line.split()[1:] == ["Consumer", "Stable"]
+        assert main(["groups", "--describe", "--group", group, "--state", *bs]) == 0
         out = capsys.readouterr().out
         assert "Stable" in out and "uniform" in out
+        assert main(["groups", "--describe", "--group", group, "--members", *bs]) == 0
+        out = capsys.readouterr().out
         for c in consumers:
             assert c.memberid() in out
-        assert main(["groups", "describe", "--group", group, *bs]) == 0
+        assert main(["groups", "--describe", "--group", group, *bs]) == 0
         rows = [x.split() for x in capsys.readouterr().out.splitlines() if x.startswith(group)]
         assert sorted(int(r[2]) for r in rows) == [0, 1, 2, 3]
         assert {r[6] for r in rows} == {c.memberid() for c in consumers}
@@ -335,5 +337,5 @@ def test_describe_with_admin_client_and_cli(broker: EmbeddedBroker, capsys: pyte
     wait_for(lambda: is_empty(broker, group), 10, "the group to empty")
     from odradek.cli.main import main as cli
 
-    assert cli(["groups", "delete", "--group", group, "--bootstrap-server", broker.bootstrap_servers]) == 0
+    assert cli(["groups", "--delete", "--group", group, "--bootstrap-server", broker.bootstrap_servers]) == 0
     assert group_of(broker, group) is None

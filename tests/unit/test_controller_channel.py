@@ -454,6 +454,8 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
             m.ELECT_LEADERS.api_key, m.ALTER_PARTITION_REASSIGNMENTS.api_key, m.LIST_PARTITION_REASSIGNMENTS.api_key,
             g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
             g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
+            g.CREATE_ACLS.api_key, g.DELETE_ACLS.api_key, g.DESCRIBE_ACLS.api_key,  # the ACLs (issue 16)
+            m.ALTER_USER_SCRAM_CREDENTIALS.api_key,  # SCRAM credentials (issue 16)
         }
         capis.listener_endpoints["CONTROLLER"] = ("ctl.example", 9093)
         describe = capis.handlers()[m.DESCRIBE_CLUSTER]

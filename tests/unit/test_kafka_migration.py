@@ -138,8 +138,7 @@ def test_register_broker_record_v4_as_kafka_4_writes_it() -> None:
     assert decode_metadata_record(encode_metadata_record("RegisterBrokerRecord", {}))[1] == 3
 
 
-@pytest.mark.parametrize(("api_key", "name"), [(18, "AccessControlEntryRecord"),
-                                               (11, "UserScramCredentialRecord"), (10, "DelegationTokenRecord")])
+@pytest.mark.parametrize(("api_key", "name"), [(10, "DelegationTokenRecord")])
 def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int, name: str) -> None:
     with pytest.raises(UnsupportedMetadataRecord, match=name):
         decode_metadata_record(_raw_frame(api_key, 0, b"\x00"))
@@ -170,13 +169,14 @@ def _broker_dir_with_appended_metadata(
     return d, end
 
 
-def test_broker_refuses_to_start_on_a_log_with_acls(tmp_path: Path) -> None:
+def test_broker_refuses_to_start_on_a_log_with_delegation_tokens(tmp_path: Path) -> None:
+    # (AccessControlEntryRecords were refused here too until the StandardAuthorizer applied them.)
     d, end = _broker_dir_with_appended_metadata(
         tmp_path,
-        lambda end: build_batch([(None, _raw_frame(18, 0, b"\x00"), [], 1)], base_offset=end,
+        lambda end: build_batch([(None, _raw_frame(10, 0, b"\x00"), [], 1)], base_offset=end,
                                 partition_leader_epoch=1),
     )
-    with pytest.raises(Exception, match=r"cannot take over the metadata log .*AccessControlEntryRecord"):
+    with pytest.raises(Exception, match=r"cannot take over the metadata log .*DelegationTokenRecord"):
         EmbeddedBroker(log_dir=str(d)).start()
 
 

@@ -40,12 +40,11 @@ APPLIED = {
     "PartitionChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord", "RemoveTopicRecord",
     "FeatureLevelRecord", "ProducerIdsRecord", "BrokerRegistrationChangeRecord", "NoOpRecord",
     "ZkMigrationStateRecord", "BeginTransactionRecord", "EndTransactionRecord", "AbortTransactionRecord",
-    "RegisterControllerRecord", "ClientQuotaRecord",
+    "RegisterControllerRecord", "AccessControlEntryRecord", "RemoveAccessControlEntryRecord",
+    "UserScramCredentialRecord", "RemoveUserScramCredentialRecord", "ClientQuotaRecord",
 }
-REFUSED = {
-    "DelegationTokenRecord", "UserScramCredentialRecord", "AccessControlEntryRecord",
-    "RemoveAccessControlEntryRecord", "RemoveUserScramCredentialRecord", "RemoveDelegationTokenRecord",
-}
+REFUSED = {"DelegationTokenRecord", "RemoveDelegationTokenRecord"}
+ACL_ID = uuid.UUID(int=77)
 
 
 def _endpoint(port: int, name: str = "PLAINTEXT") -> dict[str, Any]:
@@ -116,6 +115,14 @@ BUILD: list[tuple[str, dict[str, Any]]] = [
                            "value": 1024.0, "remove": False}),
     ("NoOpRecord", {}),
     ("AbortTransactionRecord", {"reason": None}),
+    ("AccessControlEntryRecord", {
+        "id": ACL_ID, "resource_type": 2, "resource_name": "orders", "pattern_type": 3,
+        "principal": "User:alice", "host": "*", "operation": 3, "permission_type": 3,
+    }),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 1, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 4096}),
+    ("UserScramCredentialRecord", {"name": "alice", "mechanism": 2, "salt": b"s", "stored_key": b"k",
+                                   "server_key": b"v", "iterations": 8192}),
 ]
 
 # Then every record type that changes or removes what BUILD made.
@@ -131,6 +138,8 @@ CHANGE: list[tuple[str, dict[str, Any]]] = [
     ("FeatureLevelRecord", {"name": "group.version", "feature_level": 0}),
     ("ClientQuotaRecord", {"entity": [{"entity_type": "user", "entity_name": None}], "key": "producer_byte_rate",
                            "value": 0.0, "remove": True}),
+    ("RemoveAccessControlEntryRecord", {"id": ACL_ID}),
+    ("RemoveUserScramCredentialRecord", {"name": "alice", "mechanism": 1}),
 ]
 
 
@@ -193,6 +202,9 @@ def test_build_records_applied() -> None:
     assert dict(image.broker_config("")) == {"log.retention.ms": "5000"}
     assert image.producer_ids.next_producer_id == 1000
     assert dict(image.client_quotas.entities) == {(("user", None),): {"producer_byte_rate": 1024.0}}
+    acl = image.acls.acls[ACL_ID]
+    assert (acl.resource_name, acl.principal, acl.operation.name, acl.permission_type.name) == (
+        "orders", "User:alice", "READ", "ALLOW")
     assert delta.created_topics == {"orders"} and delta.changed_partitions == {("orders", 0), ("orders", 1)}
     assert delta.changed_topic_configs == {"orders"} and delta.changed_broker_configs == {""}
     assert delta.changed_brokers == {1, 2} and not delta.is_empty()
@@ -222,6 +234,7 @@ def test_change_records_applied() -> None:
     assert delta.created_topics == {"payments"} and delta.changed_partitions == {("payments", 0)}
     assert "group.version" not in after.features.levels  # level 0 removes a feature
     assert not after.client_quotas.entities and delta.changed_client_quotas == {(("user", None),)}
+    assert not after.acls.acls and delta.acl_changes == {ACL_ID: None}
 
 
 def test_partition_change_keeps_unset_fields() -> None:

@@ -404,3 +404,23 @@ async def _api_versions(port: int) -> dict[str, Any]:
         return resp
     finally:
         await client.close()
+
+
+def test_format_add_scram_bootstraps_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--add-scram (Kafka 3.5+): UserScramCredentialRecords in bootstrap.checkpoint, which the
+    first active controller writes to the new log after the features."""
+    from odradek.security.scram_credential import ScramMechanism, salted_password, server_key
+    from odradek.server.formatter import read_bootstrap_scram_records
+
+    config = write_config(tmp_path)
+    assert main(["storage", "format", "-t", CLUSTER, "-c", config,
+                 "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]",
+                 "--add-scram", "SCRAM-SHA-512=[name=bob,iterations=8192,password=bob-secret]"]) == 0
+    assert "UserScramCredentialRecord(name='alice', mechanism=1" in capsys.readouterr().out
+    records = read_bootstrap_scram_records(str(tmp_path / "a"))
+    assert [(r["name"], r["mechanism"], r["iterations"]) for _, r in records] == [("alice", 1, 4096), ("bob", 2, 8192)]
+    alice = records[0][1]
+    mech = ScramMechanism.SCRAM_SHA_256
+    assert alice["server_key"] == server_key(mech, salted_password(mech, b"alice-secret", alice["salt"], 4096))
+    assert main(["storage", "format", "-t", CLUSTER, "-c", write_config(tmp_path, "", log_dirs=str(tmp_path / "c")),
+                 "--add-scram", "SCRAM-SHA-256=[name=alice,password=p,iterations=100]"]) == 1

@@ -74,3 +74,19 @@ def test_restrict_removes_kraft_only_apis() -> None:
     assert m.DESCRIBE_QUORUM.api_key not in fake.apis and m.DESCRIBE_QUORUM.api_key not in fake.handlers
     assert g.CONSUMER_GROUP_HEARTBEAT.api_key not in fake.apis
     assert m.PRODUCE.api_key in fake.apis and m.FETCH.api_key in fake.apis
+
+
+def test_unknown_replica_selector_refused_before_zookeeper(tmp_path: Path) -> None:
+    """replica.selector.class is honoured in ZooKeeper mode (KIP-392, as Kafka 3.9's KafkaServer):
+    an unknown class stops the start-up at once, before any ZooKeeper connection (nothing listens
+    on the port given)."""
+    from odradek.server.kafka_config import KafkaConfig
+    from odradek.server.zk_broker_server import ZkBrokerServer
+
+    server = ZkBrokerServer(KafkaConfig({
+        "broker.id": "1", "zookeeper.connect": "127.0.0.1:1/x", "log.dirs": str(tmp_path / "d"),
+        "listeners": "PLAINTEXT://127.0.0.1:0", "replica.selector.class": "com.example.NoSuchSelector",
+    }))
+    with pytest.raises(StartupError, match="com.example.NoSuchSelector"):
+        asyncio.run(server.startup())
+    assert server.zk_client is None and server._locks == []

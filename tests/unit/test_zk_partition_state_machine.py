@@ -106,13 +106,18 @@ def test_offline_election_moves_leader_to_next_live_isr_member() -> None:
     assert lai_sent(sent, 2)[T0]["partition_epoch"] == 1 and lai_sent(sent, 2)[T0]["is_new"] is False
 
 
-def test_offline_election_without_live_isr_fails_when_unclean_disabled() -> None:
+def test_offline_election_without_live_isr_fails_when_unclean_disabled(caplog: pytest.LogCaptureFixture) -> None:
     c = online_cluster()
     c.zk.external_write(T0, LeaderAndIsr(1, (1,), 3), 5)  # ISR shrank to the leader alone
     c.broker_down(1)
     c.psm.handle_state_changes([T0], P.OfflinePartition)
+    caplog.set_level(logging.INFO, logger="odradek.state.change.logger")
     result = c.psm.handle_state_changes([T0], P.OnlinePartition, OFFLINE)
     assert isinstance(result[T0], StateChangeFailedException)
+    # Kafka's words: the partition as TopicPartition.toString writes it, the strategy as its case class
+    assert str(result[T0]) == "Failed to elect leader for partition t-0 under strategy " \
+        "OfflinePartitionLeaderElectionStrategy(false)"
+    assert "failed to change state for partition t-0 from OfflinePartition to OnlinePartition" in caplog.text
     assert c.ctx.partition_state(T0) == P.OfflinePartition
     assert c.zk.writes == [] and c.sender.sent == []
 

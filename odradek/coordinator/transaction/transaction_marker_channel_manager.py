@@ -62,7 +62,7 @@ ClientFactory = Callable[[str, int], NetworkClient]
 
 
 def _default_client(host: str, port: int) -> NetworkClient:
-    return NetworkClient(host, port, "odradek-txn-marker-sender")
+    return NetworkClient(host, port, "odradek-txn-marker-sender", sasl_role="broker")
 
 
 class TransactionMarkerChannelManager:

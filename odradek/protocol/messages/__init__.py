@@ -75,6 +75,22 @@ ADD_OFFSETS_TO_TXN = g.ADD_OFFSETS_TO_TXN
 END_TXN = g.END_TXN
 DESCRIBE_TRANSACTIONS = g.DESCRIBE_TRANSACTIONS
 LIST_TRANSACTIONS = g.LIST_TRANSACTIONS
+# SASL (odradek.security.sasl_apis; on a SASL listener the authenticator answers them first)
+SASL_HANDSHAKE = g.SASL_HANDSHAKE
+SASL_AUTHENTICATE = g.SASL_AUTHENTICATE
+DESCRIBE_USER_SCRAM_CREDENTIALS = g.DESCRIBE_USER_SCRAM_CREDENTIALS
+ALTER_USER_SCRAM_CREDENTIALS = g.ALTER_USER_SCRAM_CREDENTIALS
+# Served on a KRaft broker's listeners besides ALL_APIS (odradek.security.sasl_apis,
+# odradek.server.user_scram_apis); the controller listener serves all but DescribeUserScramCredentials.
+SECURITY_APIS: list[Api] = [
+    SASL_HANDSHAKE, SASL_AUTHENTICATE, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
+]
+# The ACLs (odradek.server.acl_apis): served on a KRaft broker's listeners and on the controller
+# listener, SECURITY_DISABLED without an authorizer.
+CREATE_ACLS = g.CREATE_ACLS
+DESCRIBE_ACLS = g.DESCRIBE_ACLS
+DELETE_ACLS = g.DELETE_ACLS
+ACL_APIS: list[Api] = [CREATE_ACLS, DESCRIBE_ACLS, DELETE_ACLS]
 
 ALL_APIS: list[Api] = [
     PRODUCE,

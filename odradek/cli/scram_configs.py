@@ -1,0 +1,160 @@
+"""The SCRAM credential part of ``odradek configs --entity-type users`` (kafka-configs.sh):
+
+    odradek configs --bootstrap-server HOST:PORT --alter --entity-type users --entity-name alice \\
+        --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+    odradek configs ... --alter --entity-type users --entity-name alice --delete-config SCRAM-SHA-512
+    odradek configs ... --describe --entity-type users [--entity-name alice]
+
+:func:`alter_user_scram` and :func:`describe_user_scram` take the parsed arguments
+(``bootstrap_server``, ``entity_name``, ``add_config``, ``delete_config``, optionally
+``command_config``: a client properties file with ``security.protocol``, ``sasl.mechanism`` and
+``sasl.jaas.config``) and print what Kafka's ConfigCommand prints. The salt and the salted password
+are computed here, as Kafka's admin client does; the broker forwards the credential to the
+controller (AlterUserScramCredentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from odradek.cli.admin import AdminClient
+from odradek.protocol import messages as m
+from odradek.protocol.errors import Errors
+from odradek.security.jaas_config import JaasConfigError, single_entry
+from odradek.security.sasl_config import SUPPORTED_MECHANISMS, SaslClientConfig
+from odradek.security.scram_credential import MIN_ITERATIONS, ScramMechanism
+from odradek.security.scram_parser import ScramParseError, parse_add_config
+from odradek.server.kafka_config import parse_properties
+
+
+class ScramConfigError(Exception):
+    pass
+
+
+def command_config_login(path: str | None) -> SaslClientConfig | None:
+    """The SASL login of a client properties file (None: plaintext)."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            props = parse_properties(f.read())
+    except OSError as e:
+        raise ScramConfigError(f"cannot read {path}: {e.strerror}") from e
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol == "PLAINTEXT":
+        return None
+    if protocol != "SASL_PLAINTEXT":
+        raise ScramConfigError(f"security.protocol={protocol} is not supported by this tool yet")
+    mechanism = props.get("sasl.mechanism", "GSSAPI").upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ScramConfigError(f"sasl.mechanism={mechanism} is not supported")
+    try:
+        options = single_entry(props.get("sasl.jaas.config", "")).options
+    except JaasConfigError as e:
+        raise ScramConfigError(f"sasl.jaas.config in {path}: {e}") from e
+    return SaslClientConfig(mechanism, options.get("username", ""), options.get("password", ""), dict(options))
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    name = getattr(args, "entity_name", None)
+    if name is None:
+        return []
+    return list(name) if isinstance(name, list) else [name]
+
+
+def _upsertions(user: str, add_config: str) -> list[dict[str, Any]]:
+    out = []
+    try:
+        for spec in parse_add_config(add_config):
+            out.append({"name": user, "mechanism": spec.mechanism.type_id, "iterations": spec.iterations,
+                        "salt": spec.salt, "salted_password": spec.salted_password})
+    except ScramParseError as e:
+        raise ScramConfigError(str(e)) from e
+    return out
+
+
+def _deletions(user: str, delete_config: str) -> list[dict[str, Any]]:
+    out = []
+    for name in (x.strip() for x in delete_config.split(",") if x.strip()):
+        mech = ScramMechanism.by_name(name)
+        if mech is None:
+            raise ScramConfigError(
+                f"Only quota and SCRAM credential configs can be deleted for 'users' using "
+                f"--bootstrap-server. Unexpected config names: {name}"
+            )
+        out.append({"name": user, "mechanism": mech.type_id})
+    return out
+
+
+async def _alter(args: argparse.Namespace) -> str:
+    names = _names(args)
+    if len(names) != 1 or not names[0]:
+        raise ScramConfigError("an --entity-name is required to alter the SCRAM credentials of a user")
+    user = names[0]
+    request = {
+        "deletions": _deletions(user, getattr(args, "delete_config", None) or ""),
+        "upsertions": _upsertions(user, getattr(args, "add_config", None) or ""),
+    }
+    if not request["deletions"] and not request["upsertions"]:
+        raise ScramConfigError("nothing to alter: give --add-config or --delete-config")
+    async with AdminClient(args.bootstrap_server, sasl=command_config_login(getattr(args, "command_config", None))) as admin:
+        resp = await admin.send(m.ALTER_USER_SCRAM_CREDENTIALS, request, top_error=None)
+    for r in resp["results"]:
+        if r["error_code"] != Errors.NONE:
+            raise ScramConfigError(
+                f"{Errors(r['error_code']).name}: {r['error_message'] or Errors(r['error_code']).name}"
+            )
+    return f"Completed updating config for user {user}."
+
+
+async def _describe(args: argparse.Namespace) -> list[str]:
+    names = [n for n in _names(args) if n]
+    async with AdminClient(args.bootstrap_server, sasl=command_config_login(getattr(args, "command_config", None))) as admin:
+        resp = await admin.send(
+            m.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": [{"name": n} for n in names] or None}
+        )
+    lines = []
+    for r in resp["results"]:
+        if r["error_code"] != Errors.NONE:
+            continue  # Kafka's admin client lists only the users that have credentials
+        text = ", ".join(
+            f"{ScramMechanism.by_type(i['mechanism']).mechanism_name}=iterations={i['iterations']}"  # type: ignore[union-attr]
+            for i in r["credential_infos"] if ScramMechanism.by_type(i["mechanism"]) is not None
+        )
+        lines.append(f"SCRAM credential configs for user-principal '{r['user']}' are {text}")
+    return lines
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def alter_user_scram(args: argparse.Namespace) -> int:
+    """``--alter --entity-type users`` with SCRAM configs; exit code as kafka-configs."""
+    try:
+        print(_run(_alter(args)))
+    except (ScramConfigError, ConnectionError, OSError) as e:
+        print(f"Error while executing config command with args '{_argv()}'\n{e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def describe_user_scram(args: argparse.Namespace) -> int:
+    """``--describe --entity-type users``: the SCRAM credential lines."""
+    try:
+        for line in _run(_describe(args)):
+            print(line)
+    except (ScramConfigError, ConnectionError, OSError) as e:
+        print(f"Error while executing config command with args '{_argv()}'\n{e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _argv() -> str:
+    return " ".join(sys.argv[1:])
+
+
+__all__ = ["MIN_ITERATIONS", "alter_user_scram", "command_config_login", "describe_user_scram"]
