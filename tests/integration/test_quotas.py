@@ -1,7 +1,9 @@
 """Client quotas on a real server with real clients: a confluent-kafka producer limited to
 1 MiB/s is held to it within 10% over 20 s and sees its throttle time; a consumer byte rate and a
 request percentage throttle; no quota, no throttle; quotas set with ``odradek configs`` and with
-Kafka 4's kafka-configs.sh, described identically by both, and kept across a restart.
+Kafka 4's kafka-configs.sh, described identically by both, and kept across a restart; a quota
+set through one broker of a cluster of processes throttles on another; a user quota holds the
+SASL principal.
 
 The server runs with ``quota.window.num=2`` (Kafka's key; default 11). With Kafka's Rate a quota
 is measured over ``quota.window.num`` windows and the first ``quota.window.num - 1`` of them are
@@ -27,6 +29,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from odradek.cli.cluster import LocalCluster
+from odradek.embedded import EmbeddedBroker
 from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 
@@ -71,14 +74,16 @@ class _Stats:
             self.max_throttle_ms = max(self.max_throttle_ms, int(b.get("throttle", {}).get("max", 0)))
 
 
-def _produce_flat_out(bs: str, topic: str, client_id: str, seconds: float, stats: _Stats) -> list[tuple[float, int]]:
+def _produce_flat_out(
+    bs: str, topic: str, client_id: str, seconds: float, stats: _Stats, extra: dict[str, str] | None = None
+) -> list[tuple[float, int]]:
     """Produce as fast as the producer can for ``seconds``; (ack time, bytes) of each delivery."""
     acks: list[tuple[float, int]] = []
     errors: list[Any] = []
     p = Producer({
         "bootstrap.servers": bs, "client.id": client_id, "linger.ms": 5, "batch.size": 65536,
         "queue.buffering.max.kbytes": 4096, "statistics.interval.ms": 500, "stats_cb": stats,
-        "message.timeout.ms": 60000, "compression.type": "none",
+        "message.timeout.ms": 60000, "compression.type": "none", **(extra or {}),
     })
 
     def delivered(err: Any, msg: Any) -> None:
@@ -308,3 +313,32 @@ def test_quotas_in_a_cluster_of_processes(tmp_path: Path) -> None:
         assert stats.max_throttle_ms > 0
     finally:
         cluster.stop()
+
+
+def test_user_quota_applies_to_the_sasl_principal() -> None:
+    """A user quota holds the principal a SASL login gave, whatever its client id; another
+    user with the same client id is not held."""
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+    }
+    with EmbeddedBroker(overrides=overrides) as b:
+        sasl = f"127.0.0.1:{b.bound_ports['SASL_PLAINTEXT']}"
+        topic = unique_name("sasl-quota")
+        _create_topic(b.bootstrap_servers, topic)
+        r = odradek("configs", "--bootstrap-server", b.bootstrap_servers, "--alter", "--add-config",
+                    "producer_byte_rate=65536", "--entity-type", "users", "--entity-name", "alice")
+        assert r.returncode == 0, r.stderr
+        sent: dict[str, tuple[int, int]] = {}
+        for user in ("alice", "admin"):
+            stats = _Stats()
+            acks = _produce_flat_out(sasl, topic, "same-client-id", 3.0, stats, {
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": user, "sasl.password": f"{user}-secret"})
+            sent[user] = (sum(n for _, n in acks), stats.max_throttle_ms)
+        print(f"3 s of producing: {sent}")
+        assert sent["alice"][0] <= 65536 * 20 and sent["alice"][1] > 0
+        assert sent["admin"][1] == 0 and sent["admin"][0] > 65536 * 20
