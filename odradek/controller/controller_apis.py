@@ -44,7 +44,7 @@ _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
     m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
     g.CREATE_ACLS, g.DELETE_ACLS,
-    m.ALTER_USER_SCRAM_CREDENTIALS,
+    m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -94,6 +94,7 @@ class ControllerApis:
             g.DELETE_ACLS.api_key: self.handle_delete_acls,
             g.DESCRIBE_ACLS.api_key: self.handle_describe_acls,
             m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
+            g.ALTER_CLIENT_QUOTAS.api_key: self.handle_alter_client_quotas,
         }
         # The controller's authorizer (authorizer.class.name), set by the ControllerServer, and
         # the check of a request a Kafka broker forwarded in an Envelope (see
@@ -154,7 +155,7 @@ class ControllerApis:
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
             g.ASSIGN_REPLICAS_TO_DIRS, g.CREATE_ACLS, g.DELETE_ACLS, g.DESCRIBE_ACLS,
-            m.ALTER_USER_SCRAM_CREDENTIALS,
+            m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
         ]
         out = {api: served(api) for api in apis}
         out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
@@ -355,6 +356,21 @@ class ControllerApis:
 
     def handle_incremental_alter_configs(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
         return self._alter_configs(request, incremental=True)
+
+    # -- AlterClientQuotas ----------------------------------------------------------------------
+
+    async def handle_alter_client_quotas(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        outcomes = await self.controller.alter_client_quotas(req["entries"], req["validate_only"])
+        entries = []
+        for e, (code, msg) in zip(req["entries"], outcomes, strict=True):
+            if code != Errors.NONE:
+                log.info("AlterClientQuotas of %s refused: %s", e["entity"], msg)
+            entries.append({"error_code": code, "error_message": msg, "entity": e["entity"]})
+        return {"throttle_time_ms": 0, "entries": entries}
 
     # -- DescribeCluster (KIP-919: the controllers, asked of a controller) ----------------------
 

@@ -51,6 +51,7 @@ from odradek.server.broker_components import (
     wire_replication,
 )
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
+from odradek.server.client_quotas import install_client_quotas
 from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_apis import KafkaApis
@@ -227,6 +228,8 @@ class BrokerServer:
         self.txn_apis = built.txn_apis
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
         broker_apis = built.apis
+        # (before the authorizer, which guards every handler there is)
+        install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
         if authorizer is not None:
             cache = self.metadata_cache
             install_authorization(

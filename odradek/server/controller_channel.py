@@ -369,4 +369,9 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
             "throttle_time_ms": 0,
             "results": [{"user": u, "error_code": error, "error_message": message} for u in users],
         }
+    if key == g.ALTER_CLIENT_QUOTAS.api_key:
+        return {
+            "throttle_time_ms": 0,
+            "entries": [{"error_code": error, "error_message": message, "entity": e["entity"]} for e in data["entries"]],
+        }
     raise ValueError(f"no error response for API {key}")

@@ -423,6 +423,11 @@ class KafkaApis(ApiDispatcher):
                     )
                 )
         max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
+        quotas = self.client_quotas
+        if quotas is not None and quotas.active and replica_id < 0:
+            # No more than the consumer's quota allows over the quota window (Kafka's
+            # getMaxValueInQuotaWindow): a larger response would only be throttled away.
+            max_bytes = int(min(max_bytes, max(1.0, quotas.max_fetch_bytes(ctx))))
         isolation = req["isolation_level"] if version >= 4 else 0
         # KIP-392: a consumer's Fetch v11+ may be served by a follower, or sent to one.
         client_rack = (req.get("rack_id") or "") if version >= 11 and replica_id < 0 else None

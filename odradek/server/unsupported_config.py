@@ -80,6 +80,7 @@ _REFUSED_IF_SET: dict[str, str] = {
     "delegation.token.master.key": "delegation tokens are not supported yet",
     "create.topic.policy.class.name": "topic policies are not supported yet (it would never run)",
     "alter.config.policy.class.name": "config policies are not supported yet (it would never run)",
+    "client.quota.callback.class": "custom client quota callbacks are not supported (the default quotas are)",
     "control.plane.listener.name": "a control plane listener is ZooKeeper mode only (Kafka refuses it in KRaft mode)",
 }
 

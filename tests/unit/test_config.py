@@ -537,6 +537,7 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
         ({"alter.config.policy.class.name": "com.example.Policy"}, "config policies"),
         ({"remote.log.storage.system.enable": "true"}, "tiered storage"),
         ({"control.plane.listener.name": "CONTROLLER"}, "control.plane.listener.name"),
+        ({"client.quota.callback.class": "com.example.Callback"}, "custom client quota callbacks"),
     ],
 )
 def test_security_and_unimplemented_modes_refused(props: dict[str, str], needle: str) -> None:
