@@ -53,7 +53,29 @@ class ScramHook:
     alter: Callable[[AdminClient, str, dict[str, str], list[str], list[str]], Awaitable[None]]
 
 
-SCRAM_HOOK: ScramHook | None = None
+def _scram_hook() -> ScramHook:
+    """The SCRAM credentials of ``users`` through :mod:`odradek.cli.scram_configs`
+    (AlterUserScramCredentials / DescribeUserScramCredentials)."""
+    from odradek.cli import scram_configs
+
+    async def describe_scram(admin: AdminClient, names: list[str], out: list[str]) -> None:
+        out.extend(await scram_configs.describe_credentials(admin, names))
+
+    async def alter_scram(admin: AdminClient, user: str, add: dict[str, str], delete: list[str], out: list[str]) -> None:
+        # parse_add_config dropped the brackets of each [iterations=N,password=P] value
+        spec = ",".join(f"{mech}=[{value}]" for mech, value in add.items())
+        try:
+            await scram_configs.alter_credentials(admin, user, spec, ",".join(delete))
+        except scram_configs.ScramConfigError as e:
+            raise QuotaClusterError(_EXEC + str(e)) from e
+
+    hook = ScramHook()
+    hook.describe = describe_scram
+    hook.alter = alter_scram
+    return hook
+
+
+SCRAM_HOOK: ScramHook | None = _scram_hook()
 
 
 def java_double(v: float) -> str:
