@@ -88,18 +88,20 @@ class RaftApis:
         return fill_uuids(data)
 
     def _add_voter_details(self, data: dict[str, Any]) -> None:
-        """With a dynamic quorum (kraft.version 1): the voters' directory ids and, in ``nodes``
-        (v2), their listeners, from the voter set, as Kafka's leader answers."""
-        dynamic = self.client.core.dynamic
-        if dynamic.kraft_version < 1:
-            return
-        voters = dynamic.voters
+        """The voters' directory ids (known with a dynamic quorum only) and, in ``nodes`` (v2),
+        their listeners from the voter set — with a static quorum the controller listener and
+        the address of ``controller.quorum.voters`` — as Kafka's leader answers."""
+        voters = self.client.core.dynamic.voters
+        answered = False
         for topic in data.get("topics") or []:
             for partition in topic.get("partitions") or []:
+                answered = answered or int(partition.get("error_code", 0)) == 0
                 for replica in partition.get("current_voters") or []:
                     node = voters.get(int(replica["replica_id"]))
                     if node is not None and node.directory_id is not None:
                         replica["replica_directory_id"] = node.directory_id
+        if not answered or int(data.get("error_code", 0)) != 0:
+            return  # an error answer (not the leader...) names no nodes, as Kafka's
         data["nodes"] = [
             {
                 "node_id": v,
