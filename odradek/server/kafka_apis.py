@@ -109,6 +109,8 @@ class KafkaApis(ApiDispatcher):
             m.ALTER_CONFIGS.api_key: self.admin_apis.handle_alter_configs,
             m.INCREMENTAL_ALTER_CONFIGS.api_key: self.admin_apis.handle_incremental_alter_configs,
             m.DESCRIBE_QUORUM.api_key: self.admin_apis.handle_describe_quorum,
+            m.ADD_RAFT_VOTER.api_key: self.admin_apis.forward,
+            m.REMOVE_RAFT_VOTER.api_key: self.admin_apis.forward,
             m.ELECT_LEADERS.api_key: self.admin_apis.forward,
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.admin_apis.forward,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.admin_apis.forward,

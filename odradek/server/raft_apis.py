@@ -3,8 +3,8 @@ BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata``, FetchSnapshot
 ``ControllerApis`` to its raft manager). Each request goes to the node's Raft core through the
 KafkaRaftClient; the answer comes back when the core gives it (a Fetch may wait there for new
 records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only;
-brokers forward their clients' DescribeQuorum to the controller, whose ``ControllerApis`` hands it
-to :meth:`RaftApis.describe_quorum`.
+brokers forward their clients' DescribeQuorum, AddRaftVoter and RemoveRaftVoter to the controller,
+whose ``ControllerApis`` hands them to :meth:`RaftApis.describe_quorum` / :meth:`RaftApis.voter_change`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ class RaftApis:
         """The DescribeQuorum answer for ``req``; TimeoutError when Raft is shutting down or does
         not answer."""
         return await self._request(msgs.DESCRIBE_QUORUM, req)
+
+    async def voter_change(self, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
+        """The answer to an AddRaftVoter or RemoveRaftVoter a broker forwarded; TimeoutError as
+        :meth:`describe_quorum`."""
+        return await self._request(api_key, req)
 
     async def _request(self, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
         future = self.client.handle_request(_source(api_key, req), api_key, req)

@@ -197,3 +197,21 @@ def test_static_voters_endpoints_as_kafkas_controller(kafka: tuple[KafkaTools, K
     }) as broker:
         ours = voters_line(broker.bootstrap_servers)
     assert ours == theirs.replace(str(server.controller_port), str(port))
+
+
+def test_remove_controller_through_a_broker_of_a_static_quorum_as_kafka(kafka: tuple[KafkaTools, KafkaServer]) -> None:
+    """A combined node forwards RemoveRaftVoter from its broker listener to its controller (in
+    this process), whose static quorum (kraft.version 0) refuses it as Kafka's does."""
+    from odradek.embedded import EmbeddedBroker
+
+    tools, server = kafka
+    args = ["remove-controller", "--controller-id", "1", "--controller-directory-id", "AAAAAAAAAAAAAAAAAAAAAQ"]
+
+    def first_line(bootstrap: str) -> tuple[int, str]:
+        r = tools.run("kafka-metadata-quorum", "--bootstrap-server", bootstrap, *args, check=False)
+        return r.returncode, r.stderr.strip().splitlines()[0]
+
+    theirs = first_line(server.bootstrap_servers)
+    assert theirs[0] == 1 and "UnsupportedVersionException: Cluster doesn't support" in theirs[1]
+    with EmbeddedBroker() as broker:
+        assert first_line(broker.bootstrap_servers) == theirs
