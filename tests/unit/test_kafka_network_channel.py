@@ -1,7 +1,9 @@
 """KafkaNetworkChannel's answers for requests it cannot deliver, as Kafka's: a refused or lost
 connection comes back at once as ``BROKER_NOT_AVAILABLE`` (also while the peer's reconnect
 backoff runs: the request does not wait it out, so the core can ask another node), a request not
-answered in time as ``REQUEST_TIMED_OUT``; Vote goes out at v2, carrying KIP-996's pre-vote."""
+answered in time as ``REQUEST_TIMED_OUT``. Versions are negotiated with ApiVersions once per
+connection: Vote goes out at v2 (KIP-996's pre-vote) to a peer that serves it, lower to one that
+does not, and a pre-vote or an API the peer cannot take comes back ``UNSUPPORTED_VERSION``."""
 
 from __future__ import annotations
 
