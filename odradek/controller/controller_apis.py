@@ -104,6 +104,8 @@ class ControllerApis:
         self.check_forwarded: Callable[[Any, bytes | None, RequestContext], Any] | None = None
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
+            self._handlers[g.ADD_RAFT_VOTER.api_key] = self.handle_voter_change
+            self._handlers[g.REMOVE_RAFT_VOTER.api_key] = self.handle_voter_change
 
     def is_active(self) -> bool:
         return self.leader_id() == self.node_id
@@ -158,7 +160,8 @@ class ControllerApis:
             m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
         ]
         out = {api: served(api) for api in apis}
-        out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
+        raft = [g.DESCRIBE_QUORUM, g.ADD_RAFT_VOTER, g.REMOVE_RAFT_VOTER] if self.raft_apis is not None else []
+        out[g.ENVELOPE] = self.envelope_handler([*_FORWARDABLE, *raft])
         return out
 
     def envelope_handler(self, forwardable: list[Api]) -> Handler:
@@ -225,6 +228,16 @@ class ControllerApis:
             return await self.raft_apis.describe_quorum(request.data)
         except TimeoutError:
             log.info("DescribeQuorum: Raft is shutting down or did not answer")
+            return error_response(request, Errors.REQUEST_TIMED_OUT, "Raft did not answer")
+
+    async def handle_voter_change(self, request: ControllerRequest) -> dict[str, Any]:
+        """An AddRaftVoter or RemoveRaftVoter a broker forwarded (KIP-853): answered by the Raft
+        core as on the controller listener (only the leader makes the change)."""
+        assert self.raft_apis is not None
+        try:
+            return await self.raft_apis.voter_change(request.api_key, request.data)
+        except TimeoutError:
+            log.info("API %d: Raft is shutting down or did not answer", request.api_key)
             return error_response(request, Errors.REQUEST_TIMED_OUT, "Raft did not answer")
 
     # -- CreateTopics ---------------------------------------------------------------------------

@@ -326,6 +326,8 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         return {"throttle_time_ms": 0, "error_code": error, "directories": []}
     if key == g.DESCRIBE_QUORUM.api_key:  # a top-level error (DescribeQuorumRequest.getErrorResponse)
         return {"error_code": error, "error_message": message, "topics": [], "nodes": []}
+    if key in (g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key):
+        return {"throttle_time_ms": 0, "error_code": error, "error_message": message}
     if key == m.ELECT_LEADERS.api_key:
         return {
             "throttle_time_ms": 0, "error_code": error,
