@@ -79,9 +79,12 @@ _RETRIABLE = frozenset({
 
 
 class AdminClient:
-    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin") -> None:
+    def __init__(self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin",
+                 request_timeout_ms: int | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.timeout_ms = timeout_ms
+        # request.timeout.ms: how long one request waits for its response (the API timeout bounds all tries)
+        self.request_timeout_ms = min(timeout_ms, request_timeout_ms or timeout_ms)
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
@@ -158,7 +161,7 @@ class AdminClient:
         while True:
             try:
                 client = await (self._connect_controller() if controller else self._connect())
-                resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.timeout_ms / 1000)
+                resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.request_timeout_ms / 1000)
             except (TimeoutError, OSError, ConnectionError) as e:
                 if time.monotonic() >= deadline:
                     raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}") from e
@@ -195,7 +198,8 @@ class AdminClient:
             if node not in brokers:
                 raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}")
             host, port = brokers[node]
-            async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id) as direct:
+            async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id,
+                                   self.request_timeout_ms) as direct:
                 return node, await direct.send(api, body, top_error=None)
 
         return dict(await asyncio.gather(*(one(n, b) for n, b in bodies.items())))
