@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from odradek.cli.client_tools import Progress, add_progress_flag, stdout_is_data_sink
 from odradek.java_order import java_hash_map_order
 from odradek.log.errors import CorruptIndexError
 from odradek.log.index import OffsetIndex, TimeIndex, read_offset_index_file, read_time_index_file
@@ -65,6 +66,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 # Room for a compressed batch's records when decoding (Kafka's tool has no limit at all).
 DECOMPRESS_LIMIT = 1 << 30
+# A segment at least this large gets a progress bar (bytes read / file size) when stderr is a terminal.
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
@@ -146,6 +149,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="Skip metadata when printing records. This flag also skips control records.",
     )
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -162,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         max_message_size=args.max_message_size,
         max_bytes=args.max_bytes,
         skip_record_metadata=args.skip_record_metadata,
+        progress=not args.no_progress and not stdout_is_data_sink(),  # a bar amid lines on a terminal garbles them
     )
     try:
         return dumper.dump(files)
@@ -367,8 +372,10 @@ class LogDumper:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_bytes: int = INT32_MAX,
         skip_record_metadata: bool = False,
+        progress: bool = False,
     ) -> None:
         self.out = out
+        self.progress = progress  # a bar on ``err`` for a large segment, when ``err`` is a terminal
         self.skip_record_metadata = skip_record_metadata
         self.err = err
         # As Kafka's tool: a decoder option implies --print-data-log, which implies deep iteration.
@@ -476,9 +483,11 @@ class LogDumper:
             valid_bytes = 0
             last_offset = -1
             abs_path = os.path.abspath(path)
+            bar = Progress(len(data), "B", self.progress and len(data) >= PROGRESS_MIN_BYTES, self.err)
             try:
                 for h in iter_batches(data):
                     position = h.position
+                    bar.update(position + h.size - valid_bytes)
                     self._print(
                         format_batch(h, position, is_batch_crc_valid(data, position, h.size))
                     )
@@ -503,9 +512,11 @@ class LogDumper:
                             batch.release()
                     valid_bytes = position + h.size
             except RecordError as e:
+                bar.close()
                 self._error(path, f"{e} (after {valid_bytes} valid bytes)")
                 return
             finally:
+                bar.close()
                 data.release()
             trailing = len(whole) - valid_bytes
             if trailing > 0 and self.max_bytes == INT32_MAX:
