@@ -39,8 +39,10 @@ configs             a cluster failure prints ``Error while executing config comm
                     errors exit 1 with the message alone (test_configs_cli, test_kafka_tools)
 groups              a failure prints a blank line, ``Error: Executing consumer group command
                     failed due to ...`` and the exception: three stderr lines, exit 1
-dump-log            per-file problems (``Found timestamp mismatch``, index sanity check
-                    failures) are printed as Kafka's tool prints them, exit 0 (test_storage_tools)
+dump-log            index mismatches, out-of-order or missing time index entries and
+                    non-consecutive offsets are reported on stderr after the dump, exit 0; a
+                    failed --index-sanity-check stops at that file, exit 1, with Kafka's
+                    ``...CorruptIndexException: ...`` line (not its stack trace) (test_storage_tools)
 =================== ========================================================================
 """
 
