@@ -131,10 +131,15 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await NetworkClient(host, port, client_id=self.client_id).connect()
-                resp = await client.send(
-                    m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
-                )
+                client = await asyncio.wait_for(NetworkClient(host, port, client_id=self.client_id).connect(),
+                                                self.request_timeout_ms / 1000)
+                try:  # a listener that never answers (not a Kafka broker) must not hang the tool
+                    resp = await asyncio.wait_for(client.send(
+                        m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
+                    ), self.request_timeout_ms / 1000)
+                except BaseException:
+                    await client.close()
+                    raise
                 self._versions = {a["api_key"]: a["max_version"] for a in resp["api_keys"]}
                 self.api_versions = resp
                 self._client = client

@@ -162,3 +162,24 @@ def test_the_exceptions_are_documented() -> None:
     doc = tool_common.__doc__ or ""
     for tool in (*USAGE_EXIT_1, "reassign", "leader-election", "configs", "groups", "dump-log"):
         assert f"\n{tool} " in doc, tool
+
+
+@pytest.mark.parametrize("tool", [
+    ["leader-election", "--election-type", "PREFERRED", "--all-topic-partitions", "--timeout", "1500"],
+    ["reassign", "--list", "--timeout", "1500"],
+    ["topics", "--list", "--timeout", "1500"],
+], ids=lambda t: t[0])
+def test_a_listener_that_never_answers_ends_within_the_timeout(tool: list[str]) -> None:
+    """Connections are accepted (the kernel's backlog) but nothing is ever answered: each
+    request gives up after request.timeout.ms, the tool after its timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        bs = f"127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        result = _odradek(tool[0], "--bootstrap-server", bs, *tool[1:], timeout=45)
+        elapsed = time.monotonic() - start
+    assert result.returncode == 1, result
+    [line] = result.stderr.splitlines()
+    assert "Timed out waiting for a node assignment" in line and "Traceback" not in result.stderr
+    assert elapsed < 30, elapsed
