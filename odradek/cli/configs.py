@@ -31,6 +31,7 @@ from typing import Any
 
 from odradek.cli import client_quotas
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.cli.tool_common import client_settings
 from odradek.java_order import java_hash_map_order
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -210,7 +211,8 @@ class ConfigsTool:
             raise ClusterError(_EXEC + "org.apache.kafka.common.errors.TimeoutException: "
                                f"Timed out waiting for a node assignment. Call: {api.name}")
         host, port = nodes[broker]
-        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms) as direct:
+        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id,
+                               self.admin.request_timeout_ms) as direct:
             return await direct.send(api, body, top_error=None)
 
     @staticmethod
@@ -297,8 +299,8 @@ async def _main(opts: argparse.Namespace, types: list[str], names: list[str], ou
             to_add.update(parse_add_config(opts.add_config))
         _validate_keys(list(to_add))
         to_delete = [k.strip() for item in opts.delete_config or [] for k in item.split(",") if k.strip()]
-    timeout_ms = int(opts.command_props.get("default.api.timeout.ms", 60_000))
-    async with AdminClient(opts.bootstrap_server, timeout_ms) as admin:
+    timeout_ms, request_ms, client_id = client_settings(opts, "odradek-configs")
+    async with AdminClient(opts.bootstrap_server, timeout_ms, client_id, request_ms) as admin:
         etype = types[0]
         if etype in (USERS, CLIENTS, IPS):
             if opts.alter:
