@@ -129,14 +129,14 @@ class StandardAuthorizer:
 
     def authorize(
         self, principal: str, host: str, op: AclOperation, resource_type: ResourceType, name: str,
-        log_if_denied: bool = True, request: str = "", ref_count: int = 1,
+        log_if_denied: bool = True, request: str = "", ref_count: int = 1, log_if_allowed: bool = True,
     ) -> bool:
-        """May ``principal`` from ``host`` do ``op`` on the resource? ``log_if_denied``: the
-        request asked for this resource (Kafka's logIfDenied and logIfAllowed): the decision goes
-        to the audit log, naming ``request`` (the API) and ``ref_count`` (how many times the
-        request names the resource)."""
+        """May ``principal`` from ``host`` do ``op`` on the resource? Kafka's logIfDenied (the
+        request asked for this resource, not a filter) and logIfAllowed (access is granted, not
+        just computed): the decision goes to the audit log, naming ``request`` (the API) and
+        ``ref_count`` (how many times the request names the resource)."""
         if principal in self.super_users:
-            if log_if_denied and audit_log.isEnabledFor(logging.DEBUG):
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
                 _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count, "SuperUser")
             return True
         found_allow: StandardAcl | None = None
@@ -157,12 +157,12 @@ class StandardAuthorizer:
                     if r is _ALLOW and found_allow is None:
                         found_allow = acl
         if found_allow is not None:
-            if log_if_denied and audit_log.isEnabledFor(logging.DEBUG):
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
                 _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count,
                        _matching(found_allow))
             return True
         if not has_acls and self.allow_everyone_if_no_acl_found:
-            if log_if_denied and audit_log.isEnabledFor(logging.DEBUG):
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
                 _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count,
                        "DefaultAllow")
             return True
@@ -174,14 +174,16 @@ class StandardAuthorizer:
         self, principal: str, host: str, resource_type: ResourceType, name: str, ops: Iterable[AclOperation]
     ) -> int:
         """The bitfield of ``ops`` allowed on the resource (Kafka's authorizedOperations)."""
-        return to_bitfield(op for op in ops if self.authorize(principal, host, op, resource_type, name, False))
+        return to_bitfield(
+            op for op in ops if self.authorize(principal, host, op, resource_type, name, False, log_if_allowed=False)
+        )
 
     def authorize_by_resource_type(
         self, principal: str, host: str, op: AclOperation, resource_type: ResourceType
     ) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: may the principal do ``op`` on at least
         one resource of the type (an ALLOW not cancelled by a DENY that covers it)?"""
-        if self.authorize(principal, host, op, resource_type, "hardcode", False):
+        if self.authorize(principal, host, op, resource_type, "hardcode", False, log_if_allowed=False):
             return True
         principals = (principal, WILDCARD_PRINCIPAL)
         deny_literals: set[str] = set()
