@@ -459,6 +459,17 @@ def test_regex_subscription_resolves_to_describable_topics_only() -> None:
     # a later resolution (here: of the group's own subscription metadata, as when a member is
     # fenced) keeps the filter of the member that resolved the regex
     assert group.member_subscribed_topics(group.members["m1"], dict(topics)) == frozenset({"t-a", "t-b"})
+    # so does the heartbeat of a member of another principal (bob may see t-a only), which
+    # must not re-resolve alice's regex with bob's ACLs
+    helper.authorizer.cache.add(uuid.uuid4(), acl(T, "t-a", "User:bob", Op.READ))
+    bob = ctx("User:bob", 0, 68)
+    group.new_member_id = lambda: "m2"
+    names_join = {**_regex_join(), "subscribed_topic_regex": None, "subscribed_topic_names": ["t-a"]}
+    resp, _ = consumer_group_heartbeat(group, names_join, 1, dict(topics),
+                                       topic_filter=lambda found: filt(bob, found))
+    assert resp["error_code"] == Errors.NONE
+    assert group.member_subscribed_topics(group.members["m1"], dict(topics)) == frozenset({"t-a", "t-b"})
+    assert set(group.subscription_metadata) == {"t-a", "t-b"}
 
 
 def test_consumer_group_heartbeat_with_undescribable_topic_names() -> None:

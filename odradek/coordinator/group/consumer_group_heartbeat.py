@@ -92,7 +92,12 @@ def consumer_group_heartbeat(
     may match.
     """
     records: list[CoordinatorRecord] = []
-    group.regex_topic_filter = topic_filter
+    if topic_filter is not None:
+        own = request.get("subscribed_topic_regex")
+        if own is None:
+            member = group.members.get(request.get("member_id") or "")
+            own = member.subscribed_topic_regex if member is not None else None
+        group.regex_topic_filter = (own or None, topic_filter)
     try:
         response = _heartbeat(group, request, now_ms, topics_metadata, client_id, client_host, records)
     except ConsumerGroupError as e:
