@@ -543,8 +543,7 @@ def _groups_describe_check(
             if hide_topics:
                 out = hide_groups_with_undescribable_topics(h, ctx, out)
             for grp in out:
-                if grp.get("error_code") == Errors.NONE and grp.get(
-                        "authorized_operations", AUTHORIZED_OPS_OMITTED) != AUTHORIZED_OPS_OMITTED:
+                if grp.get("authorized_operations", AUTHORIZED_OPS_OMITTED) != AUTHORIZED_OPS_OMITTED:
                     grp["authorized_operations"] = h.operations(ctx, GROUP, grp["group_id"], GROUP_OPERATIONS)
             return {**resp, "groups": out + extra}
 
