@@ -203,6 +203,7 @@ class ApiDispatcher(ABC):
             log_request(
                 logging.WARNING if slow else logging.DEBUG, ctx.conn.peer, ctx.header.client_id,
                 api.name, ctx.version, ctx.header.correlation_id, total_ms, size, error,
+                ctx.conn.security_protocol, ctx.conn.principal, ctx.conn.listener_name,
             )
 
     def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:

@@ -27,7 +27,7 @@ from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.security.api_authorization import BROKER_CHECKS
-from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import AuthHelper, describable_topics
 from odradek.security.auth_helper import install as install_authorization
 from odradek.security.sasl_apis import SaslApis
 from odradek.security.sasl_channel_builder import listener_handler
@@ -232,9 +232,9 @@ class BrokerServer:
         install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
         if authorizer is not None:
             cache = self.metadata_cache
-            install_authorization(
-                broker_apis, AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic), BROKER_CHECKS
-            )
+            helper = AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic)
+            install_authorization(broker_apis, helper, BROKER_CHECKS)
+            built.group_apis.describable_topics = describable_topics(helper)
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)
