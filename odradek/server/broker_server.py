@@ -27,8 +27,10 @@ from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
+from odradek.security.ssl_factory import inter_node_ssl_context
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -334,8 +336,12 @@ class BrokerServer:
             self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds")
         )
         self._update_replication_throttles(set(self.metadata_cache.image.topics.by_name), rates=True)
+        ibl_tls = inter_node_ssl_context(cfg, cfg.inter_broker_listener_name)
         self.replica_fetcher_manager = ReplicaFetcherManager(
-            rm, fetcher_config, cfg._int("num.replica.fetchers"), quota=quotas.follower
+            rm, fetcher_config, cfg._int("num.replica.fetchers"), quota=quotas.follower,
+            client_factory=lambda source, client_id: NetworkClient(
+                source.host, source.port, client_id, max_in_flight=1, ssl_context=ibl_tls
+            ),
         )
         rm.leader_quota = quotas.leader
         self.alter_partition_manager = AlterPartitionManager(channel, self.node_id, broker_epoch)
@@ -474,6 +480,10 @@ class BrokerServer:
             cfg.inter_broker_listener_name,
             cfg.request_timeout_ms,
             cfg._int("transaction.state.log.num.partitions"),
+            client_factory=lambda source: NetworkClient(
+                source.host, source.port, "odradek-add-partitions-to-txn",
+                ssl_context=inter_node_ssl_context(cfg, cfg.inter_broker_listener_name),
+            ),
         )
         verifier = TransactionVerifier(manager, lambda: cfg._bool("transaction.partition.verification.enable"))
         if self.group_coordinator is not None:  # TxnOffsetCommit verifies its offsets partition
