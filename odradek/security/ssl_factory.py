@@ -155,7 +155,8 @@ def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, str]) -> bool:
         return True
     _refuse_jks(data, "ssl.keystore.location", location)
     store_password = settings.get("ssl.keystore.password")
-    store = _load_pkcs12(data, [store_password, key_password, None], "ssl.keystore.location", location)
+    passwords = [store_password] if store_password else [None, key_password]
+    store = _load_pkcs12(data, passwords, "ssl.keystore.location", location)
     if store.key is None or store.cert is None:
         raise SslConfigError(f"ssl.keystore.location={location}: the store holds no private key with its certificate")
     # Hand the key to OpenSSL encrypted under a one-time password; the file lives only while loading.

@@ -60,8 +60,8 @@ class _Rule:
         if self.is_default:
             return "DEFAULT"
         assert self.pattern is not None
-        case = "L" if self.to_lower else "U" if self.to_upper else ""
-        return f"RULE:{self.pattern.pattern}/{self.replacement}/{case}"
+        case = "/L" if self.to_lower else "/U" if self.to_upper else ""
+        return f"RULE:{self.pattern.pattern}/{self.replacement}{case}"
 
 
 def _escape_literal_back_references(value: str, groups: int) -> str:
