@@ -155,7 +155,7 @@ def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, str]) -> bool:
         return True
     _refuse_jks(data, "ssl.keystore.location", location)
     store_password = settings.get("ssl.keystore.password")
-    passwords = [store_password] if store_password else [None, key_password]
+    passwords: list[str | None] = [store_password] if store_password else [None, key_password]
     store = _load_pkcs12(data, passwords, "ssl.keystore.location", location)
     if store.key is None or store.cert is None:
         raise SslConfigError(f"ssl.keystore.location={location}: the store holds no private key with its certificate")

@@ -45,7 +45,7 @@ def _name(cn: str, ou: str | None = None, o: str | None = "Odradek Tests") -> x5
 
 def make_ca(cn: str = "Odradek Test CA") -> Issued:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     name = _name(cn)
     cert = (
         x509.CertificateBuilder()
@@ -66,7 +66,7 @@ def issue(
 ) -> Issued:
     """A certificate signed by ``ca``: for a server (SANs ``hosts``) or a client (subject CN/OU)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start, end = (now - datetime.timedelta(days=10), now - datetime.timedelta(days=1)) if expired else (
         now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
     builder = (
