@@ -56,7 +56,7 @@ from odradek.network.request_channel import (
     RequestHandler,
     ResponseBuffers,
 )
-from odradek.network.ssl_transport_layer import TlsHandshake, tls_hint
+from odradek.network.ssl_transport_layer import SslTransportLayer, tls_hint
 
 if TYPE_CHECKING:
     from odradek.security.ssl_factory import ListenerTls
@@ -673,7 +673,6 @@ class SocketServer:
         self.connections_max_idle_ms = connections_max_idle_ms
         self.security_protocol = security_protocol
         self.tls = tls
-        self._handshakes: set[asyncio.Task[None]] = set()
         self._idle_task: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
@@ -689,7 +688,7 @@ class SocketServer:
         before the broker touches its data (OSError, e.g. EADDRINUSE); :meth:`start` serves."""
         loop = asyncio.get_running_loop()
         host: str | None = self.host or None  # "" = all interfaces, as in Kafka's listeners
-        factory: Any = (lambda: KafkaConnection(self)) if self.tls is None else (lambda: TlsHandshake(self, KafkaConnection))
+        factory: Any = (lambda: KafkaConnection(self)) if self.tls is None else (lambda: SslTransportLayer(self, KafkaConnection))
         self._server = await loop.create_server(
             factory,
             host=host,
@@ -744,8 +743,6 @@ class SocketServer:
             self._idle_task = None
         if self._server is not None:
             self._server.close()
-        for task in list(self._handshakes):
-            task.cancel()
         for conn in list(self._connections):
             conn.drain_and_close()
 
