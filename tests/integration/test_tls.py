@@ -26,7 +26,12 @@ from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.messages import generated as g
-from odradek.security.ssl_factory import ListenerTls, client_context, principal_mapper, server_context
+from odradek.security.ssl_factory import (
+    ListenerTls,
+    client_context,
+    principal_mapper,
+    server_context,
+)
 from tests.unit.tls_certs import PASSWORD, TlsFiles, make_ca, make_tls_files, write_pem
 
 from .kafka_reference import find_kafka_tools
