@@ -159,7 +159,7 @@ def test_principal_mapped_from_the_client_certificate(tls_broker: TlsBroker) -> 
     conf = {"bootstrap.servers": tls_broker.bootstrap("MTLS"), **_rdkafka_ssl(tls_broker.files, cert)}
     admin = AdminClient(conf)
     admin.list_topics(timeout=20)
-    wait_until(lambda: "principal User:dave@payments" in tls_broker.log(), 10, "the principal in the log")
+    wait_until(lambda: "principal User:dave@payments" in tls_broker.log(), 10, what="the principal in the log")
 
 
 @REQUIRES_KCAT
@@ -252,7 +252,7 @@ def test_java_console_tools_over_mutual_tls(tls_broker: TlsBroker, tmp_path: Pat
     out = kafka.run("kafka-console-consumer", *bs, "--topic", topic, "--from-beginning",
                     "--max-messages", "3", "--command-config", str(config)).stdout.split()
     assert out == ["j1", "j2", "j3"]
-    wait_until(lambda: "principal User:java-user@jvm" in tls_broker.log(), 10, "the Java client's principal")
+    wait_until(lambda: "principal User:java-user@jvm" in tls_broker.log(), 10, what="the Java client's principal")
 
 
 @pytest.mark.parametrize("case", ["untrusted", "expired", "none"])
@@ -268,7 +268,7 @@ def test_bad_client_certificates_refused(tls_broker: TlsBroker, case: str) -> No
     needle = {"untrusted": "certificate verify failed", "expired": "certificate verify failed",
               "none": "peer did not return a certificate"}[case]
     wait_until(lambda: re.search(r"TLS handshake with 127\.0\.0\.1:\d+ on listener MTLS failed.*" + needle,
-                                 tls_broker.log()) is not None, 10, f"a handshake failure log line ({needle})")
+                                 tls_broker.log()) is not None, 10, what=f"a handshake failure log line ({needle})")
 
 
 def test_tls_handshake_on_the_plaintext_port_and_plaintext_on_tls(tls_broker: TlsBroker) -> None:
@@ -278,7 +278,7 @@ def test_tls_handshake_on_the_plaintext_port_and_plaintext_on_tls(tls_broker: Tl
         with pytest.raises((ssl.SSLError, OSError)):
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
     wait_until(lambda: "looks like a TLS handshake: a client configured for SSL connected to a PLAINTEXT listener"
-               in tls_broker.log(), 10, "the TLS-on-plaintext log line")
+               in tls_broker.log(), 10, what="the TLS-on-plaintext log line")
 
     # A plaintext Kafka client (ApiVersions) on the SSL listener.
     async def plaintext_on_tls() -> None:
@@ -292,7 +292,7 @@ def test_tls_handshake_on_the_plaintext_port_and_plaintext_on_tls(tls_broker: Tl
 
     asyncio.run(plaintext_on_tls())
     wait_until(lambda: re.search(r"TLS handshake with \S+ on listener SSL failed.*not a TLS client",
-                                 tls_broker.log()) is not None, 10, "the plaintext-on-TLS log line")
+                                 tls_broker.log()) is not None, 10, what="the plaintext-on-TLS log line")
     # Still serving, on every listener.
     conf = {"bootstrap.servers": tls_broker.bootstrap("SSL"), **_rdkafka_ssl(tls_broker.files)}
     assert AdminClient(conf).list_topics(timeout=20).brokers
@@ -336,3 +336,74 @@ def test_connection_principal_reaches_the_request_handler(tls_files: TlsFiles) -
     asyncio.run(go())
     assert [str(c.principal) for c in seen] == ["User:erin@ops", "User:ANONYMOUS"]
     assert {c.security_protocol for c in seen} == {"SSL"}
+
+
+def test_three_node_cluster_all_on_tls(tls_files: TlsFiles, tmp_path: Path) -> None:
+    """Three combined KRaft nodes whose every listener is TLS with required client certificates:
+    Raft between the controllers, broker registration and heartbeats, and the replica fetchers all
+    connect with the nodes' own certificate (host names checked, ssl.endpoint.identification.
+    algorithm=https), and a topic with three replicas keeps all of them in sync."""
+    from .replication_cluster import Node
+    from .test_raft_quorum import _free_ports
+
+    ports = _free_ports(6)
+    voters = ",".join(f"{i}@127.0.0.1:{ports[2 + i]}" for i in (1, 2, 3))
+    ssl_props = "".join(f"{k}={v}\n" for k, v in tls_files.server_props(client_auth="required").items())
+    nodes = [
+        Node(i, ports[i - 1], voters, tmp_path, (
+            f"process.roles=broker,controller\nnode.id={i}\n"
+            f"listeners=INTERNAL://127.0.0.1:{ports[i - 1]},CONTROLLER://127.0.0.1:{ports[2 + i]}\n"
+            "listener.security.protocol.map=INTERNAL:SSL,CONTROLLER:SSL\n"
+            "inter.broker.listener.name=INTERNAL\ncontroller.listener.names=CONTROLLER\n"
+            f"controller.quorum.voters={voters}\nlog.dirs={tmp_path / f'c{i}'}\n"
+            "offsets.topic.replication.factor=3\n" + ssl_props
+        ))
+        for i in (1, 2, 3)
+    ]
+    cert = tls_files.client("admin")
+    conf = {"bootstrap.servers": ",".join(n.bootstrap for n in nodes), **_rdkafka_ssl(tls_files, cert)}
+    try:
+        for n in nodes:
+            n.format()
+        for n in nodes:
+            n.start()
+        admin = AdminClient(conf)
+
+        def registered() -> bool:
+            try:
+                return len(admin.list_topics(timeout=5).brokers) == 3
+            except KafkaException:
+                return False  # not serving yet
+
+        wait_until(registered, 90, what="three brokers registered")
+        topic = "replicated-over-tls"
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(60)
+        p = Producer({**conf, "acks": "all", "linger.ms": 5})
+        values = [f"r{i}".encode() for i in range(300)]
+        for v in values:
+            p.produce(topic, v)
+        assert p.flush(60) == 0
+
+        def in_sync() -> bool:
+            parts = admin.list_topics(topic, timeout=5).topics[topic].partitions
+            return len(parts) == 3 and all(sorted(pm.isrs) == [1, 2, 3] for pm in parts.values())
+
+        wait_until(in_sync, 60, what="every partition with three in-sync replicas")
+        assert sorted(_consume_all(conf, topic, len(values))) == sorted(values)
+
+        def replicated() -> bool:
+            """The followers fetched everything: each partition's log has the same size on all
+            three nodes."""
+            for part in range(3):
+                sizes = {sum(f.stat().st_size for f in (tmp_path / f"c{i}" / f"{topic}-{part}").glob("*.log"))
+                         for i in (1, 2, 3)}
+                if len(sizes) != 1 or sizes == {0}:
+                    return False
+            return True
+
+        wait_until(replicated, 60, what="each partition's log the same on the three nodes")
+        logs = "".join(n.log_tail() for n in nodes)
+        assert "TLS handshake with" not in logs, logs
+    finally:
+        for n in nodes:
+            n.stop()
