@@ -2,7 +2,7 @@
 (server authentication) and an MTLS listener (``MTLS:SSL`` in listener.security.protocol.map,
 ``listener.name.mtls.ssl.client.auth=required``, a PEM key store and principal mapping rules of
 its own); certificates made at test time. confluent-kafka, kcat, kafka-python, aiokafka and the
-Java console tools produce and consume over both; untrusted, expired and missing client
+Java console tools and kafkajs produce and consume over both; untrusted, expired and missing client
 certificates are refused; a TLS handshake on the plaintext port and plaintext Kafka on a TLS
 port are closed with a log line naming the mistake, and the server stays up."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -36,6 +37,7 @@ from tests.unit.tls_certs import PASSWORD, TlsFiles, make_ca, make_tls_files, wr
 
 from .kafka_reference import find_kafka_tools
 from .support import _READY_RE, REQUIRES_KCAT, ServerProcess, wait_until
+from .txn_support import skip_unless
 
 MAPPING_RULES = "RULE:^CN=(.*?),OU=(.*?),.*$/$1@$2/L,DEFAULT"
 
@@ -407,3 +409,17 @@ def test_three_node_cluster_all_on_tls(tls_files: TlsFiles, tmp_path: Path) -> N
     finally:
         for n in nodes:
             n.stop()
+
+
+def test_kafkajs_over_mutual_tls(tls_broker: TlsBroker) -> None:
+    node_dir = Path(__file__).parent / "node"
+    skip_unless(shutil.which("node") is not None and (node_dir / "node_modules" / "kafkajs").is_dir(),
+                "node or kafkajs is missing (npm ci in tests/integration/node)")
+    files = tls_broker.files
+    cert, key, _ = files.client("js-user", ou="Node")
+    topic = _create_topic(tls_broker)
+    r = subprocess.run(["node", str(node_dir / "tls.js"), tls_broker.bootstrap("MTLS"), topic, str(files.ca_pem),
+                        str(cert), str(key)], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1:] == ["DONE"], r.stdout[-2000:] + r.stderr[-2000:]
+    assert [ln for ln in r.stdout.splitlines() if ln.startswith("READ ")] == [f"READ kafkajs-tls-{i}" for i in range(5)]
+    wait_until(lambda: "principal User:js-user@node" in tls_broker.log(), 10, what="the kafkajs client's principal")
