@@ -30,7 +30,7 @@ from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
-from odradek.security.ssl_factory import inter_node_ssl_context
+from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -336,7 +336,10 @@ class BrokerServer:
             self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds")
         )
         self._update_replication_throttles(set(self.metadata_cache.image.topics.by_name), rates=True)
-        ibl_tls = inter_node_ssl_context(cfg, cfg.inter_broker_listener_name)
+        try:
+            ibl_tls = inter_node_ssl_context(cfg, cfg.inter_broker_listener_name)
+        except SslConfigError as e:
+            raise StartupError(f"inter-broker listener {cfg.inter_broker_listener_name} (client side): {e}") from e
         self.replica_fetcher_manager = ReplicaFetcherManager(
             rm, fetcher_config, cfg._int("num.replica.fetchers"), quota=quotas.follower,
             client_factory=lambda source, client_id: NetworkClient(

@@ -187,13 +187,17 @@ class NodeToControllerChannel(QueuedControllerChannel):
         backoff 50 ms; the endpoints from ``controller.quorum.voters`` unless given. TLS if the
         controllers' listener (``listener_name``, by default the first of
         ``controller.listener.names``) is an SSL one."""
-        from odradek.security.ssl_factory import inter_node_ssl_context
+        from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
+        from odradek.server.dir_lock import StartupError
 
         socket_timeout = int(config.get("controller.socket.timeout.ms"))
         if listener_name is None:
             names = config.controller_listener_names
             listener_name = names[0] if names else None
-        ssl_context = inter_node_ssl_context(config, listener_name) if listener_name else None
+        try:
+            ssl_context = inter_node_ssl_context(config, listener_name) if listener_name else None
+        except SslConfigError as e:
+            raise StartupError(f"controller listener {listener_name} (client side): {e}") from e
         return cls(
             leader_id,
             controller_endpoints(config) if endpoints is None else endpoints,

@@ -14,6 +14,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -423,3 +424,18 @@ def test_kafkajs_over_mutual_tls(tls_broker: TlsBroker) -> None:
     assert r.returncode == 0 and r.stdout.splitlines()[-1:] == ["DONE"], r.stdout[-2000:] + r.stderr[-2000:]
     assert [ln for ln in r.stdout.splitlines() if ln.startswith("READ ")] == [f"READ kafkajs-tls-{i}" for i in range(5)]
     wait_until(lambda: "principal User:js-user@node" in tls_broker.log(), 10, what="the kafkajs client's principal")
+
+
+def test_unusable_tls_settings_stop_the_start(tls_files: TlsFiles, tmp_path: Path) -> None:
+    """A wrong key store password: exit 2 with one line naming the listener and the key (and not
+    the password)."""
+    props = {**tls_files.server_props(), "ssl.keystore.password": "wrong"}
+    args = [sys.executable, "-m", "odradek.cli.main", "server", "-o", f"log.dirs={tmp_path / 'data'}",
+            "-o", "listeners=SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0", "-o", "inter.broker.listener.name=SSL"]
+    for k, v in props.items():
+        args += ["-o", f"{k}={v}"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert ("odradek: listener SSL (SSL): ssl.keystore.location=" in r.stderr
+            and "not a PKCS12 store, or the password is wrong" in r.stderr), r.stderr[-2000:]
+    assert "wrong" not in r.stderr.replace("is wrong", "")

@@ -515,6 +515,10 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
         ({"ssl.engine.factory.class": "com.example.Engine"}, "ssl.engine.factory.class=com.example.Engine"),
         ({"ssl.keymanager.algorithm": "PKIX"}, "ssl.keymanager.algorithm=PKIX"),
         ({"listener.name.internal.ssl.provider": "BC"}, "listener.name.internal.ssl.provider=BC"),
+        # ZooKeeper mode: brokers' own connections are plaintext only
+        ({"zookeeper.connect": "localhost:2181", "broker.id": "0", "process.roles": "",
+          "listeners": "SSL://localhost:9092", "inter.broker.listener.name": "SSL"},
+         "TLS between brokers is supported in KRaft mode only"),
         ({"sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"}, "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512"),
         ({"listener.name.plaintext.plain.sasl.jaas.config": "org.apache...PlainLoginModule required;"},
          "listener.name.plaintext.plain.sasl.jaas.config=(hidden)"),
