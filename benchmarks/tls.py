@@ -28,9 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
 from bench_support import Broker, cpu_times, create_topic, free_ports, make_log, percentile, table
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.unit.tls_certs import make_tls_files  # noqa: E402 - the repository root is added above
