@@ -26,6 +26,12 @@ transport has drained (``resume_writing``) and then goes on with ``sendfile``. A
 response thus costs a small copy per socket-buffer-full instead of a copy of all of it. Regions
 that wait (behind other responses or for a drain) hold their own duplicate of the segment's file
 descriptor, so a segment closed meanwhile (topic deletion) cannot make them read another file.
+
+On a TLS listener (SSL, SASL_SSL) the transport is an
+:class:`~odradek.network.ssl_transport_layer.SslTransportLayer` (the handshake, then encryption in
+user space): no ``sendfile``, file regions are read and written ``COPY_CHUNK_BYTES`` at a time,
+each waiting for the transport to drain. The connection's principal comes from the client
+certificate (``ssl.principal.mapping.rules``).
 """
 
 from __future__ import annotations

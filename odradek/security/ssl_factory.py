@@ -138,6 +138,11 @@ def _load_keystore(ctx: ssl.SSLContext, settings: Mapping[str, str]) -> bool:
     chain = _get(settings, "ssl.keystore.certificate.chain")
     inline_key = _get(settings, "ssl.keystore.key")
     key_password = settings.get("ssl.key.password") or None
+    if kind == "PEM" and settings.get("ssl.keystore.password"):
+        raise SslConfigError(
+            "ssl.keystore.password cannot be set with ssl.keystore.type=PEM (only ssl.key.password, "
+            "for an encrypted key), as in Kafka"
+        )
     if chain or inline_key:
         if kind != "PEM":
             raise SslConfigError("ssl.keystore.certificate.chain and ssl.keystore.key require ssl.keystore.type=PEM")
@@ -193,6 +198,8 @@ def _load_truststore(ctx: ssl.SSLContext, settings: Mapping[str, str]) -> bool:
     kind = _store_type(settings, "ssl.truststore.type")
     location = _get(settings, "ssl.truststore.location")
     inline = _get(settings, "ssl.truststore.certificates")
+    if kind == "PEM" and settings.get("ssl.truststore.password"):
+        raise SslConfigError("ssl.truststore.password cannot be set with ssl.truststore.type=PEM, as in Kafka")
     if inline:
         if kind != "PEM":
             raise SslConfigError("ssl.truststore.certificates requires ssl.truststore.type=PEM")

@@ -439,3 +439,40 @@ def test_unusable_tls_settings_stop_the_start(tls_files: TlsFiles, tmp_path: Pat
     assert ("odradek: listener SSL (SSL): ssl.keystore.location=" in r.stderr
             and "not a PKCS12 store, or the password is wrong" in r.stderr), r.stderr[-2000:]
     assert "wrong" not in r.stderr.replace("is wrong", "")
+
+
+def test_certificate_no_rule_maps_is_closed(tls_files: TlsFiles, caplog: pytest.LogCaptureFixture) -> None:
+    """A client certificate none of ssl.principal.mapping.rules matches (no DEFAULT): the
+    connection is closed before any request is handled, with a log line naming the DN."""
+    rules = "RULE:^CN=(.*?),OU=Services,.*$/$1/"
+    settings = {**tls_files.server_props(client_auth="required"), "ssl.principal.mapping.rules": rules}
+    handled: list[ConnectionInfo] = []
+
+    class Recorder:
+        def handle(self, conn: ConnectionInfo, frame: bytearray) -> None:
+            handled.append(conn)
+            raise CloseConnection("recorded")
+
+    cert, key, _ = tls_files.client("frank", ou="People")
+    store = tls_files.dir / "frank-store.pem"
+    store.write_text(key.read_text() + cert.read_text())
+
+    async def go() -> None:
+        server = SocketServer("127.0.0.1", 0, Recorder(), listener_name="SSL", security_protocol="SSL",
+                              tls=ListenerTls(server_context(settings), principal_mapper(settings)))
+        await server.start()
+        client = NetworkClient("127.0.0.1", server.port, ssl_context=client_context({
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_files.ca_pem),
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(store)}))
+        try:
+            with pytest.raises((ConnectionClosed, OSError)):
+                await asyncio.wait_for(client.send(g.API_VERSIONS, 3, {
+                    "client_software_name": "t", "client_software_version": "1"}), 10)
+        finally:
+            await client.close()
+            await server.stop()
+
+    with caplog.at_level("WARNING", logger="odradek.network.socket_server"):
+        asyncio.run(go())
+    assert handled == []
+    assert "no principal for the client certificate (No rules apply to CN=frank,OU=People,O=Odradek Tests" in caplog.text

@@ -143,6 +143,7 @@ def test_protocols_and_cipher_suites(tls: TlsFiles) -> None:
     ({"ssl.keystore.type": "BKS"}, "ssl.keystore.type=BKS"),
     ({"ssl.principal.mapping.rules": "RULE:x"}, "ssl.principal.mapping.rules=RULE:x"),
     ({"ssl.keystore.location": "", "ssl.keystore.type": "PKCS12"}, "needs a key store"),
+    ({"ssl.keystore.type": "PEM"}, "ssl.keystore.password cannot be set with ssl.keystore.type=PEM"),
 ])
 def test_bad_settings_name_the_key(tls: TlsFiles, props: dict[str, str], needle: str) -> None:
     with pytest.raises(SslConfigError) as info:
