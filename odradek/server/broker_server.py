@@ -284,7 +284,10 @@ class BrokerServer:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
         features = registration_features(self.metadata_cache.image.features.levels)
-        lifecycle.start(endpoints, features, cfg.broker_rack, directory_ids(list(cfg.log_dirs)))
+        lifecycle.start(
+            endpoints, features, cfg.broker_rack, directory_ids(list(cfg.log_dirs)),
+            security_protocols={adv.name: adv.security_protocol for adv in cfg.advertised_listeners},
+        )
         await lifecycle.wait_for_unfence()
         # Once more now that the controller has unfenced us (it does so once this broker has
         # replayed past its registration): records committed while we caught up may have deleted
