@@ -85,6 +85,7 @@ def tls_broker(tls_files: TlsFiles, tmp_path_factory: pytest.TempPathFactory) ->
         "listener.name.mtls.ssl.key.password": PASSWORD,
         "listener.name.mtls.ssl.truststore.type": "PEM",
         "listener.name.mtls.ssl.truststore.location": str(tls_files.ca_pem),
+        "listener.name.mtls.ssl.truststore.password": "",  # PEM stores take no store password
         "listener.name.mtls.ssl.principal.mapping.rules": MAPPING_RULES,
     }
     server = _DebugConnections(base / "data", overrides).start()
