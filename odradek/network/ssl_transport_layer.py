@@ -85,11 +85,13 @@ class SslTransportLayer(asyncio.Protocol):
             self._deliver()
 
     def eof_received(self) -> bool | None:
+        """The client half-closed: the connection may keep the socket open to write the
+        responses it still owes (it closes it then), as over plaintext."""
         self._eof = True
-        if self._app is not None:
-            self._deliver()
-            self._app.eof_received()
-        return None  # close: TLS has no half-close here
+        if self._app is None:
+            return None
+        self._deliver()
+        return True if self._app.eof_received() else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
