@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from odradek.coordinator.group.group_coordinator import GroupCoordinator
     from odradek.network.socket_server import SocketServer
     from odradek.server.broker_topic_stats import BrokerTopicStats
+    from odradek.server.client_quotas import ClientQuotaManagers
     from odradek.server.replica_manager import ReplicaManager
 
 
@@ -79,6 +80,49 @@ class RequestCollector(Collector):
             for api, hists in times:
                 family.add_metric([api], hists[i].cumulative(), hists[i].sum)
             yield family
+        # Kafka's RequestBytes; it has no response size metric, hence Odradek's name for that.
+        sizes = sorted(m.sizes.items())
+        for i, (name, doc) in enumerate((
+            ("kafka_network_requestmetrics_requestbytes", "Request sizes (bytes), per API"),
+            ("odradek_network_requestmetrics_responsebytes", "Response sizes (bytes), per API"),
+        )):
+            family = HistogramMetricFamily(name, doc, labels=["request"])
+            for api, pair in sizes:
+                family.add_metric([api], pair[i].cumulative(), pair[i].sum)
+            yield family
+
+
+class QuotaCollector(Collector):
+    """Kafka's client quota sensors (``kafka.server:type=Produce|Fetch|Request,user=U,client-id=C``
+    with ``throttle-time`` and ``byte-rate`` / ``request-time``), for the quota entities with a
+    live sensor. ``user`` / ``client_id`` are the sensor's tags: empty where the quota that
+    applies is not set on that part (as in Kafka)."""
+
+    def __init__(self, quotas: ClientQuotaManagers) -> None:
+        self.quotas = quotas
+
+    def collect(self) -> Iterator[Metric]:
+        q = self.quotas
+        now = q.clock_ms()
+        for kind, manager, rate_name, rate_doc in (
+            ("produce", q.produce, "byte_rate", "Bytes produced per second"),
+            ("fetch", q.fetch, "byte_rate", "Bytes fetched per second"),
+            ("request", q.request, "request_time", "Request handler time, percent of one thread"),
+        ):
+            prefix = f"kafka_server_{kind}_"
+            rate = GaugeMetricFamily(
+                prefix + rate_name, f"{rate_doc}, per quota entity (user, client id)", labels=["user", "client_id"]
+            )
+            throttle = GaugeMetricFamily(
+                prefix + "throttle_time",
+                "Average throttle time (ms) of the throttled responses of the last minute, per quota entity",
+                labels=["user", "client_id"],
+            )
+            for user, client_id, value, avg in manager.sensor_metrics(now):
+                rate.add_metric([user, client_id], value)
+                throttle.add_metric([user, client_id], avg)
+            yield rate
+            yield throttle
 
 
 class ConnectionCollector(Collector):

@@ -23,7 +23,7 @@ from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
-from odradek.metrics.collectors import BrokerCollector
+from odradek.metrics.collectors import BrokerCollector, QuotaCollector
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.socket_server import SocketServer
 from odradek.security.api_authorization import BROKER_CHECKS
@@ -229,7 +229,9 @@ class BrokerServer:
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
         broker_apis = built.apis
         # (before the authorizer, which guards every handler there is)
-        install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
+        quotas = install_client_quotas(
+            broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding
+        )
         if authorizer is not None:
             cache = self.metadata_cache
             install_authorization(
@@ -240,6 +242,7 @@ class BrokerServer:
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
             metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+            metrics.add(QuotaCollector(quotas))
         cache = self.metadata_cache
         for server in self._servers:
             server.handler = listener_handler(

@@ -349,3 +349,29 @@ def test_log_flushes_are_timed(metered: EmbeddedBroker) -> None:
     after = scrape(url)
     assert value(after, flushes) > before
     assert value(after, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(after, flushes)
+
+
+def test_quota_throttle_time_and_byte_rate_of_a_throttled_producer() -> None:
+    from .test_quotas import _create_topic, _produce_flat_out, _Stats, odradek
+
+    quota = 262144
+    # Two quota windows (Kafka's quota.window.num): the measured rate settles within seconds.
+    with EmbeddedBroker({"metrics.prometheus.listener": "http://127.0.0.1:0", "quota.window.num": "2"}) as b:
+        url, bs = metrics_url(b), b.bootstrap_servers
+        topic, client_id = unique_name("quota-metrics"), unique_name("limited")
+        _create_topic(bs, topic)
+        r = odradek("configs", "--bootstrap-server", bs, "--alter", "--add-config", f"producer_byte_rate={quota}",
+                    "--entity-type", "clients", "--entity-name", client_id)
+        assert r.returncode == 0, r.stderr
+        # No sensor before the client produces: no sample.
+        assert not any(name == "kafka_server_produce_byte_rate" for name, _ in scrape(url))
+        stats = _Stats()
+        assert _produce_flat_out(bs, topic, client_id, 4.0, stats)
+        samples = scrape(url)
+        labels = {"user": "", "client_id": client_id}  # a client-id quota: the user tag is empty
+        assert value(samples, "kafka_server_produce_throttle_time", **labels) > 0
+        rate = value(samples, "kafka_server_produce_byte_rate", **labels)
+        assert 0.5 * quota < rate < 1.5 * quota, rate
+        assert stats.max_throttle_ms > 0
+        # No fetch or request quota is set: those have no samples.
+        assert not any(name.startswith(("kafka_server_fetch_", "kafka_server_request_")) for name, _ in samples)
