@@ -5,7 +5,9 @@ Names are those the Prometheus JMX exporter's standard Kafka rules give Kafka's 
 ``kafka_server_brokertopicmetrics_messagesin_total{topic="t"}``; meters become counters,
 timers histograms in milliseconds, gauges gauges). Consumer lag is not a broker MBean in Kafka:
 it is exported under kafka_exporter's name, ``kafka_consumergroup_lag{consumergroup,topic,
-partition}``, which existing dashboards use.
+partition}``, which existing dashboards use, by the group's coordinator for every committed
+partition (the leaders' high watermarks of partitions not hosted there come from
+:mod:`odradek.metrics.leader_offsets`).
 
 The collectors run on the event loop (the ``/metrics`` handler is an asyncio one), so they read
 the broker's dicts in a consistent state; the request path only ever bumps counters.
@@ -29,8 +31,10 @@ from odradek.network.request_metrics import RequestMetrics
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.group_coordinator import GroupCoordinator
+    from odradek.metrics.leader_offsets import LeaderOffsets
     from odradek.network.socket_server import SocketServer
     from odradek.server.broker_topic_stats import BrokerTopicStats
+    from odradek.server.client_quotas import ClientQuotaManagers
     from odradek.server.replica_manager import ReplicaManager
 
 
@@ -79,6 +83,49 @@ class RequestCollector(Collector):
             for api, hists in times:
                 family.add_metric([api], hists[i].cumulative(), hists[i].sum)
             yield family
+        # Kafka's RequestBytes; it has no response size metric, hence Odradek's name for that.
+        sizes = sorted(m.sizes.items())
+        for i, (name, doc) in enumerate((
+            ("kafka_network_requestmetrics_requestbytes", "Request sizes (bytes), per API"),
+            ("odradek_network_requestmetrics_responsebytes", "Response sizes (bytes), per API"),
+        )):
+            family = HistogramMetricFamily(name, doc, labels=["request"])
+            for api, pair in sizes:
+                family.add_metric([api], pair[i].cumulative(), pair[i].sum)
+            yield family
+
+
+class QuotaCollector(Collector):
+    """Kafka's client quota sensors (``kafka.server:type=Produce|Fetch|Request,user=U,client-id=C``
+    with ``throttle-time`` and ``byte-rate`` / ``request-time``), for the quota entities with a
+    live sensor. ``user`` / ``client_id`` are the sensor's tags: empty where the quota that
+    applies is not set on that part (as in Kafka)."""
+
+    def __init__(self, quotas: ClientQuotaManagers) -> None:
+        self.quotas = quotas
+
+    def collect(self) -> Iterator[Metric]:
+        q = self.quotas
+        now = q.clock_ms()
+        for kind, manager, rate_name, rate_doc in (
+            ("produce", q.produce, "byte_rate", "Bytes produced per second"),
+            ("fetch", q.fetch, "byte_rate", "Bytes fetched per second"),
+            ("request", q.request, "request_time", "Request handler time, percent of one thread"),
+        ):
+            prefix = f"kafka_server_{kind}_"
+            rate = GaugeMetricFamily(
+                prefix + rate_name, f"{rate_doc}, per quota entity (user, client id)", labels=["user", "client_id"]
+            )
+            throttle = GaugeMetricFamily(
+                prefix + "throttle_time",
+                "Average throttle time (ms) of the throttled responses of the last minute, per quota entity",
+                labels=["user", "client_id"],
+            )
+            for user, client_id, value, avg in manager.sensor_metrics(now):
+                rate.add_metric([user, client_id], value)
+                throttle.add_metric([user, client_id], avg)
+            yield rate
+            yield throttle
 
 
 class ConnectionCollector(Collector):
@@ -117,9 +164,13 @@ class BrokerCollector(Collector):
 
     def __init__(
         self, replica_manager: ReplicaManager, group_coordinator: Callable[[], GroupCoordinator | None],
+        leader_offsets: LeaderOffsets | None = None,
     ) -> None:
         self.rm = replica_manager
         self.group_coordinator = group_coordinator
+        # The high watermarks of committed partitions without a replica here (None: such
+        # partitions have no lag sample, as in ZooKeeper mode).
+        self.leader_offsets = leader_offsets
 
     def collect(self) -> Iterator[Metric]:
         yield from _topic_metrics(self.rm.topic_stats)
@@ -166,20 +217,22 @@ class BrokerCollector(Collector):
         offsets = 0
         lag = GaugeMetricFamily(
             "kafka_consumergroup_lag",
-            "Committed offset's distance to the high watermark, per group and partition (partitions "
-            "with a replica on the group's coordinator)",
+            "Committed offset's distance to the high watermark, per group and partition (the local "
+            "one where the coordinator has a replica, else the leader's, refreshed every 10 s)",
             labels=["consumergroup", "topic", "partition"],
         )
         partitions = self.rm.partitions
+        remote = self.leader_offsets.high_watermarks if self.leader_offsets is not None else {}
         for g in groups:
             states[g.state_name] = states.get(g.state_name, 0) + 1
             committed: dict[tuple[str, int], Any] = getattr(g, "offsets", {})
             offsets += len(committed)
             for (topic, partition), om in committed.items():
                 p = partitions.get((topic, partition))
-                if p is None or p.log is None:
+                hw = p.log.high_watermark if p is not None and p.log is not None else remote.get((topic, partition))
+                if hw is None:
                     continue
-                lag.add_metric([g.group_id, topic, str(partition)], max(0, p.log.high_watermark - om.offset))
+                lag.add_metric([g.group_id, topic, str(partition)], max(0, hw - om.offset))
         for state, n in states.items():
             yield GaugeMetricFamily(prefix + "numgroups" + state.lower(), f"Groups in state {state}", value=n)
         yield GaugeMetricFamily(prefix + "numoffsets", "Committed offsets of the groups coordinated here", value=offsets)

@@ -11,6 +11,12 @@ LATENCY_BUCKETS_MS: tuple[float, ...] = (
     0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )
 
+# Size bucket bounds in bytes (Kafka's RequestBytes, Odradek's response sizes): from a small
+# header-only request to the default message.max.bytes and beyond.
+SIZE_BUCKETS_BYTES: tuple[float, ...] = (
+    64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)
+
 
 class Histogram:
     """Counts per bucket (``value <= bound``, the last one unbounded) and the sum."""

@@ -3,7 +3,10 @@
 
 :class:`RequestMetrics` keeps plain counters (requests per API and version, top-level errors per
 API) and latency histograms per API (total, local, remote: Kafka's TotalTimeMs, LocalTimeMs,
-RemoteTimeMs); the Prometheus endpoint reads them at scrape time.
+RemoteTimeMs) and size histograms per API (Kafka's RequestBytes; response sizes, which Kafka does
+not measure); the Prometheus endpoint reads them at scrape time. There is no RequestQueueTimeMs:
+a request is handled as soon as its frame is cut from the socket's bytes (no queue between the
+network and the handler), so its queue time would always be 0.
 Nothing here locks or formats on the request path: a completed request costs a few dict and list
 updates.
 
@@ -22,7 +25,7 @@ import logging
 from typing import Any
 
 from odradek.logs import safe
-from odradek.metrics.histogram import LATENCY_BUCKETS_MS, Histogram
+from odradek.metrics.histogram import LATENCY_BUCKETS_MS, SIZE_BUCKETS_BYTES, Histogram
 from odradek.protocol.errors import Errors
 
 REQUEST_LOGGER_NAME = "kafka.request.logger"
@@ -37,14 +40,25 @@ class RequestMetrics:
         # API name -> (total, local, remote) time: from arrival to the response being ready,
         # the part spent handling it, and the part waiting (purgatory, a controller write).
         self.times_ms: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
+        # API name -> (request, response) sizes in bytes (without the 4-byte size prefix).
+        self.sizes: dict[str, tuple[Histogram, Histogram]] = {}
 
-    def record(self, api: str, version: int, total_ms: float, local_ms: float, error: str | None) -> None:
+    def record(
+        self, api: str, version: int, total_ms: float, local_ms: float, error: str | None,
+        request_bytes: int = 0, response_bytes: int = 0,
+    ) -> None:
         key = (api, version)
         self.requests[key] = self.requests.get(key, 0) + 1
         hists = self.times_ms.get(api)
         if hists is None:
             hists = self.times_ms[api] = (Histogram(), Histogram(), Histogram())
+            self.sizes[api] = (Histogram(SIZE_BUCKETS_BYTES), Histogram(SIZE_BUCKETS_BYTES))
         total, local, remote = hists
+        req_size, resp_size = self.sizes[api]
+        req_size.counts[bisect.bisect_left(SIZE_BUCKETS_BYTES, request_bytes)] += 1
+        req_size.sum += request_bytes
+        resp_size.counts[bisect.bisect_left(SIZE_BUCKETS_BYTES, response_bytes)] += 1
+        resp_size.sum += response_bytes
         if local_ms == total_ms:  # answered at once: one bucket lookup for both, no wait
             i = bisect.bisect_left(LATENCY_BUCKETS_MS, total_ms)
             total.counts[i] += 1

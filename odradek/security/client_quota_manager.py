@@ -123,12 +123,37 @@ class Rate:
         return total / (self.window_size(now_ms) / 1000.0)
 
 
+class Avg:
+    """Kafka's ``Avg`` over a ``SampledStat`` with the default metric config (2 samples of 30 s):
+    the mean of the values recorded in the live samples, NaN when there are none."""
+
+    SAMPLES = 2
+    WINDOW_MS = 30_000
+
+    def __init__(self) -> None:
+        self._samples: list[list[float]] = []  # [window start ms, total, count]
+
+    def record(self, value: float, now_ms: int) -> None:
+        s = self._samples
+        if not s or now_ms - s[-1][0] >= self.WINDOW_MS:
+            s.append([now_ms, 0.0, 0.0])
+            del s[: -self.SAMPLES]
+        s[-1][1] += value
+        s[-1][2] += 1
+
+    def measure(self, now_ms: int) -> float:
+        live = [x for x in self._samples if now_ms - x[0] < self.SAMPLES * self.WINDOW_MS]
+        count = sum(x[2] for x in live)
+        return sum(x[1] for x in live) / count if count else math.nan
+
+
 @dataclass
 class _Sensor:
     rate: Rate
     last_record_ms: int
     throttle_time_ms_total: int = 0
     throttled: int = 0
+    throttle_avg: Avg | None = None  # created on the first throttle
 
 
 @dataclass(frozen=True)
@@ -245,6 +270,9 @@ class ClientQuotaManager:
         throttle = max(0, self.throttle_time(measured, bound, rate.window_size(now_ms)))
         sensor.throttled += 1
         sensor.throttle_time_ms_total += throttle
+        if sensor.throttle_avg is None:
+            sensor.throttle_avg = Avg()
+        sensor.throttle_avg.record(throttle, now_ms)
         return throttle
 
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
@@ -261,6 +289,18 @@ class ClientQuotaManager:
             return math.inf
         cfg = self.config
         return found[1] * (cfg.num_quota_samples - 1) * cfg.quota_window_size_seconds
+
+    def sensor_metrics(self, now_ms: int) -> list[tuple[str, str, float, float]]:
+        """Per live sensor: (user tag, client-id tag, rate per second, average throttle time ms
+        — Kafka's ``byte-rate`` / ``request-time`` and ``throttle-time``; NaN: not throttled
+        lately). Empty while no quota of this type is set."""
+        if not self._quotas:
+            return []
+        out = []
+        for (user, client_id), s in sorted(self._sensors.items()):
+            avg = s.throttle_avg.measure(now_ms) if s.throttle_avg is not None else math.nan
+            out.append((user, client_id, s.rate.measure(now_ms), avg))
+        return out
 
     def throttle_stats(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(user tag, client-id tag) -> (throttled responses, total throttle time ms)."""

@@ -145,7 +145,7 @@ class ApiDispatcher(ABC):
             # requests pipelined behind it must not be handled meanwhile.
             produce_throttle = quotas.record_produce(ctx, len(frame))
         if result is None:
-            self._completed(ctx, api, start, None, None)
+            self._completed(ctx, api, start, None, None, len(frame))
             return None
         if isinstance(result, dict):
             if quotas is not None and quotas.active:
@@ -154,17 +154,20 @@ class ApiDispatcher(ABC):
                 )
             else:
                 out = self._encode(api, version, correlation_id, result)
-            self._completed(ctx, api, start, out, result)
+            self._completed(ctx, api, start, out, result, len(frame))
             return out
-        return self._await_and_encode(ctx, api, start, time.monotonic(), result, request, produce_throttle)
+        return self._await_and_encode(
+            ctx, api, start, time.monotonic(), result, request, produce_throttle, len(frame)
+        )
 
     async def _await_and_encode(
         self, ctx: RequestContext, api: Api, start: float, local_end: float,
         pending: Awaitable[dict[str, Any] | None], request: dict[str, Any], produce_throttle: int,
+        request_bytes: int,
     ) -> ResponseBuffers | None:
         body = await pending
         if body is None:
-            self._completed(ctx, api, start, None, None, local_end)
+            self._completed(ctx, api, start, None, None, request_bytes, local_end)
             return None
         quotas = self.client_quotas
         if quotas is not None and quotas.active:
@@ -174,14 +177,14 @@ class ApiDispatcher(ABC):
             )
         else:
             out = self._encode(api, ctx.version, ctx.header.correlation_id, body)
-        self._completed(ctx, api, start, out, body, local_end)
+        self._completed(ctx, api, start, out, body, request_bytes, local_end)
         return out
 
     def _completed(
         self, ctx: RequestContext, api: Api, start: float, out: ResponseBuffers | None,
-        body: dict[str, Any] | None, local_end: float = 0.0,
+        body: dict[str, Any] | None, request_bytes: int, local_end: float = 0.0,
     ) -> None:
-        """``local_end``: when the handler returned the awaitable of a delayed response (0: the
+        """``request_bytes``: the request's size (without its size prefix). ``local_end``: when the handler returned the awaitable of a delayed response (0: the
         response was ready at once); the time after it is Kafka's RemoteTimeMs."""
         metrics = self.request_metrics
         debug = request_logger.isEnabledFor(logging.DEBUG)
@@ -196,10 +199,10 @@ class ApiDispatcher(ABC):
         if metrics is None and not debug and not slow:
             return
         error = top_level_error(body)
+        size = response_size(out)
         if metrics is not None:
-            metrics.record(api.name, ctx.version, total_ms, local_ms, error)
+            metrics.record(api.name, ctx.version, total_ms, local_ms, error, request_bytes, size)
         if slow or debug:
-            size = response_size(out)
             log_request(
                 logging.WARNING if slow else logging.DEBUG, ctx.conn.peer, ctx.header.client_id,
                 api.name, ctx.version, ctx.header.correlation_id, total_ms, size, error,

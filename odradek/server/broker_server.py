@@ -23,7 +23,8 @@ from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
-from odradek.metrics.collectors import BrokerCollector
+from odradek.metrics.collectors import BrokerCollector, QuotaCollector
+from odradek.metrics.leader_offsets import LeaderOffsets
 from odradek.metrics.prometheus import observe_requests
 from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
@@ -100,8 +101,31 @@ class BrokerServer:
         self.broker_apis: KafkaApis | None = None
         self.authorizer: StandardAuthorizer | None = None
         self.add_partitions_to_txn_manager: AddPartitionsToTxnManager | None = None
+        self.leader_offsets: LeaderOffsets | None = None  # consumer lag (with metrics only)
         self.metadata_cache = KRaftMetadataCache()
         self._started = False
+
+    def _leader_offsets(self) -> LeaderOffsets:
+        """The background refresher of the leaders' high watermarks for the consumer lag."""
+        rm = self.replica_manager
+        assert rm is not None
+
+        def committed() -> set[tuple[str, int]]:
+            gc = self.group_coordinator
+            if gc is None:
+                return set()
+            return {tp for g in gc.metadata_manager.owned_groups() for tp in getattr(g, "offsets", {})}
+
+        def is_local(tp: tuple[str, int]) -> bool:
+            p = rm.partitions.get(tp)
+            return p is not None and p.log is not None
+
+        refresher = LeaderOffsets(
+            self.metadata_cache, self.node_id, self.config.inter_broker_listener_name,
+            self.config.request_timeout_ms, committed, is_local,
+        )
+        refresher.start()
+        return refresher
 
     # -- configuration helpers ------------------------------------------------------------------
 
@@ -231,7 +255,9 @@ class BrokerServer:
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
         broker_apis = built.apis
         # (before the authorizer, which guards every handler there is)
-        install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
+        quotas = install_client_quotas(
+            broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding
+        )
         if authorizer is not None:
             cache = self.metadata_cache
             helper = AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic)
@@ -241,7 +267,9 @@ class BrokerServer:
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)
         if metrics is not None:
-            metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator))
+            self.leader_offsets = self._leader_offsets()
+            metrics.add(BrokerCollector(self.replica_manager, lambda: self.group_coordinator, self.leader_offsets))
+            metrics.add(QuotaCollector(quotas))
         cache = self.metadata_cache
         for server in self._servers:
             server.handler = listener_handler(
@@ -411,6 +439,9 @@ class BrokerServer:
         # are completed now), and only then close the connections.
         for server in self._servers:
             server.begin_shutdown()
+        if self.leader_offsets is not None:
+            await self.leader_offsets.stop()
+            self.leader_offsets = None
         await stop_request_side(self.txn_apis, self.group_coordinator, self.add_partitions_to_txn_manager,
                                 self.replica_fetcher_manager, self.alter_partition_manager, self.replica_manager)
         for server in self._servers:

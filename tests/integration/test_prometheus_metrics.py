@@ -349,3 +349,88 @@ def test_log_flushes_are_timed(metered: EmbeddedBroker) -> None:
     after = scrape(url)
     assert value(after, flushes) > before
     assert value(after, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(after, flushes)
+
+
+def test_quota_throttle_time_and_byte_rate_of_a_throttled_producer() -> None:
+    from .test_quotas import _create_topic, _produce_flat_out, _Stats, odradek
+
+    quota = 262144
+    # Two quota windows (Kafka's quota.window.num): the measured rate settles within seconds.
+    with EmbeddedBroker({"metrics.prometheus.listener": "http://127.0.0.1:0", "quota.window.num": "2"}) as b:
+        url, bs = metrics_url(b), b.bootstrap_servers
+        topic, client_id = unique_name("quota-metrics"), unique_name("limited")
+        _create_topic(bs, topic)
+        r = odradek("configs", "--bootstrap-server", bs, "--alter", "--add-config", f"producer_byte_rate={quota}",
+                    "--entity-type", "clients", "--entity-name", client_id)
+        assert r.returncode == 0, r.stderr
+        # No sensor before the client produces: no sample.
+        assert not any(name == "kafka_server_produce_byte_rate" for name, _ in scrape(url))
+        stats = _Stats()
+        assert _produce_flat_out(bs, topic, client_id, 4.0, stats)
+        samples = scrape(url)
+        labels = {"user": "", "client_id": client_id}  # a client-id quota: the user tag is empty
+        assert value(samples, "kafka_server_produce_throttle_time", **labels) > 0
+        rate = value(samples, "kafka_server_produce_byte_rate", **labels)
+        assert 0.5 * quota < rate < 1.5 * quota, rate
+        assert stats.max_throttle_ms > 0
+        # No fetch or request quota is set: those have no samples.
+        assert not any(name.startswith(("kafka_server_fetch_", "kafka_server_request_")) for name, _ in samples)
+
+
+def test_consumer_lag_of_partitions_led_by_other_brokers(tmp_path: Path) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from .replication_cluster import ReplicationCluster
+    from .test_raft_quorum import _free_ports
+
+    cluster = ReplicationCluster(tmp_path, controller_extra="auto.leader.rebalance.enable=false\n")
+    ports = dict(zip((0, 1, 2, 3), _free_ports(4), strict=True))
+    for node in cluster.nodes:
+        with node.config.open("a") as f:
+            f.write(f"metrics.prometheus.listener=http://127.0.0.1:{ports[node.node_id]}\n")
+    cluster.start()
+    try:
+        topic, group = unique_name("lag"), unique_name("lag-group")
+        admin = cluster.admin()
+        # One partition on each broker: whichever coordinates the group hosts only one of them.
+        admin.create_topics([NewTopic(topic, num_partitions=3, replica_assignment=[[1], [2], [3]])])[topic].result(30)
+        cluster.wait_for(topic, lambda s: len(s) == 3 and all(leader >= 0 for leader, _, _ in s.values()),
+                         what="3 partitions with leaders")
+        p = Producer({"bootstrap.servers": cluster.bootstrap})
+        for partition in range(3):
+            for i in range(5 + partition):
+                p.produce(topic, value=b"v%d" % i, partition=partition)
+        assert p.flush(30) == 0
+        # The group commits offset 1 everywhere: lag 4, 5, 6.
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        try:
+            c.commit(offsets=[TopicPartition(topic, i, 1) for i in range(3)], asynchronous=False)
+            desc = admin.describe_consumer_groups([group])[group].result(30)
+            url = f"http://127.0.0.1:{ports[desc.coordinator.id]}/metrics"
+            offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+            assert sorted(tp.offset for tp in offsets.topic_partitions) == [1, 1, 1]
+
+            def lags() -> dict[str, float]:
+                samples = scrape(url)
+                return {lb["partition"]: v for (n, labels), v in samples.items()
+                        if n == "kafka_consumergroup_lag"
+                        for lb in [dict(labels)] if lb["consumergroup"] == group and lb["topic"] == topic}
+
+            # (the leaders' high watermarks are refreshed every 10 s)
+            wait_until(lambda: lags() == {"0": 4, "1": 5, "2": 6}, timeout=40,
+                       what=f"lag of all 3 partitions on the coordinator (broker {desc.coordinator.id})")
+            c.assign([TopicPartition(topic, i, 1) for i in range(3)])
+            got = 0
+            deadline = time.monotonic() + 30
+            while got < 15 and time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got += 1
+            assert got == 15
+            c.commit(asynchronous=False)
+            wait_until(lambda: lags() == {"0": 0, "1": 0, "2": 0}, timeout=40, what="lag 0 after consuming")
+        finally:
+            c.close()
+    finally:
+        cluster.stop()

@@ -251,3 +251,24 @@ def test_describe_filters() -> None:
     with pytest.raises(KafkaError) as e:
         match(False, ("group", MATCH_TYPE_SPECIFIED, None))
     assert e.value.code == Errors.UNSUPPORTED_VERSION
+
+
+def test_sensor_metrics_give_the_rate_and_the_average_throttle_of_the_last_minute() -> None:
+    import math
+
+    from odradek.security.client_quota_manager import ClientQuotaManager, QuotaConfig, entity
+
+    mgr = ClientQuotaManager("producer_byte_rate", QuotaConfig(2, 1))
+    assert mgr.sensor_metrics(0) == []  # no quota: no sensor
+    mgr.update_quota(entity(client_id="c"), 1000.0)
+    assert mgr.record_and_get_throttle_time_ms("alice", "c", 500, 0) == 0
+    ((user, client, rate, avg),) = mgr.sensor_metrics(0)
+    assert (user, client) == ("", "c") and rate == 500 and math.isnan(avg)  # never throttled: NaN
+    t1 = mgr.record_and_get_throttle_time_ms("alice", "c", 2500, 100)
+    t2 = mgr.record_and_get_throttle_time_ms("alice", "c", 1000, 200)
+    assert t1 > 0 and t2 > 0
+    ((_, _, rate, avg),) = mgr.sensor_metrics(200)
+    assert rate == pytest.approx(4000 / 1.2)  # 0.2 s elapsed plus the one window credited up front
+    assert avg == (t1 + t2) / 2
+    ((_, _, _, avg),) = mgr.sensor_metrics(200 + 60_000)  # both 30 s samples expired
+    assert math.isnan(avg)

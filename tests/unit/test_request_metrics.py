@@ -55,6 +55,19 @@ def test_completed_requests_are_counted_when_metrics_are_on() -> None:
     assert metrics.errors == {}
 
 
+def test_request_and_response_sizes_are_counted_per_api() -> None:
+    apis = _Apis()
+    apis.request_metrics = metrics = RequestMetrics()
+    frame = _api_versions_frame()
+    out = apis.handle(CONN, bytearray(frame))
+    assert isinstance(out, list)
+    response_bytes = sum(len(b) for b in out)
+    requests, responses = metrics.sizes["ApiVersions"]
+    assert (requests.count, requests.sum) == (1, len(frame))
+    assert (responses.count, responses.sum) == (1, response_bytes)
+    assert response_bytes > 64 and responses.cumulative()[0] == ("64", 0)  # not in the first bucket
+
+
 def test_request_log_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     apis = _Apis()
     with caplog.at_level(logging.INFO, logger="kafka.request.logger"):
