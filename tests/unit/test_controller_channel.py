@@ -456,6 +456,7 @@ def test_controller_listener_serves_controller_apis_and_describes_the_controller
             g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
             g.CREATE_ACLS.api_key, g.DELETE_ACLS.api_key, g.DESCRIBE_ACLS.api_key,  # the ACLs (issue 16)
             m.ALTER_USER_SCRAM_CREDENTIALS.api_key,  # SCRAM credentials (issue 16)
+            g.ALTER_CLIENT_QUOTAS.api_key,  # client quotas (issue 16)
         }
         capis.listener_endpoints["CONTROLLER"] = ("ctl.example", 9093)
         describe = capis.handlers()[m.DESCRIBE_CLUSTER]
