@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -100,11 +101,15 @@ class NetworkClient:
         reconnect_backoff_max_ms: int = 1000,
         sasl_role: str | None = None,
         sasl: SaslClientConfig | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: connect with TLS (to an SSL listener), the server's name checked
+        against ``host`` if the context checks host names."""
         self.host = host
         self.sasl_role = sasl_role
         self.sasl = sasl  # an explicit login (a tool's --command-config), else the role's
         self._authenticating = False
+        self.ssl_context = ssl_context
         self.port = port
         self.client_id = client_id
         self.core = ClientConnection(
@@ -241,7 +246,8 @@ class NetworkClient:
         self.backoff.connecting(self._now_ms())
         try:
             transport, protocol = await loop.create_connection(
-                lambda: _Protocol(self), self.host, self.port
+                lambda: _Protocol(self), self.host, self.port, ssl=self.ssl_context,
+                server_hostname=self.host if self.ssl_context is not None else None,
             )
         except OSError:
             self.backoff.disconnected(self._now_ms())

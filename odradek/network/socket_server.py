@@ -26,6 +26,12 @@ transport has drained (``resume_writing``) and then goes on with ``sendfile``. A
 response thus costs a small copy per socket-buffer-full instead of a copy of all of it. Regions
 that wait (behind other responses or for a drain) hold their own duplicate of the segment's file
 descriptor, so a segment closed meanwhile (topic deletion) cannot make them read another file.
+
+On a TLS listener (SSL, SASL_SSL) the transport is an
+:class:`~odradek.network.ssl_transport_layer.SslTransportLayer` (the handshake, then encryption in
+user space): no ``sendfile``, file regions are read and written ``COPY_CHUNK_BYTES`` at a time,
+each waiting for the transport to drain. The connection's principal comes from the client
+certificate (``ssl.principal.mapping.rules``).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from odradek.network.connection import (
     MIN_REQUEST_BYTES,
@@ -57,6 +63,10 @@ from odradek.network.request_channel import (
     RequestHandler,
     ResponseBuffers,
 )
+from odradek.network.ssl_transport_layer import SslTransportLayer, tls_hint
+
+if TYPE_CHECKING:
+    from odradek.security.ssl_factory import ListenerTls
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +80,9 @@ WRITE_BUFFER_LOW = 0
 # transport then waits for the socket to become writable, which the kernel reports only once a
 # good part of its send buffer is free again, and sendfile goes on from there.
 SENDFILE_CHUNK_BYTES = 16 * 1024
+# Without sendfile (TLS: the bytes must be encrypted in user space), file regions are read and
+# written in pieces of this size, each waiting for the transport to drain.
+COPY_CHUNK_BYTES = 256 * 1024
 RESUME_PENDING_RESPONSES = MAX_PENDING_RESPONSES // 2
 
 
@@ -198,13 +211,45 @@ class KafkaConnection(asyncio.BufferedProtocol):
         conn_id = f"{local}-{peer}-{next(self._server._conn_counter)}"
         self.info = ConnectionInfo(
             connection_id=conn_id, peer=peer, listener_name=self._server.listener_name,
+            security_protocol=self._server.security_protocol,
             set_max_request_bytes=self._set_max_request_bytes,
         )
+        tls = self._server.tls
+        if tls is not None and not self._tls_principal(tls, transport):
+            return
         hook = getattr(self._server.handler, "connection_made", None)
         if hook is not None:  # a SASL listener's authenticator starts here
             hook(self.info)
         self._server._connections.add(self)
-        log.debug("accepted connection %s on listener %s", conn_id, self._server.listener_name)
+        log.debug(
+            "accepted connection %s on listener %s (%s, principal %s)", conn_id,
+            self._server.listener_name, self.info.security_protocol, self.info.principal,
+        )
+
+    def _tls_principal(self, tls: ListenerTls, transport: asyncio.Transport) -> bool:
+        """The principal of a TLS connection: its client certificate's subject through
+        ``ssl.principal.mapping.rules`` (User:ANONYMOUS without one); False (closed) if no
+        rule applies."""
+        from odradek.security.kafka_principal import USER_TYPE, KafkaPrincipal
+        from odradek.security.ssl_principal_mapper import NoMatchingRule, distinguished_name
+
+        info = self.info
+        assert info is not None
+        sslobj = transport.get_extra_info("ssl_object")
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        if not der:
+            return True
+        dn = distinguished_name(der)
+        try:
+            info.principal = KafkaPrincipal(USER_TYPE, tls.mapper.get_name(dn))
+        except (NoMatchingRule, ValueError) as e:
+            log.warning(
+                "closing TLS connection %s from %s on listener %s: no principal for the client "
+                "certificate (%s)", info.connection_id, info.peer, self._server.listener_name, e,
+            )
+            self.abort()
+            return False
+        return True
 
     _max_request_name = "socket.request.max.bytes"
 
@@ -327,9 +372,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except FrameTooLarge as e:
                 log.warning(
                     "request of %d bytes from %s on listener %s exceeds "
-                    "%s=%d; closing connection %s",
+                    "%s=%d; closing connection %s%s",
                     e.size, self._peer, server.listener_name, self._max_request_name, e.limit,
-                    self._conn_id,
+                    self._conn_id, tls_hint(e.size, server.security_protocol),
                 )
                 self._close_after_pending()
                 return
@@ -518,8 +563,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         continue
                 # The socket is full or bytes are buffered ahead of us: one chunk through the
                 # transport, which pauses it until it has drained; then sendfile goes on. With
-                # no sendfile on this connection the whole region is copied.
-                chunk = min(seg.size, SENDFILE_CHUNK_BYTES) if fd is not None else seg.size
+                # no sendfile on this connection (TLS) the region is copied a piece at a time.
+                chunk = min(seg.size, SENDFILE_CHUNK_BYTES if fd is not None else COPY_CHUNK_BYTES)
                 data = _pread_exact(seg.fd, seg.position, chunk)
                 if seg.advance(chunk):
                     segments.popleft()
@@ -641,9 +686,12 @@ class SocketServer:
         memory_pool: RequestMemoryPool | None = None,
         quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = 600000,
+        security_protocol: str = "PLAINTEXT",
+        tls: ListenerTls | None = None,
     ) -> None:
         """``memory_pool`` and ``quotas`` may be shared by several listeners (None: no limit);
-        ``connections_max_idle_ms`` < 0 keeps idle connections open forever, as in Kafka."""
+        ``connections_max_idle_ms`` < 0 keeps idle connections open forever, as in Kafka.
+        ``tls``: serve TLS (SSL and SASL_SSL listeners) with this context."""
         self.host = host
         self._requested_port = port
         self.handler = handler
@@ -652,6 +700,8 @@ class SocketServer:
         self.memory_pool = memory_pool
         self.quotas = quotas
         self.connections_max_idle_ms = connections_max_idle_ms
+        self.security_protocol = security_protocol
+        self.tls = tls
         self._idle_task: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
@@ -667,8 +717,9 @@ class SocketServer:
         before the broker touches its data (OSError, e.g. EADDRINUSE); :meth:`start` serves."""
         loop = asyncio.get_running_loop()
         host: str | None = self.host or None  # "" = all interfaces, as in Kafka's listeners
+        factory: Any = (lambda: KafkaConnection(self)) if self.tls is None else (lambda: SslTransportLayer(self, KafkaConnection))
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self),
+            factory,
             host=host,
             port=self._requested_port,
             reuse_address=True,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -100,9 +101,12 @@ class KafkaNetworkChannel(Generic[T]):
         reconnect_backoff_max_ms: int = 1000,
         request_timeout_ms: int = 2000,
         resolve: Callable[[int], tuple[str, int] | None] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``resolve``: the endpoint of a node not in ``endpoints`` (a voter of the dynamic
-        voter set); leaders' endpoints in Fetch responses (``node_endpoints``) are learnt too."""
+        voter set); leaders' endpoints in Fetch responses (``node_endpoints``) are learnt too.
+        ``ssl_context``: TLS to the voters' (SSL) controller listener."""
+        self._ssl_context = ssl_context
         self.node_id = node_id
         # A Fetch may be parked by the leader for its max wait: that on top of the timeout.
         self.timeout_s = (request_timeout_ms + msgs.FETCH_MAX_WAIT_MS) / 1000
@@ -149,6 +153,7 @@ class KafkaNetworkChannel(Generic[T]):
                 reconnect_backoff_ms=self._backoff[0],
                 reconnect_backoff_max_ms=self._backoff[1],
                 sasl_role="controller",
+                ssl_context=self._ssl_context,
             )
             self._clients[node] = client
         return client

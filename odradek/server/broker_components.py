@@ -23,8 +23,10 @@ from odradek.log.errors import KafkaStorageError
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
+from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
 from odradek.protocol.errors import Errors
+from odradek.security.ssl_factory import inter_node_ssl_context
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -138,6 +140,10 @@ def build_broker_apis(
     adder = AddPartitionsToTxnManager(
         metadata_cache, cfg.inter_broker_listener_name, cfg.request_timeout_ms,
         cfg._int("transaction.state.log.num.partitions"),
+        client_factory=lambda source: NetworkClient(
+            source.host, source.port, "odradek-add-partitions-to-txn", sasl_role="broker",
+            ssl_context=inter_node_ssl_context(cfg, cfg.inter_broker_listener_name),
+        ),
     )
     verifier = TransactionVerifier(adder, lambda: cfg._bool("transaction.partition.verification.enable"))
     group_coordinator.offset_manager.txn_verifier = verifier.verify

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from odradek.protocol.errors import Errors
@@ -28,6 +28,9 @@ from odradek.server.controller_channel import (
 )
 
 log = logging.getLogger(__name__)
+
+# Kafka's SecurityProtocol ids.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 # Kafka's BrokerLifecycleManager backs off 100 ms (doubling up to the heartbeat interval)
 # after a failed registration.
@@ -71,8 +74,11 @@ class BrokerLifecycleManager:
         features: dict[str, tuple[int, int]],
         rack: str | None,
         log_dirs: list[uuid.UUID] | None = None,
+        security_protocols: Mapping[str, str] | None = None,
     ) -> None:
         """Register and heartbeat in the background; ``listeners``: (name, host, port);
+        ``security_protocols``: listener name -> PLAINTEXT/SSL/SASL_PLAINTEXT/SASL_SSL (PLAINTEXT
+        for a name not in it), registered as Kafka's SecurityProtocol ids;
         ``log_dirs``: the ``directory.id`` of each log directory (KIP-858: a controller at
         metadata.version 3.7-IV2 or later refuses a registration without them, as Kafka's does)."""
         self._registration = {
@@ -80,7 +86,9 @@ class BrokerLifecycleManager:
             "cluster_id": self.cluster_id,
             "incarnation_id": self.incarnation_id,
             "listeners": [
-                {"name": n, "host": h, "port": p, "security_protocol": 0} for n, h, p in listeners
+                {"name": n, "host": h, "port": p,
+                 "security_protocol": SECURITY_PROTOCOL_IDS.get((security_protocols or {}).get(n, "PLAINTEXT"), 0)}
+                for n, h, p in listeners
             ],
             "features": [
                 {"name": name, "min_supported_version": lo, "max_supported_version": hi}

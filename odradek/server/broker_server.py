@@ -25,12 +25,14 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.metadata_cache import KRaftMetadataCache
 from odradek.metrics.collectors import BrokerCollector
 from odradek.metrics.prometheus import observe_requests
+from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
 from odradek.security.api_authorization import BROKER_CHECKS
 from odradek.security.auth_helper import AuthHelper
 from odradek.security.auth_helper import install as install_authorization
 from odradek.security.sasl_apis import SaslApis
 from odradek.security.sasl_channel_builder import listener_handler
+from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
 from odradek.security.standard_authorizer import StandardAuthorizer
 from odradek.server import config_defs
 from odradek.server.acl_apis import AclApis
@@ -251,7 +253,10 @@ class BrokerServer:
             port = adv.port or self.bound_ports.get(adv.name, adv.port)
             endpoints.append((adv.name, adv.host, port))
         features = registration_features(self.metadata_cache.image.features.levels)
-        lifecycle.start(endpoints, features, cfg.broker_rack, directory_ids(list(cfg.log_dirs)))
+        lifecycle.start(
+            endpoints, features, cfg.broker_rack, directory_ids(list(cfg.log_dirs)),
+            security_protocols={adv.name: adv.security_protocol for adv in cfg.advertised_listeners},
+        )
         await lifecycle.wait_for_unfence()
         # Once more now that the controller has unfenced us (it does so once this broker has
         # replayed past its registration): records committed while we caught up may have deleted
@@ -281,8 +286,15 @@ class BrokerServer:
             self.node_id, cfg._int("replication.quota.window.num"), cfg._int("replication.quota.window.size.seconds")
         )
         self._update_replication_throttles(set(self.metadata_cache.image.topics.by_name), rates=True)
+        try:
+            ibl_tls = inter_node_ssl_context(cfg, cfg.inter_broker_listener_name)
+        except SslConfigError as e:
+            raise StartupError(f"inter-broker listener {cfg.inter_broker_listener_name} (client side): {e}") from e
         self.replica_fetcher_manager = ReplicaFetcherManager(
-            rm, fetcher_config(cfg, self.node_id), cfg._int("num.replica.fetchers"), quota=quotas.follower
+            rm, fetcher_config(cfg, self.node_id), cfg._int("num.replica.fetchers"), quota=quotas.follower,
+            client_factory=lambda source, client_id: NetworkClient(
+                source.host, source.port, client_id, max_in_flight=1, sasl_role="broker", ssl_context=ibl_tls,
+            ),
         )
         rm.leader_quota = quotas.leader
         self.alter_partition_manager = AlterPartitionManager(channel, self.node_id, broker_epoch)

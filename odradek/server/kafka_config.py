@@ -464,6 +464,11 @@ class KafkaConfig:
             out[name.strip().upper()] = proto.strip().upper()
         return out
 
+    def listener_security_protocol(self, name: str) -> str:
+        """The security protocol of listener ``name`` (controller listeners not in the map are
+        PLAINTEXT, as in Kafka)."""
+        return self._security_protocol_map().get(name.upper(), "PLAINTEXT")
+
     def _with_protocol(self, lst: Listener, key: str) -> Listener:
         protocols = self._security_protocol_map()
         proto = protocols.get(lst.name)

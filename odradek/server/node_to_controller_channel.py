@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -95,9 +96,10 @@ class NetworkControllerConnection:
 
     def __init__(
         self, host: str, port: int, client_id: str, *, reconnect_backoff_ms: int = 50,
-        reconnect_backoff_max_ms: int = 1000,
+        reconnect_backoff_max_ms: int = 1000, ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._args = (host, port, client_id, reconnect_backoff_ms, reconnect_backoff_max_ms)
+        self._ssl_context = ssl_context
         self._client = self._new_client()
 
     def _new_client(self) -> NetworkClient:
@@ -105,6 +107,7 @@ class NetworkControllerConnection:
         return NetworkClient(
             host, port, client_id, max_in_flight=1, reconnect_backoff_ms=lo, reconnect_backoff_max_ms=hi,
             sasl_role="controller",
+            ssl_context=self._ssl_context,
         )
 
     async def send(self, api: Api, version: int, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -143,6 +146,7 @@ class NodeToControllerChannel(QueuedControllerChannel):
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         name: str = "forwarding",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._leader_id = leader_id
         if callable(endpoints):
@@ -154,7 +158,7 @@ class NodeToControllerChannel(QueuedControllerChannel):
         def network(node: int, host: str, port: int) -> ControllerConnection:
             return NetworkControllerConnection(
                 host, port, client_id, reconnect_backoff_ms=reconnect_backoff_ms,
-                reconnect_backoff_max_ms=reconnect_backoff_max_ms,
+                reconnect_backoff_max_ms=reconnect_backoff_max_ms, ssl_context=ssl_context,
             )
 
         super().__init__(retry_timeout_ms, retry_backoff_ms, name)
@@ -177,11 +181,24 @@ class NodeToControllerChannel(QueuedControllerChannel):
         endpoints: Mapping[int, tuple[str, int]] | Callable[[int], tuple[str, int] | None] | None = None,
         name: str = "forwarding",
         retry_timeout_ms: int = DEFAULT_RETRY_TIMEOUT_MS,
+        listener_name: str | None = None,
     ) -> NodeToControllerChannel:
         """A broker's channel as Kafka's BrokerServer builds one: client id the node id, each
         attempt bounded by ``controller.socket.timeout.ms`` (and the retry timeout), reconnect
-        backoff 50 ms; the endpoints from ``controller.quorum.voters`` unless given."""
+        backoff 50 ms; the endpoints from ``controller.quorum.voters`` unless given. TLS if the
+        controllers' listener (``listener_name``, by default the first of
+        ``controller.listener.names``) is an SSL one."""
+        from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
+        from odradek.server.dir_lock import StartupError
+
         socket_timeout = int(config.get("controller.socket.timeout.ms"))
+        if listener_name is None:
+            names = config.controller_listener_names
+            listener_name = names[0] if names else None
+        try:
+            ssl_context = inter_node_ssl_context(config, listener_name) if listener_name else None
+        except SslConfigError as e:
+            raise StartupError(f"controller listener {listener_name} (client side): {e}") from e
         return cls(
             leader_id,
             controller_endpoints(config) if endpoints is None else endpoints,
@@ -191,6 +208,7 @@ class NodeToControllerChannel(QueuedControllerChannel):
             reconnect_backoff_ms=CHANNEL_RECONNECT_BACKOFF_MS,
             reconnect_backoff_max_ms=CHANNEL_RECONNECT_BACKOFF_MS,
             name=f"to-controller-{name}-channel-manager",
+            ssl_context=ssl_context,
         )
 
     # -- ControllerChannel ------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 
 from odradek.log.log import Log
@@ -44,6 +45,7 @@ from odradek.raft.quorum_state import FileQuorumStateStore, QuorumStateError
 from odradek.raft.raft_client import Listener
 from odradek.raft.record_batches import BatchCodec
 from odradek.raft.snapshot import SnapshotId
+from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context, listener_tls
 from odradek.server.dir_lock import DirLock, StartupError, lock_dirs
 from odradek.server.dynamic_quorum_config import quorum_bootstrap
 from odradek.server.kafka_config import KafkaConfig
@@ -83,6 +85,10 @@ async def bind_listener(
     """Bind (not yet serve) one listener; a port that cannot be bound raises
     StartupError("cannot listen on host:port (listener NAME): reason")."""
     pool, quotas = limits
+    try:
+        tls = listener_tls(cfg, lst.name, lst.security_protocol)
+    except SslConfigError as e:
+        raise StartupError(f"listener {lst.name} ({lst.security_protocol}): {e}") from e
     server = SocketServer(
         lst.host,
         lst.port,
@@ -92,6 +98,8 @@ async def bind_listener(
         memory_pool=pool,
         quotas=quotas,
         connections_max_idle_ms=cfg.connections_max_idle_ms,
+        security_protocol=lst.security_protocol,
+        tls=tls,
     )
     try:
         await server.bind()
@@ -194,6 +202,15 @@ class SharedServer:
         except (UnreadableMetadataRecord, MetadataReplayError) as e:
             raise _unreadable(e) from e
 
+    def _controller_ssl_context(self) -> ssl.SSLContext | None:
+        """TLS for Raft to the voters if their listener (the first of controller.listener.names)
+        is an SSL one."""
+        names = self.config.controller_listener_names
+        try:
+            return inter_node_ssl_context(self.config, names[0]) if names else None
+        except SslConfigError as e:
+            raise StartupError(f"controller listener {names[0]} (client side): {e}") from e
+
     async def start_raft(self) -> KafkaRaftClient[MetadataRecord]:
         """Start the Raft driver and its network channel to the other voters. A quorum of one
         elects itself at once: its new epoch is persisted to quorum-state and the log it holds
@@ -211,6 +228,7 @@ class SharedServer:
                 BatchCodec(METADATA_RECORD_SERDE),
                 request_timeout_ms=client.config.request_timeout_ms,
                 resolve=self.dynamic_quorum.endpoint,
+                ssl_context=self._controller_ssl_context(),
             )
         driver = KafkaRaftClientDriver(client, channel)
         if voters == {self.node_id}:

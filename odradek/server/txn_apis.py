@@ -33,9 +33,11 @@ from odradek.coordinator.transaction.transaction_marker_channel_manager import (
 from odradek.coordinator.transaction.transaction_metadata import TopicPartition
 from odradek.coordinator.transaction.transaction_state_manager import TransactionStateManager
 from odradek.metadata.metadata_cache import KRaftMetadataCache
+from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.schema import Api
+from odradek.security.ssl_factory import inter_node_ssl_context
 from odradek.server.api_dispatcher import Handler, RequestContext
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.kafka_config import KafkaConfig
@@ -295,6 +297,10 @@ def build_txn_apis(
             metadata_cache=metadata_cache,
             listener_name=lambda: config.inter_broker_listener_name,
             on_complete=on_complete,
+            client_factory=lambda host, port: NetworkClient(
+                host, port, "odradek-txn-marker-sender", sasl_role="broker",
+                ssl_context=inter_node_ssl_context(config, config.inter_broker_listener_name),
+            ),
             retry_backoff_ms=tc.retry_backoff_ms,
             request_timeout_ms=tc.request_timeout_ms,
         )

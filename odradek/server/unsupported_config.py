@@ -1,18 +1,19 @@
 """Settings for modes and protocols Odradek does not implement yet, refused at start-up.
 
-Accepting them would look as if they worked: an ``SSL://`` or ``SASL_*`` listener would serve
-plaintext with no login, an authorizer would allow everything, a CreateTopicPolicy would never
+Accepting them would look as if they worked: a ``SASL_*`` listener would serve with no login, an authorizer would allow everything, a CreateTopicPolicy would never
 run. :func:`unsupported_settings` names each such setting; :class:`KafkaConfig` refuses the
 configuration with all of them (the CLI exits with code 2). ZooKeeper mode (``zookeeper.connect``
 without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; combined with
 ``process.roles`` (a migration) it is refused in :class:`KafkaConfig` itself.
 
-``ssl.*`` and ``sasl.*`` keys (also per listener, ``listener.name.<name>.ssl.*`` and
-``listener.name.<name>.<mechanism>.sasl.*``) are refused when set to anything but empty or
-Kafka's default: a server.properties written for a plaintext Kafka may carry defaults, but key
-stores, JAAS configurations or mechanisms mean security was expected. The exceptions are the SASL
-settings of SASL_PLAINTEXT listeners (:data:`SASL_KEYS_SERVED`, mechanisms PLAIN,
-SCRAM-SHA-256/512 and OAUTHBEARER with the unsecured validator); GSSAPI is refused.
+``SSL`` listeners are served (:mod:`odradek.security.ssl_factory`, which reads the ``ssl.*`` keys
+in :data:`~odradek.security.ssl_factory.SUPPORTED_KEYS`), and so are ``SASL_PLAINTEXT`` listeners
+with their SASL settings (:data:`SASL_KEYS_SERVED`, mechanisms PLAIN, SCRAM-SHA-256/512 and
+OAUTHBEARER with the unsecured validator; GSSAPI is refused). Other ``ssl.*`` keys (engine
+factories, providers, key manager algorithms...) and ``sasl.*`` keys (also per listener,
+``listener.name.<name>.ssl.*`` and ``listener.name.<name>.<mechanism>.sasl.*``) are refused when
+set to anything but empty or Kafka's default: a server.properties written for a plaintext Kafka
+may carry defaults, but key stores, JAAS configurations or mechanisms mean security was expected.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from odradek.security.ssl_factory import SUPPORTED_KEYS as SUPPORTED_SSL_KEYS
 from odradek.security.standard_authorizer import STANDARD_AUTHORIZER_CLASS
 
 if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
-SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT", "SASL_PLAINTEXT")
+SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
 
 # SASL settings served (odradek.security.sasl_config), also under a listener's prefix.
 SASL_KEYS_SERVED = frozenset({
@@ -113,14 +115,19 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
             if lst.security_protocol not in SECURITY_PROTOCOLS_SERVED and str(lst) not in seen:
                 seen.add(str(lst))
                 out.append(
-                    f"{key}: listener {lst} uses security protocol {lst.security_protocol}; TLS and "
-                    "SASL are not supported yet (it would serve plaintext without authentication), "
-                    "use PLAINTEXT listeners"
+                    f"{key}: listener {lst} uses security protocol {lst.security_protocol}; SASL "
+                    "over TLS is not supported yet (it would serve without authentication), use "
+                    "PLAINTEXT, SSL or SASL_PLAINTEXT listeners"
                 )
     if config.is_set("security.inter.broker.protocol"):
         proto = str(config.get("security.inter.broker.protocol")).upper()
         if proto not in SECURITY_PROTOCOLS_SERVED:
-            out.append(f"security.inter.broker.protocol={proto}: TLS and SASL are not supported yet")
+            out.append(f"security.inter.broker.protocol={proto}: SASL over TLS is not supported yet")
+    if config.is_zk_mode and config.listener_security_protocol(config.inter_broker_listener_name) != "PLAINTEXT":
+        out.append(
+            f"inter.broker.listener.name={config.inter_broker_listener_name}: TLS between brokers "
+            "is supported in KRaft mode only, use a PLAINTEXT inter-broker listener in ZooKeeper mode"
+        )
     originals = config.originals
     for key in sorted(originals):
         value = originals[key].strip()
@@ -137,7 +144,7 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
             out.append(f"{key}=true: tiered storage is not supported yet")
             continue
         setting = _security_key(key)
-        if setting is None or not value:
+        if setting is None or not value or setting in SUPPORTED_SSL_KEYS:
             continue
         default = KAFKA_SECURITY_DEFAULTS.get(setting)
         if default is not None and _normalize(value) == _normalize(default):
@@ -147,7 +154,8 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
             if problem is not None:
                 out.append(f"{key}={_shown(key, value)}: {problem}")
             continue
-        out.append(f"{key}={_shown(key, value)}: TLS and SASL are not supported yet")
+        what = "SASL is" if setting.startswith("sasl.") else "this TLS setting is"
+        out.append(f"{key}={_shown(key, value)}: {what} not supported yet")
     out.extend(_sasl_listener_problems(config))
     return out
 

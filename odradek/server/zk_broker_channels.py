@@ -73,7 +73,7 @@ def zk_controller_channel(config: KafkaConfig, cache: ZkMetadataCache, name: str
     MetadataCacheControllerNodeProvider)."""
     return NodeToControllerChannel.from_config(
         config, cache.get_controller_id, endpoints=zk_controller_endpoint(cache, zk_controller_listener(config)),
-        name=name,
+        name=name, listener_name=zk_controller_listener(config),
     )
 
 

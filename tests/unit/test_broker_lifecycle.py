@@ -72,3 +72,28 @@ def test_controlled_shutdown_gives_up_at_its_timeout() -> None:
         await lifecycle.close()
 
     asyncio.run(go())
+
+
+def test_registration_names_each_listeners_security_protocol() -> None:
+    """Kafka's SecurityProtocol ids in BrokerRegistration: PLAINTEXT 0, SSL 1."""
+    registrations: list[dict[str, Any]] = []
+
+    class Recording(ScriptedController):
+        async def send(self, request: ControllerRequest) -> dict[str, Any]:
+            if request.api_key == g.BROKER_REGISTRATION.api_key:
+                registrations.append(request.data)
+            return await super().send(request)
+
+    async def go() -> None:
+        lifecycle = BrokerLifecycleManager(
+            node_id=5, cluster_id="c", channel=Recording(approve_at=1),  # type: ignore[arg-type]
+            heartbeat_interval_ms=lambda: 500, metadata_offset=lambda: 1,
+        )
+        lifecycle.start([("PLAINTEXT", "127.0.0.1", 9092), ("SSL", "127.0.0.1", 9093)], {}, None,
+                        security_protocols={"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"})
+        await asyncio.wait_for(lifecycle.wait_for_unfence(), 5)
+        await lifecycle.close()
+
+    asyncio.run(go())
+    assert [(ep["name"], ep["security_protocol"]) for ep in registrations[0]["listeners"]] == [
+        ("PLAINTEXT", 0), ("SSL", 1)]

@@ -493,9 +493,6 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
 @pytest.mark.parametrize(
     ("props", "needle"),
     [
-        ({"listeners": "SSL://localhost:9092,CONTROLLER://localhost:9093"},
-         "listener SSL://localhost:9092 uses security protocol SSL"),
-        # SASL_PLAINTEXT is served, but not with Kafka's default mechanism (GSSAPI)
         ({"listeners": "SASL_PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093",
           "inter.broker.listener.name": "SASL_PLAINTEXT"},
          "listener SASL_PLAINTEXT: SASL mechanism(s) GSSAPI are not supported"),
@@ -507,16 +504,21 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
           "listener.security.protocol.map": _SASL_MAP.replace("SASL_PLAINTEXT", "SASL_SSL")},
          "listener INTERNAL://localhost:9094 uses security protocol SASL_SSL"),
         # the controller listener too
-        ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL"},
-         "listener CONTROLLER://localhost:9093 uses security protocol SSL"),
+        ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"},
+         "listener CONTROLLER://localhost:9093 uses security protocol SASL_SSL"),
         ({"advertised.listeners": "INTERNAL://localhost:9092",
           "listener.security.protocol.map": _SASL_MAP.replace("SASL_PLAINTEXT", "SASL_SSL")},
          "advertised.listeners: listener INTERNAL://localhost:9092"),
-        ({"security.inter.broker.protocol": "SSL", "inter.broker.listener.name": "PLAINTEXT"},
-         "security.inter.broker.protocol=SSL"),
-        ({"ssl.keystore.location": "/etc/kafka/keystore.jks"}, "ssl.keystore.location=/etc/kafka/keystore.jks"),
-        ({"ssl.keystore.password": "secret"}, "ssl.keystore.password=(hidden)"),
-        ({"ssl.client.auth": "required"}, "ssl.client.auth=required"),
+        ({"security.inter.broker.protocol": "SASL_SSL", "inter.broker.listener.name": "PLAINTEXT"},
+         "security.inter.broker.protocol=SASL_SSL"),
+        # TLS settings Odradek does not implement (SSL listeners themselves are served)
+        ({"ssl.engine.factory.class": "com.example.Engine"}, "ssl.engine.factory.class=com.example.Engine"),
+        ({"ssl.keymanager.algorithm": "PKIX"}, "ssl.keymanager.algorithm=PKIX"),
+        ({"listener.name.internal.ssl.provider": "BC"}, "listener.name.internal.ssl.provider=BC"),
+        # ZooKeeper mode: brokers' own connections are plaintext only
+        ({"zookeeper.connect": "localhost:2181", "broker.id": "0", "process.roles": "",
+          "listeners": "SSL://localhost:9092", "inter.broker.listener.name": "SSL"},
+         "TLS between brokers is supported in KRaft mode only"),
         ({"sasl.enabled.mechanisms": "GSSAPI,PLAIN"}, "sasl.enabled.mechanisms=GSSAPI,PLAIN: SASL mechanism GSSAPI"),
         ({"sasl.kerberos.service.name": "kafka"}, "sasl.kerberos.service.name=kafka"),
         ({"listeners": "PLAINTEXT://localhost:9092,SASL_PLAINTEXT://localhost:9094,CONTROLLER://localhost:9093",
@@ -528,7 +530,6 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
          "has no sasl.jaas.config for SCRAM-SHA-256"),
         ({"listener.name.plaintext.plain.sasl.jaas.config": "org.apache...PlainLoginModule required;"},
          "listener.name.plaintext.plain.sasl.jaas.config=(hidden)"),
-        ({"listener.name.internal.ssl.truststore.location": "/ts.jks"}, "truststore.location=/ts.jks"),
         ({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
          "the only authorizer supported is org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
         ({"principal.builder.class": "com.example.Builder"}, "principal.builder.class"),
@@ -550,11 +551,11 @@ def test_security_and_unimplemented_modes_refused(props: dict[str, str], needle:
 
 def test_all_unsupported_settings_named_at_once() -> None:
     with pytest.raises(ConfigError) as info:
-        KafkaConfig({"listeners": "SSL://localhost:9092,CONTROLLER://localhost:9093",
-                     "inter.broker.listener.name": "SSL",
+        KafkaConfig({"listeners": "SASL_SSL://localhost:9092,CONTROLLER://localhost:9093",
+                     "inter.broker.listener.name": "SASL_SSL",
                      "authorizer.class.name": "x.Authorizer", "sasl.jaas.config": "x"})
     message = str(info.value)
-    for needle in ("security protocol SSL", "authorizer.class.name", "sasl.jaas.config=(hidden)"):
+    for needle in ("security protocol SASL_SSL", "authorizer.class.name", "sasl.jaas.config=(hidden)"):
         assert needle in message
 
 
