@@ -89,7 +89,8 @@ async def _versions(admin: AdminClient) -> list[str]:
     for b in sorted(md["brokers"], key=lambda b: b["node_id"]):
         head = node_text(b["node_id"], b["host"], b["port"], b.get("rack"))
         try:
-            async with AdminClient(f"{b['host']}:{b['port']}", admin.timeout_ms, admin.client_id) as direct:
+            async with AdminClient(f"{b['host']}:{b['port']}", admin.timeout_ms, admin.client_id,
+                                   admin.security) as direct:
                 resp = await direct.connect()
             out.append(f"{head} -> {api_versions_text(resp['api_keys'])}")
         except AdminError as e:

@@ -34,6 +34,7 @@ from odradek.cli.admin import AdminClient, AdminError, kafka_exception
 from odradek.java_order import java_hash_map_order
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.security.client_security import ClientSecurityError, client_security
 from odradek.server.kafka_config import parse_properties
 
 TOPICS, BROKERS, BROKER_LOGGERS, GROUPS = "topics", "brokers", "broker-loggers", "groups"
@@ -210,7 +211,7 @@ class ConfigsTool:
             raise ClusterError(_EXEC + "org.apache.kafka.common.errors.TimeoutException: "
                                f"Timed out waiting for a node assignment. Call: {api.name}")
         host, port = nodes[broker]
-        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms) as direct:
+        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms, security=self.admin.security) as direct:
             return await direct.send(api, body, top_error=None)
 
     @staticmethod
@@ -305,7 +306,7 @@ async def _main(opts: argparse.Namespace, types: list[str], names: list[str], ou
         _validate_keys(list(to_add))
         to_delete = [k.strip() for item in opts.delete_config or [] for k in item.split(",") if k.strip()]
     timeout_ms = int(opts.command_props.get("default.api.timeout.ms", 60_000))
-    async with AdminClient(opts.bootstrap_server, timeout_ms) as admin:
+    async with AdminClient(opts.bootstrap_server, timeout_ms, security=opts.security) as admin:
         etype = types[0]
         if etype in (USERS, CLIENTS, IPS):
             raise ClusterError(await _quotas_refusal(admin))
@@ -329,9 +330,10 @@ def run(opts: argparse.Namespace) -> int:
                     opts.command_props = parse_properties(f.read())
             except OSError as e:
                 raise UsageError(f"{opts.command_config} ({e.strerror})") from None
-            protocol = opts.command_props.get("security.protocol", "PLAINTEXT").upper()
-            if protocol != "PLAINTEXT":
-                raise UsageError(f"security.protocol={protocol} is not supported by odradek configs")
+        try:
+            opts.security = client_security(opts.command_props)
+        except ClientSecurityError as e:
+            raise UsageError(f"Invalid client configuration: {e}") from None
         asyncio.run(_main(opts, types, names, out))
     except UsageError as e:
         _flush(out)

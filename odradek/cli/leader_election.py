@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.cli.tool_common import command_config_security
 from odradek.protocol.errors import Errors
 
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
@@ -76,7 +77,8 @@ def format_results(election: str, response: dict[str, Any]) -> tuple[list[str], 
 
 async def _run(args: argparse.Namespace, partitions: list[tuple[str, int]] | None) -> int:
     election = args.election_type.upper()
-    async with AdminClient(args.bootstrap_server, timeout_ms=30_000) as admin:
+    async with AdminClient(args.bootstrap_server, timeout_ms=30_000,
+                           security=command_config_security(args.admin_config)) as admin:
         tps: list[dict[str, Any]] | None = None
         if partitions is not None:
             by_topic: dict[str, list[int]] = {}
@@ -135,5 +137,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--partition", type=int)
     p.add_argument("--all-topic-partitions", action="store_true")
     p.add_argument("--path-to-json-file")
-    p.add_argument("--admin.config", dest="admin_config", help="ignored: only PLAINTEXT")
+    p.add_argument("--admin.config", "--command-config", dest="admin_config", metavar="FILE",
+                   help="Admin client properties (security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)")
     p.set_defaults(func=run)

@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.cli.tool_common import command_config_security
 from odradek.controller.replica_placement import (
     BrokerMetadata,
     PlacementError,
@@ -334,7 +335,7 @@ def _read(path: str | None, option: str) -> str:
 
 
 async def _main(opts: argparse.Namespace) -> tuple[list[str], str | None]:
-    async with AdminClient(opts.bootstrap_server) as admin:
+    async with AdminClient(opts.bootstrap_server, security=command_config_security(opts.command_config)) as admin:
         if opts.generate:
             if opts.broker_list is None:
                 raise AdminError("Missing required argument \"[broker-list]\"")
@@ -386,5 +387,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--throttle", type=int, default=-1)
     p.add_argument("--additional", action="store_true")
     p.add_argument("--preserve-throttles", action="store_true")
-    p.add_argument("--command-config", help="ignored: only PLAINTEXT")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="Admin client properties (security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)")
     p.set_defaults(func=run)

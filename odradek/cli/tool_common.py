@@ -1,8 +1,9 @@
 """What every admin tool of ``odradek`` shares: the connection flags and the exit-code contract.
 
 Flags as Kafka's tools: ``--bootstrap-server HOST:PORT[,...]`` and ``--command-config FILE`` (a
-Java properties file for the Admin client; ``default.api.timeout.ms`` and ``client.id`` are
-used, a ``security.protocol`` other than PLAINTEXT is refused), plus ``--timeout MS`` (default
+Java properties file for the Admin client; ``default.api.timeout.ms``, ``client.id`` and Kafka's
+client security keys — ``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``,
+see :mod:`odradek.security.client_security` — are used), plus ``--timeout MS`` (default
 ``default.api.timeout.ms`` or 60000): how long a tool waits for the cluster before giving up.
 
 The contract a script can rely on, for every tool built on :func:`run_admin`:
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cli.admin import DEFAULT_API_TIMEOUT_MS, AdminClient, AdminError
+from odradek.security.client_security import ClientSecurity, ClientSecurityError, client_security
 
 TIMEOUT_MESSAGE = "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node assignment."
 
@@ -39,7 +41,8 @@ def add_connection_args(p: argparse.ArgumentParser, *, nested: bool = False) -> 
     p.add_argument(*names, metavar="HOST:PORT",
                    help="REQUIRED: the server(s) to connect to, HOST1:PORT1,HOST2:PORT2", **extra)
     p.add_argument("--command-config", metavar="FILE",
-                   help="a properties file for the Admin client (default.api.timeout.ms, client.id; PLAINTEXT only)",
+                   help="a properties file for the Admin client (default.api.timeout.ms, client.id, "
+                   "security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)",
                    **extra)
     p.add_argument("--timeout", type=int, metavar="MS",
                    help="how long to wait for the cluster, in ms (default: default.api.timeout.ms or 60000)", **extra)
@@ -62,15 +65,27 @@ def load_properties(path: str) -> dict[str, str]:
     return out
 
 
+def security_of(props: dict[str, str]) -> ClientSecurity:
+    """The connection security ``props`` ask for; AdminError (exit 1) if it cannot work."""
+    try:
+        return client_security(props)
+    except ClientSecurityError as e:
+        raise AdminError(f"Invalid client configuration: {e}") from e
+
+
+def command_config_security(path: str | None) -> ClientSecurity:
+    """The connection security of a ``--command-config`` file (PLAINTEXT without one)."""
+    return security_of(load_properties(path) if path else {})
+
+
 def admin_client(opts: argparse.Namespace, client_id: str = "odradek-admin") -> AdminClient:
     props = load_properties(opts.command_config) if getattr(opts, "command_config", None) else {}
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise AdminError(f"security.protocol={protocol} is not supported by odradek's tools (PLAINTEXT only)")
+    security = security_of(props)
     timeout = getattr(opts, "timeout", None)
     if timeout is None:
         timeout = int(props.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS))
-    return AdminClient(opts.bootstrap_server, timeout_ms=timeout, client_id=props.get("client.id", client_id))
+    return AdminClient(opts.bootstrap_server, timeout_ms=timeout, client_id=props.get("client.id", client_id),
+                       security=security)
 
 
 def require_bootstrap(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> None:
