@@ -28,6 +28,7 @@ from typing import Any
 
 from odradek.cli.admin import DEFAULT_API_TIMEOUT_MS, AdminClient, AdminError
 from odradek.security.client_security import ClientSecurity, ClientSecurityError, client_security
+from odradek.server.kafka_config import parse_properties
 
 TIMEOUT_MESSAGE = "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node assignment."
 
@@ -49,20 +50,13 @@ def add_connection_args(p: argparse.ArgumentParser, *, nested: bool = False) -> 
 
 
 def load_properties(path: str) -> dict[str, str]:
-    """A Java properties file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
+    """A Java properties file (``#``/``!`` comments, ``=``/``:`` separators, ``\\`` line
+    continuations and escapes such as ``\\n``, as an inline PEM value needs)."""
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise AdminError(f"{e.strerror}: {path}") from e
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line, "") if sep < 0 else (line[:sep].strip(), line[sep + 1:].strip())
-        out[key] = value
-    return out
+    return {k: v.strip() for k, v in parse_properties(text).items()}
 
 
 def security_of(props: dict[str, str]) -> ClientSecurity:

@@ -5,6 +5,7 @@ with Kafka's SASL_AUTHENTICATION_FAILED message, an untrusted server certificate
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -31,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Setup:
-    def __init__(self, broker: EmbeddedBroker, files: TlsFiles, configs: dict[str, Path], bad: dict[str, Path]) -> None:
+    def __init__(self, broker: EmbeddedBroker, files: TlsFiles, configs: dict[str, Path], bad: dict[str, Path],
+                 broker_dir: Path) -> None:
         self.broker = broker
+        self.broker_dir = broker_dir
         self.files = files
         self.configs = configs  # listener -> a --command-config that works
         self.bad = bad
@@ -77,6 +80,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "ssl.truststore.location": str(files.truststore_p12), "ssl.truststore.password": PASSWORD,
                 "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(p12),
                 "ssl.keystore.password": PASSWORD}),
+            "MTLS_PEM": _props(d / "mtls-pem.properties", {
+                "security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                "ssl.truststore.certificates": files.ca.cert_pem, "ssl.keystore.type": "PEM",
+                "ssl.keystore.certificate.chain": cert.read_text(), "ssl.keystore.key": key.read_text()}),
         }
         other_ca = write_pem(d / "other-ca.pem", make_ca("Some Other CA").cert_pem)
         bad = {
@@ -89,7 +96,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "ssl.keystore.location": str(p12), "ssl.keystore.password": PASSWORD}),
             "gssapi": _props(d / "gssapi.properties", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}),
         }
-        yield Setup(b, files, configs, bad)
+        yield Setup(b, files, configs, bad, d)
 
 
 def odradek(*args: str, stdin: str | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -108,24 +115,41 @@ def test_admin_tools(setup: Setup, listener: str) -> None:
                 "--partitions", "2")
     assert r.returncode == 0, r.stderr
     assert f"Created topic {topic}." in r.stdout
+    offsets = setup.broker_dir / f"offsets-{listener}.json"
+    offsets.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": 0}], "version": 1}))
+    conn = ["--bootstrap-server", b, "--command-config", cfg]
     table = [
-        (["topics", "--list"], topic),
-        (["configs", "--describe", "--entity-type", "topics", "--entity-name", topic], f"Dynamic configs for topic {topic}"),
-        (["groups", "--list"], ""),
-        (["acls", "--list"], ""),
-        (["get-offsets", "--topic", topic], f"{topic}:0:0"),
-        (["features", "describe"], "metadata.version"),
-        (["broker-api-versions"], "ApiVersions(18)"),
-        (["cluster", "info"], "Cluster ID"),
-        (["log-dirs", "--describe"], '"brokers"'),
+        (["topics", "--list", *conn], topic),
+        (["configs", "--describe", "--entity-type", "topics", "--entity-name", topic, *conn],
+         f"Dynamic configs for topic {topic}"),
+        (["groups", "--list", *conn], ""),
+        (["acls", "--list", *conn], ""),
+        (["get-offsets", "--topic", topic, *conn], f"{topic}:0:0"),
+        (["features", *conn, "describe"], "metadata.version"),
+        (["broker-api-versions", *conn], "ApiVersions(18)"),
+        (["cluster", "info", *conn], "Cluster ID"),
+        (["log-dirs", "--describe", *conn], '"brokers"'),
+        (["delete-records", "--offset-json-file", str(offsets), *conn], "low_watermark: 0"),
+        (["metadata-quorum", *conn, "describe", "--status"], "LeaderId"),
+        (["reassign", "--list", *conn], "No partition reassignments found."),
+        (["leader-election", "--bootstrap-server", b, "--admin.config", cfg, "--election-type", "PREFERRED",
+          "--topic", topic, "--partition", "0"], ""),
+        (["transactions", *conn, "list"], "TransactionalId"),
     ]
     for args, expected in table:
-        r = odradek(*args, "--bootstrap-server", b, "--command-config", cfg)
-        assert r.returncode == 0, (args, r.stderr)
+        r = odradek(*args)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
         assert expected in r.stdout, (args, r.stdout)
-    r = odradek("transactions", "--bootstrap-server", b, "--command-config", cfg, "list")
+
+
+def test_inline_pem_stores(setup: Setup) -> None:
+    """Trust and key material inline in the properties file (one line, ``\\n`` escapes)."""
+    r = odradek("topics", "--bootstrap-server", setup.bootstrap("MTLS"), "--command-config",
+                str(setup.configs["MTLS_PEM"]), "--list")
     assert r.returncode == 0, r.stderr
-    assert "TransactionalId" in r.stdout
+    r = odradek("produce", "--bootstrap-server", setup.bootstrap("MTLS"), "--topic", unique_name("pem"),
+                "--producer.config", str(setup.configs["MTLS_PEM"]), stdin="x\n")
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize("listener", LISTENERS)
