@@ -237,3 +237,46 @@ def test_gssapi_and_unknown_protocol_refused(setup: Setup, tmp_path: Path) -> No
     assert "Invalid value TLS for configuration security.protocol" in r.stderr
 
 
+
+
+def test_sasl_ssl_against_apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SASL_SSL (PLAIN over TLS, the server's name checked): Odradek does not serve SASL_SSL
+    listeners yet, so the tools' side is checked against Apache Kafka."""
+    from .kafka_reference import KafkaServer, _free_port, find_kafka_tools
+
+    tools = find_kafka_tools("4")
+    d = tmp_path_factory.mktemp("kafka-sasl-ssl")
+    files = make_tls_files(d / "certs")
+    port = _free_port()
+    server = KafkaServer(tools, d / "data")
+    server.overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{server.port},SASL_SSL://127.0.0.1:{port},"
+                     f"CONTROLLER://127.0.0.1:{server.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{server.port},SASL_SSL://127.0.0.1:{port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";',
+        **files.server_props(),
+    }
+    base = {"security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(files.ca_pem), "sasl.mechanism": "PLAIN"}
+    good = _props(d / "good.properties", {**base, "sasl.jaas.config":
+                  'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="alice-secret";'})
+    wrong = _props(d / "wrong.properties", {**base, "sasl.jaas.config":
+                   'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="nope";'})
+    server.start()
+    try:
+        b, topic = f"127.0.0.1:{port}", unique_name("kss")
+        r = odradek("topics", "--bootstrap-server", b, "--command-config", str(good), "--create", "--topic", topic)
+        assert r.returncode == 0, r.stderr
+        r = odradek("produce", "--bootstrap-server", b, "--topic", topic, "--producer.config", str(good), stdin="a\nb\n")
+        assert r.returncode == 0, r.stderr
+        r = odradek("consume", "--bootstrap-server", b, "--topic", topic, "--consumer.config", str(good),
+                    "--from-beginning", "--max-messages", "2", "--timeout-ms", "30000")
+        assert (r.returncode, r.stdout.split()) == (0, ["a", "b"]), r.stderr
+        r = odradek("topics", "--bootstrap-server", b, "--command-config", str(wrong), "--list")
+        assert r.returncode == 1
+        assert "SaslAuthenticationException: Authentication failed: Invalid username or password" in r.stderr, r.stderr
+    finally:
+        server.stop()
