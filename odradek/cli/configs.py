@@ -372,7 +372,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--bootstrap-server", help="The Kafka servers to connect to.")
     p.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client "
-                   "(only PLAINTEXT; default.api.timeout.ms is used).")
+                   "(default.api.timeout.ms, security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config).")
     p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
     p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
     p.add_argument("--all", action="store_true", help="List all configs for the given entity, including static configs.")

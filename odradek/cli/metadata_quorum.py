@@ -19,7 +19,8 @@ bad command line, a missing ``--command-config`` file, and a server that cannot 
 within ``default.api.timeout.ms`` (60 s by default; set it in ``--command-config``). Only the
 first line of Kafka's report of a failure is printed (there is no Java stack trace to add).
 ``add-controller`` and ``remove-controller`` (KIP-853) are in
-:mod:`odradek.cli.metadata_quorum_voters`; only PLAINTEXT connections.
+:mod:`odradek.cli.metadata_quorum_voters`. ``--command-config`` may secure the connections
+(TLS, SASL: :mod:`odradek.security.client_security`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ Every call has one deadline, ``default.api.timeout.ms`` (60 s unless ``--command
 otherwise); what is still unresolved then fails with Kafka's ``Timed out waiting for a node
 assignment. Call: NAME`` (``NAME(api=METADATA)`` / ``(api=FIND_COORDINATOR)`` while the lookup
 was still going on). Failures carry the message Kafka's exception would (``getMessage()``), which
-is what the tool prints. Only PLAINTEXT connections.
+is what the tool prints. Connections are secured as the properties' security keys say
+(:mod:`odradek.security.client_security`).
 """
 
 from __future__ import annotations
