@@ -129,7 +129,7 @@ def main() -> None:
             "SSL" + (" (mTLS)" if args.mtls else ""): {"bootstrap.servers": f"127.0.0.1:{ssl_port}", **client_ssl},
         }
         mb = args.records * args.record_size / 1e6
-        rows = []
+        rows: list[tuple[str, ...]] = []
         broker.start()
         try:
             for name, conf in runs.items():

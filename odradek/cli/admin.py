@@ -84,11 +84,13 @@ _RETRIABLE = frozenset({
 class AdminClient:
     def __init__(
         self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin",
-        security: ClientSecurity | None = None,
+        request_timeout_ms: int | None = None, security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.security = security or PLAINTEXT  # TLS / SASL (--command-config)
         self.timeout_ms = timeout_ms
+        # request.timeout.ms: how long one request waits for its response (the API timeout bounds all tries)
+        self.request_timeout_ms = min(timeout_ms, request_timeout_ms or timeout_ms)
         self.client_id = client_id
         self._client: NetworkClient | None = None
         self._versions: dict[int, int] = {}
@@ -123,8 +125,9 @@ class AdminClient:
         if md.get("controller_id", -1) not in brokers:
             return await self._connect()
         host, port = brokers[md["controller_id"]]
-        self._controller = await NetworkClient(
-            host, port, client_id=self.client_id, **self.security.client_kwargs()).connect()
+        self._controller = await asyncio.wait_for(NetworkClient(
+            host, port, client_id=self.client_id, **self.security.client_kwargs()).connect(),
+            self.request_timeout_ms / 1000)
         return self._controller
 
     async def _connect(self) -> NetworkClient:
@@ -136,11 +139,16 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await NetworkClient(
-                    host, port, client_id=self.client_id, **self.security.client_kwargs()).connect()
-                resp = await client.send(
-                    m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
-                )
+                client = await asyncio.wait_for(NetworkClient(
+                    host, port, client_id=self.client_id, **self.security.client_kwargs()).connect(),
+                    self.request_timeout_ms / 1000)
+                try:  # a listener that never answers (not a Kafka broker) must not hang the tool
+                    resp = await asyncio.wait_for(client.send(
+                        m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
+                    ), self.request_timeout_ms / 1000)
+                except BaseException:
+                    await client.close()
+                    raise
                 self._versions = {a["api_key"]: a["max_version"] for a in resp["api_keys"]}
                 self.api_versions = resp
                 self._client = client
@@ -170,7 +178,7 @@ class AdminClient:
         while True:
             try:
                 client = await (self._connect_controller() if controller else self._connect())
-                resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.timeout_ms / 1000)
+                resp = await asyncio.wait_for(client.send(api, self.version(api), body), self.request_timeout_ms / 1000)
             except (TimeoutError, OSError, ConnectionError) as e:
                 if time.monotonic() >= deadline:
                     raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}") from e
@@ -207,7 +215,8 @@ class AdminClient:
             if node not in brokers:
                 raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}")
             host, port = brokers[node]
-            async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id, self.security) as direct:
+            async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id,
+                                   self.request_timeout_ms, self.security) as direct:
                 return node, await direct.send(api, body, top_error=None)
 
         return dict(await asyncio.gather(*(one(n, b) for n, b in bodies.items())))
@@ -270,7 +279,7 @@ class AdminClient:
                 raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: incrementalAlterConfigs")
             else:
                 async with AdminClient(f"{brokers[node][0]}:{brokers[node][1]}", self.timeout_ms,
-                                       security=self.security) as direct:
+                                       self.client_id, self.request_timeout_ms, self.security) as direct:
                     resp = await direct.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
             for i, r in zip(idx, resp["responses"], strict=True):
                 out[i] = r

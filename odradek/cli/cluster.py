@@ -285,7 +285,7 @@ class LocalCluster:
             args = argparse.Namespace(
                 config=str(node.config_path), cluster_id=self.cluster_id, ignore_formatted=True,
                 release_version=None, standalone=False, no_initial_controllers=False,
-                initial_controllers=None, feature=[],
+                initial_controllers=None, feature=[], add_scram=[],
             )
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 code = run_format(args)

@@ -3,7 +3,7 @@ ConfigCommand) does it, against any Kafka-protocol cluster.
 
 ``odradek configs --bootstrap-server HOST:PORT (--describe [--all] | --alter (--add-config
 k=v,k2=[a,b] | --add-config-file F) [--delete-config k,k2]) --entity-type
-topics|brokers|broker-loggers|groups (--entity-name N | --entity-default)`` (or ``--topic T``,
+topics|brokers|broker-loggers|groups|users|clients (--entity-name N | --entity-default)`` (or ``--topic T``,
 ``--broker B``, ``--broker-defaults``, ``--broker-logger B``, ``--group G``).
 
 Describe prints Kafka's lines: ``Dynamic configs for topic t are:`` (``All configs`` with
@@ -13,10 +13,9 @@ sends one IncrementalAlterConfigs (deletes, then sets) and prints ``Completed up
 topic t.`` / ``Completed updating default config for brokers in the cluster.``. A BROKER or
 BROKER_LOGGER resource naming a broker goes to that broker, as Kafka's Admin sends it.
 
-Client quotas (``users``, ``clients``, ``ips``; DescribeClientQuotas / AlterClientQuotas) and
-``client-metrics`` are not implemented here: they are refused with a message saying so (or with
-Kafka's ``The node does not support DESCRIBE_CLIENT_QUOTAS`` when the cluster does not serve that
-API). Errors go to stderr with exit code 1: argument errors as Kafka's one-line messages, failures
+Client quotas (``users``, ``clients``, ``ips``; DescribeClientQuotas / AlterClientQuotas) are
+handled by :mod:`odradek.cli.client_quotas`; ``client-metrics`` is refused with a message saying
+so. Errors go to stderr with exit code 1: argument errors as Kafka's one-line messages, failures
 from the cluster as ``Error while executing config command with args '...'`` followed by
 ``java.util.concurrent.ExecutionException: org.apache.kafka.common.errors.XxxException: message``.
 """
@@ -30,7 +29,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from odradek.cli import client_quotas
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
+from odradek.cli.tool_common import client_settings
 from odradek.java_order import java_hash_map_order
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
@@ -211,7 +212,8 @@ class ConfigsTool:
             raise ClusterError(_EXEC + "org.apache.kafka.common.errors.TimeoutException: "
                                f"Timed out waiting for a node assignment. Call: {api.name}")
         host, port = nodes[broker]
-        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms, security=self.admin.security) as direct:
+        async with AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id,
+                               self.admin.request_timeout_ms, self.admin.security) as direct:
             return await direct.send(api, body, top_error=None)
 
     @staticmethod
@@ -284,13 +286,6 @@ class ConfigsTool:
             self.out.append(f"Completed updating default config for {entity_type} in the cluster.")
 
 
-async def _quotas_refusal(admin: AdminClient) -> str:
-    await admin.metadata([])  # connects and learns the API versions
-    if 48 not in admin._versions:  # DescribeClientQuotas
-        return "The node does not support DESCRIBE_CLIENT_QUOTAS"
-    return "odradek configs does not manage client quotas (users, clients, ips) yet; use kafka-configs.sh"
-
-
 async def _main(opts: argparse.Namespace, types: list[str], names: list[str], out: list[str]) -> None:
     to_add: dict[str, str] = {}
     to_delete: list[str] = []
@@ -305,11 +300,15 @@ async def _main(opts: argparse.Namespace, types: list[str], names: list[str], ou
             to_add.update(parse_add_config(opts.add_config))
         _validate_keys(list(to_add))
         to_delete = [k.strip() for item in opts.delete_config or [] for k in item.split(",") if k.strip()]
-    timeout_ms = int(opts.command_props.get("default.api.timeout.ms", 60_000))
-    async with AdminClient(opts.bootstrap_server, timeout_ms, security=opts.security) as admin:
+    timeout_ms, request_ms, client_id, security = client_settings(opts, "odradek-configs")
+    async with AdminClient(opts.bootstrap_server, timeout_ms, client_id, request_ms, security) as admin:
         etype = types[0]
         if etype in (USERS, CLIENTS, IPS):
-            raise ClusterError(await _quotas_refusal(admin))
+            if opts.alter:
+                await client_quotas.alter(admin, types, names, to_add, to_delete, out)
+            else:
+                await client_quotas.describe(admin, types, names, out)
+            return
         if etype == CLIENT_METRICS:
             raise ClusterError("odradek configs does not manage client-metrics resources; use kafka-configs.sh")
         tool = ConfigsTool(admin, out)
@@ -319,10 +318,13 @@ async def _main(opts: argparse.Namespace, types: list[str], names: list[str], ou
             await tool.describe(etype, names[0] if names else None, opts.all)
 
 
-def run(opts: argparse.Namespace) -> int:
+def run(opts: argparse.Namespace, only: tuple[str, ...] | None = None) -> int:
+    """``only``: the entity types this command accepts (``odradek client-quotas``)."""
     out: list[str] = []
     try:
         types, names = check_args(opts)
+        if only is not None and any(t not in only for t in types):
+            raise UsageError(f"Invalid entity type {','.join(types)}, the entity type must be one of {', '.join(only)}")
         opts.command_props = {}
         if opts.command_config is not None:
             try:
@@ -335,11 +337,11 @@ def run(opts: argparse.Namespace) -> int:
         except ClientSecurityError as e:
             raise UsageError(f"Invalid client configuration: {e}") from None
         asyncio.run(_main(opts, types, names, out))
-    except UsageError as e:
+    except (UsageError, client_quotas.QuotaUsageError) as e:
         _flush(out)
         print(e, file=sys.stderr)
         return 1
-    except (ClusterError, AdminError, ConnectionError) as e:
+    except (ClusterError, client_quotas.QuotaClusterError, AdminError, ConnectionError) as e:
         _flush(out)
         msg = str(e)
         if msg.startswith(_EXEC) or isinstance(e, (AdminError, ConnectionError)):
@@ -366,10 +368,15 @@ class _EntityName(argparse.Action):
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "configs", help="describe and alter topic, broker and group configs (kafka-configs.sh)",
+        "configs", help="describe and alter topic, broker, group configs and client quotas (kafka-configs.sh)",
         description="This tool helps to manipulate and describe entity config for a topic, broker, broker "
-        "logger or group (kafka-configs.sh's flags).",
+        "logger, group, user or client (kafka-configs.sh's flags).",
     )
+    add_arguments(p)
+    p.set_defaults(func=_run_with_argv)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", help="The Kafka servers to connect to.")
     p.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client "
                    "(default.api.timeout.ms, security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config).")
@@ -379,9 +386,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--entity-type", action="append",
                    help="Type of entity (topics/clients/users/brokers/broker-loggers/ips/client-metrics/groups)")
     p.add_argument("--entity-name", action=_EntityName, dest="entity_names", default=[],
-                   help="Name of entity (topic name/broker id/group id)")
+                   help="Name of entity (topic name/client id/user principal name/broker id/group id)")
     p.add_argument("--entity-default", action=_EntityName, nargs=0, dest="entity_names",
-                   help="Default entity name for brokers (clients/users/ips: client quotas, not supported)")
+                   help="Default entity name for clients/users/brokers/ips (applies to corresponding entity type)")
     p.add_argument("--add-config", help="Key Value pairs of configs to add. Square brackets can be used to group "
                    "values which contain commas: 'k1=v1,k2=[v1,v2,v2],k3=v3'.")
     p.add_argument("--add-config-file", help="Path to a properties file with configs to add.")
@@ -390,10 +397,13 @@ def add_parser(sub: Any) -> None:
         p.add_argument(f"--{flag}", help=f"The {flag.replace('-', ' ')} entity (as --entity-type/--entity-name).")
     for flag in ("client-defaults", "user-defaults", "broker-defaults", "ip-defaults"):
         p.add_argument(f"--{flag}", action="store_true", help=f"The config defaults for all {flag.split('-')[0]}s.")
-    p.set_defaults(func=_run_with_argv)
 
 
 def _run_with_argv(opts: argparse.Namespace) -> int:
+    return run_command(opts, "configs")
+
+
+def run_command(opts: argparse.Namespace, command: str, only: tuple[str, ...] | None = None) -> int:
     argv = sys.argv[1:]
-    opts.argv = argv[1:] if argv and argv[0] == "configs" else argv
-    return run(opts)
+    opts.argv = argv[1:] if argv and argv[0] == command else argv
+    return run(opts, only)

@@ -10,11 +10,15 @@ Apache Kafka's ``DumpLogSegments`` line for line: for each file of ``--files``
   LeaderChange, snapshot header and footer, KRaftVersion, Voters) are decoded as Kafka prints them;
 * ``.index`` / ``.timeindex``: the entries (``offset: N position: P`` / ``timestamp: T offset: N``),
   checked against the segment; ``--verify-index-only`` prints only what does not match,
-  ``--index-sanity-check`` the load-time check.
+  ``--index-sanity-check`` Kafka's ``sanityCheck`` (the last entry's offset and, for a time index,
+  its timestamp and the file's length; entries out of order pass, as in Kafka). A failed check
+  ends the run there with exit code 1, as Kafka's tool does, and Kafka's
+  ``...CorruptIndexException: ...`` line on stderr (without the JVM's stack trace).
 
 Mismatches, non-consecutive offsets and unknown files go to stderr, as Kafka's tool prints them.
 Where Kafka's tool would die with a Java exception (a missing file, a corrupt batch), this prints
-one line to stderr, goes on with the next file, and exits 1.
+one line to stderr, goes on with the next file, and exits 1. Segments of 64 MiB or more get a
+progress bar on stderr when it is a terminal and stdout is not (``--no-progress``: never).
 
 The files are read with the project's own readers: batches with :mod:`odradek.records`, index
 entries with :mod:`odradek.log.index`, metadata records with :mod:`odradek.metadata.records`,
@@ -32,9 +36,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from odradek.cli.client_tools import Progress, add_progress_flag, stdout_is_data_sink
 from odradek.java_order import java_hash_map_order
 from odradek.log.errors import CorruptIndexError
-from odradek.log.index import OffsetIndex, TimeIndex, read_offset_index_file, read_time_index_file
+from odradek.log.index import read_offset_index_file, read_time_index_file
 from odradek.log.log_transactions import MAX_SNAPSHOT_BYTES
 from odradek.log.producer_state import last_sequence
 from odradek.log.producer_state_snapshot import CorruptSnapshotError, read_snapshot
@@ -65,6 +70,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 # Room for a compressed batch's records when decoding (Kafka's tool has no limit at all).
 DECOMPRESS_LIMIT = 1 << 30
+# A segment at least this large gets a progress bar (bytes read / file size) when stderr is a terminal.
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
@@ -146,6 +153,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="Skip metadata when printing records. This flag also skips control records.",
     )
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -162,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         max_message_size=args.max_message_size,
         max_bytes=args.max_bytes,
         skip_record_metadata=args.skip_record_metadata,
+        progress=not args.no_progress and not stdout_is_data_sink(),  # a bar amid lines on a terminal garbles them
     )
     try:
         return dumper.dump(files)
@@ -353,6 +362,54 @@ def _base_offset(path: str) -> int:
     return int(prefix)
 
 
+_CORRUPT_INDEX = "org.apache.kafka.storage.internals.log.CorruptIndexException"
+
+
+class IndexSanityError(Exception):
+    """Kafka's ``sanityCheck`` failed: its tool stops at this file (exit code 1); ours prints the
+    exception's line (not the JVM's stack trace) on stderr."""
+
+
+def offset_index_sanity(path: str, base: int) -> None:
+    """Kafka's ``OffsetIndex.sanityCheck`` as its tool opens the file (read-only: the length is
+    rounded down to whole entries, the last slot is the last entry): only the last offset is checked."""
+    with open(path, "rb") as f:
+        data = f.read()
+    entries = len(data) // 8
+    if entries == 0:
+        return
+    last = base + int.from_bytes(data[(entries - 1) * 8:(entries - 1) * 8 + 4], "big", signed=True)
+    if last < base:
+        raise IndexSanityError(
+            f"{_CORRUPT_INDEX}: Corrupt index found, index file {os.path.abspath(path)} has non-zero size "
+            f"but the last offset is {last} which is less than the base offset {base}")
+
+
+def time_index_sanity(path: str, base: int) -> None:
+    """Kafka's ``TimeIndex.sanityCheck`` on the read-only file: the last whole slot's timestamp is
+    not below the first's, its offset not below the base offset (order in between is not checked),
+    and the length is whole entries."""
+    with open(path, "rb") as f:
+        data = f.read()
+    entries = len(data) // 12
+    if entries == 0:
+        return
+    first_ts = int.from_bytes(data[0:8], "big", signed=True)
+    at = (entries - 1) * 12
+    last_ts = int.from_bytes(data[at:at + 8], "big", signed=True)
+    last = base + int.from_bytes(data[at + 8:at + 12], "big", signed=True)
+    where = f"time index file ({os.path.abspath(path)}) has non-zero size but the last"
+    if last_ts < first_ts:
+        raise IndexSanityError(f"{_CORRUPT_INDEX}: Corrupt time index found, {where} timestamp is {last_ts} "
+                               f"which is less than the first timestamp {first_ts}")
+    if last < base:
+        raise IndexSanityError(f"{_CORRUPT_INDEX}: Corrupt time index found, {where} offset is {last} "
+                               f"which is less than the first offset {base}")
+    if len(data) % 12:  # checked last, and (unlike the offset index's) on the file's own length
+        raise IndexSanityError(f"{_CORRUPT_INDEX}: Time index file {os.path.abspath(path)} is corrupt, found "
+                               f"{len(data)} bytes which is neither positive nor a multiple of 12")
+
+
 class LogDumper:
     def __init__(
         self,
@@ -367,8 +424,10 @@ class LogDumper:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_bytes: int = INT32_MAX,
         skip_record_metadata: bool = False,
+        progress: bool = False,
     ) -> None:
         self.out = out
+        self.progress = progress  # a bar on ``err`` for a large segment, when ``err`` is a terminal
         self.skip_record_metadata = skip_record_metadata
         self.err = err
         # As Kafka's tool: a decoder option implies --print-data-log, which implies deep iteration.
@@ -416,6 +475,11 @@ class LogDumper:
                 else:
                     self.out.flush()
                     self.err.write(f"Ignoring unknown file {path}\n")
+            except IndexSanityError as e:  # Kafka's tool ends here, reporting nothing more
+                self.out.flush()
+                self.err.write(f"{e}\n")
+                self.err.flush()
+                return 1
             except OSError as e:
                 self._error(path, e.strerror or str(e))
             except (ValueError, RecordError, CorruptIndexError) as e:
@@ -476,9 +540,11 @@ class LogDumper:
             valid_bytes = 0
             last_offset = -1
             abs_path = os.path.abspath(path)
+            bar = Progress(len(data), "B", self.progress and len(data) >= PROGRESS_MIN_BYTES, self.err)
             try:
                 for h in iter_batches(data):
                     position = h.position
+                    bar.update(position + h.size - valid_bytes)
                     self._print(
                         format_batch(h, position, is_batch_crc_valid(data, position, h.size))
                     )
@@ -503,9 +569,11 @@ class LogDumper:
                             batch.release()
                     valid_bytes = position + h.size
             except RecordError as e:
+                bar.close()
                 self._error(path, f"{e} (after {valid_bytes} valid bytes)")
                 return
             finally:
+                bar.close()
                 data.release()
             trailing = len(whole) - valid_bytes
             if trailing > 0 and self.max_bytes == INT32_MAX:
@@ -525,7 +593,7 @@ class LogDumper:
             self._print(f"{path} is empty.")
             return
         if self.index_sanity_check:
-            OffsetIndex(path, base, 1 << 31).load(os.path.getsize(log_path))
+            offset_index_sanity(path, base)
             self._print(f"{path} passed sanity check.")
             return
         abs_path = os.path.abspath(path)
@@ -589,7 +657,7 @@ class LogDumper:
         log_path = self._segment_path(path)
         index_path = log_path[: -len(".log")] + ".index"
         if self.index_sanity_check:
-            TimeIndex(path, base, 1 << 31).load()
+            time_index_sanity(path, base)
             self._print(f"{path} passed sanity check.")
             return
         entries = read_time_index_file(path, base)

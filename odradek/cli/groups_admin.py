@@ -106,7 +106,8 @@ class GroupAdmin:
     def _node(self, host: str, port: int) -> AdminClient:
         c = self._nodes.get((host, port))
         if c is None:
-            c = AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id, self.admin.security)
+            c = AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id,
+                            self.admin.request_timeout_ms, self.admin.security)
             self._nodes[(host, port)] = c
         return c
 

@@ -1,7 +1,8 @@
 """``odradek leader-election``: elect partition leaders, as ``kafka-leader-election.sh``.
 
-``odradek leader-election --bootstrap-server HOST:PORT --election-type PREFERRED|UNCLEAN
-(--topic T --partition P | --all-topic-partitions | --path-to-json-file F)``
+``odradek leader-election --bootstrap-server HOST:PORT [--command-config FILE] [--timeout MS]
+--election-type PREFERRED|UNCLEAN (--topic T --partition P | --all-topic-partitions |
+--path-to-json-file F)`` (``--admin.config`` is Kafka's name for ``--command-config`` here)
 
 Sends ElectLeaders (all partitions when ``--all-topic-partitions``: ``topic_partitions`` null) and
 prints Kafka's LeaderElectionCommand lines: ``Successfully completed leader election (TYPE) for
@@ -20,8 +21,8 @@ import json
 import sys
 from typing import Any
 
-from odradek.cli.admin import AdminClient, AdminError, kafka_exception
-from odradek.cli.tool_common import command_config_security
+from odradek.cli.admin import AdminError, kafka_exception
+from odradek.cli.tool_common import TIMEOUT_MESSAGE, add_connection_args, admin_client, usage_error
 from odradek.protocol.errors import Errors
 
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
@@ -77,8 +78,7 @@ def format_results(election: str, response: dict[str, Any]) -> tuple[list[str], 
 
 async def _run(args: argparse.Namespace, partitions: list[tuple[str, int]] | None) -> int:
     election = args.election_type.upper()
-    async with AdminClient(args.bootstrap_server, timeout_ms=30_000,
-                           security=command_config_security(args.admin_config)) as admin:
+    async with admin_client(args, "odradek-leader-election") as admin:
         tps: list[dict[str, Any]] | None = None
         if partitions is not None:
             by_topic: dict[str, list[int]] = {}
@@ -99,31 +99,31 @@ async def _run(args: argparse.Namespace, partitions: list[tuple[str, int]] | Non
 
 
 def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
     if args.bootstrap_server is None:
-        print("Missing required option(s) [bootstrap-server]", file=sys.stderr)
-        return 1
+        return usage_error(parser, "Missing required option(s) [bootstrap-server]")
     if args.election_type is None or args.election_type.upper() not in ELECTION_TYPES:
-        print("Missing required option(s) [election-type]" if args.election_type is None
-              else f"Invalid election type: {args.election_type}", file=sys.stderr)
-        return 1
+        return usage_error(parser, "Missing required option(s) [election-type]" if args.election_type is None
+                           else f"Invalid election type: {args.election_type}")
     chosen = [x for x in (args.topic is not None, args.all_topic_partitions, args.path_to_json_file is not None) if x]
     if len(chosen) != 1:
-        print("One and only one of the following options is required: "
-              "[all-topic-partitions, path-to-json-file, topic]" if not chosen else
-              "Only one of the following options may be given: [all-topic-partitions, path-to-json-file, topic]",
-              file=sys.stderr)
-        return 1
+        return usage_error(parser, "One and only one of the following options is required: "
+                           "[all-topic-partitions, path-to-json-file, topic]" if not chosen else
+                           "Only one of the following options may be given: "
+                           "[all-topic-partitions, path-to-json-file, topic]")
     partitions: list[tuple[str, int]] | None = None
+    if args.topic is not None:
+        if args.partition is None:
+            return usage_error(parser, "Missing required option(s) [partition]")
+        partitions = [(args.topic, args.partition)]
     try:
-        if args.topic is not None:
-            if args.partition is None:
-                print("Missing required option(s) [partition]", file=sys.stderr)
-                return 1
-            partitions = [(args.topic, args.partition)]
-        elif args.path_to_json_file is not None:
+        if args.path_to_json_file is not None:
             with open(args.path_to_json_file) as f:
                 partitions = parse_election_json(f.read())
         return asyncio.run(_run(args, partitions))
+    except (TimeoutError, ConnectionError):
+        print(TIMEOUT_MESSAGE, file=sys.stderr)
+        return 1
     except (AdminError, OSError) as e:
         print(str(e), file=sys.stderr)
         return 1
@@ -131,12 +131,12 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("leader-election", help="elect partition leaders (kafka-leader-election.sh)")
-    p.add_argument("--bootstrap-server")
+    add_connection_args(p)
     p.add_argument("--election-type", help="PREFERRED or UNCLEAN")
     p.add_argument("--topic")
     p.add_argument("--partition", type=int)
     p.add_argument("--all-topic-partitions", action="store_true")
     p.add_argument("--path-to-json-file")
-    p.add_argument("--admin.config", "--command-config", dest="admin_config", metavar="FILE",
-                   help="Admin client properties (security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)")
-    p.set_defaults(func=run)
+    p.add_argument("--admin.config", dest="command_config", metavar="FILE",
+                   help="Kafka's name for --command-config in this tool")
+    p.set_defaults(func=run, parser=p)

@@ -19,6 +19,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "odradek.cli.cluster",
     "odradek.cli.topics",
     "odradek.cli.configs",
+    "odradek.cli.client_quotas",
     "odradek.cli.leader_election",
     "odradek.cli.reassign",
     "odradek.cli.transactions",

@@ -1,6 +1,6 @@
 """``odradek reassign``: move partition replicas, as ``kafka-reassign-partitions.sh``.
 
-``odradek reassign --bootstrap-server HOST:PORT (--generate --topics-to-move-json-file F
+``odradek reassign --bootstrap-server HOST:PORT [--command-config FILE] [--timeout MS] (--generate --topics-to-move-json-file F
 --broker-list 1,2,3 [--disable-rack-aware] | --execute --reassignment-json-file F [--throttle N]
 [--additional] | --verify --reassignment-json-file F [--preserve-throttles] | --cancel
 --reassignment-json-file F [--preserve-throttles] | --list)``
@@ -25,7 +25,13 @@ import sys
 from typing import Any
 
 from odradek.cli.admin import AdminClient, AdminError, kafka_exception
-from odradek.cli.tool_common import command_config_security
+from odradek.cli.tool_common import (
+    TIMEOUT_MESSAGE,
+    add_connection_args,
+    admin_client,
+    command_config,
+    usage_error,
+)
 from odradek.controller.replica_placement import (
     BrokerMetadata,
     PlacementError,
@@ -335,7 +341,7 @@ def _read(path: str | None, option: str) -> str:
 
 
 async def _main(opts: argparse.Namespace) -> tuple[list[str], str | None]:
-    async with AdminClient(opts.bootstrap_server, security=command_config_security(opts.command_config)) as admin:
+    async with admin_client(opts, "odradek-reassign-partitions") as admin:
         if opts.generate:
             if opts.broker_list is None:
                 raise AdminError("Missing required argument \"[broker-list]\"")
@@ -357,16 +363,26 @@ async def _main(opts: argparse.Namespace) -> tuple[list[str], str | None]:
 def run(opts: argparse.Namespace) -> int:
     actions = [a for a in ("generate", "execute", "verify", "cancel", "list") if getattr(opts, a)]
     if len(actions) != 1:
-        print("Command must include exactly one action: --generate, --execute, --verify, --cancel, --list",
-              file=sys.stderr)
-        return 1
+        return usage_error(opts.parser, "Command must include exactly one action: --generate, --execute, --verify, "
+                           "--cancel, --list")
     if opts.bootstrap_server is None:
-        print("Please specify --bootstrap-server", file=sys.stderr)
+        return usage_error(opts.parser, "Please specify --bootstrap-server")
+    try:
+        command_config(opts.command_config)
+    except AdminError as e:
+        print(e, file=sys.stderr)
         return 1
     try:
         lines, tail = asyncio.run(_main(opts))
-    except (AdminError, OSError, ValueError, KeyError) as e:
-        print(f"Error: {e}" if not isinstance(e, AdminError) else str(e))
+    except (TimeoutError, ConnectionError):
+        print(TIMEOUT_MESSAGE, file=sys.stderr)
+        return 1
+    except AdminError as e:
+        # Kafka's tool prints its failures on stdout; an unreachable cluster is the tools' stderr line.
+        print(e, file=sys.stderr if str(e).startswith(TIMEOUT_MESSAGE) else sys.stdout)
+        return 1
+    except (OSError, ValueError, KeyError) as e:
+        print(f"Error: {e}")
         return 1
     for line in lines:
         print(line)
@@ -377,7 +393,7 @@ def run(opts: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("reassign", help="move partition replicas (kafka-reassign-partitions.sh)")
-    p.add_argument("--bootstrap-server")
+    add_connection_args(p)
     for action in ("generate", "execute", "verify", "cancel", "list"):
         p.add_argument(f"--{action}", action="store_true")
     p.add_argument("--topics-to-move-json-file")
@@ -387,6 +403,4 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--throttle", type=int, default=-1)
     p.add_argument("--additional", action="store_true")
     p.add_argument("--preserve-throttles", action="store_true")
-    p.add_argument("--command-config", metavar="FILE",
-                   help="Admin client properties (security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, parser=p)

@@ -20,7 +20,7 @@ import asyncio
 import sys
 from typing import Any
 
-from odradek.cli.admin import AdminClient
+from odradek.cli.admin import AdminClient, kafka_exception
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.security.client_security import (
@@ -84,33 +84,26 @@ def _deletions(user: str, delete_config: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _alter(args: argparse.Namespace) -> str:
-    names = _names(args)
-    if len(names) != 1 or not names[0]:
-        raise ScramConfigError("an --entity-name is required to alter the SCRAM credentials of a user")
-    user = names[0]
-    request = {
-        "deletions": _deletions(user, getattr(args, "delete_config", None) or ""),
-        "upsertions": _upsertions(user, getattr(args, "add_config", None) or ""),
-    }
+async def alter_credentials(admin: AdminClient, user: str, add_config: str, delete_config: str) -> None:
+    """AlterUserScramCredentials of ``user`` from kafka-configs' ``--add-config`` text
+    (``SCRAM-SHA-256=[iterations=N,password=P],...``) and ``--delete-config`` mechanism names.
+    Kafka's error as a ScramConfigError."""
+    request = {"deletions": _deletions(user, delete_config), "upsertions": _upsertions(user, add_config)}
     if not request["deletions"] and not request["upsertions"]:
         raise ScramConfigError("nothing to alter: give --add-config or --delete-config")
-    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
-        resp = await admin.send(m.ALTER_USER_SCRAM_CREDENTIALS, request, top_error=None)
+    resp = await admin.send(m.ALTER_USER_SCRAM_CREDENTIALS, request, top_error=None)
     for r in resp["results"]:
         if r["error_code"] != Errors.NONE:
-            raise ScramConfigError(
-                f"{Errors(r['error_code']).name}: {r['error_message'] or Errors(r['error_code']).name}"
-            )
-    return f"Completed updating config for user {user}."
+            raise ScramConfigError(kafka_exception(r["error_code"], r["error_message"]))
 
 
-async def _describe(args: argparse.Namespace) -> list[str]:
-    names = [n for n in _names(args) if n]
-    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
-        resp = await admin.send(
-            m.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": [{"name": n} for n in names] or None}
-        )
+async def describe_credentials(admin: AdminClient, names: list[str]) -> list[str]:
+    """Kafka's "SCRAM credential configs for user-principal 'u' are ..." lines (all users with
+    credentials when ``names`` is empty)."""
+    wanted = [n for n in names if n]
+    resp = await admin.send(
+        m.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": [{"name": n} for n in wanted] or None}
+    )
     lines = []
     for r in resp["results"]:
         if r["error_code"] != Errors.NONE:
@@ -121,6 +114,23 @@ async def _describe(args: argparse.Namespace) -> list[str]:
         )
         lines.append(f"SCRAM credential configs for user-principal '{r['user']}' are {text}")
     return lines
+
+
+async def _alter(args: argparse.Namespace) -> str:
+    names = _names(args)
+    if len(names) != 1 or not names[0]:
+        raise ScramConfigError("an --entity-name is required to alter the SCRAM credentials of a user")
+    user = names[0]
+    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
+        await alter_credentials(
+            admin, user, getattr(args, "add_config", None) or "", getattr(args, "delete_config", None) or ""
+        )
+    return f"Completed updating config for user {user}."
+
+
+async def _describe(args: argparse.Namespace) -> list[str]:
+    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
+        return await describe_credentials(admin, _names(args))
 
 
 def _run(coro: Any) -> Any:

@@ -44,7 +44,7 @@ _FORWARDABLE: list[Api] = [
     m.CREATE_TOPICS, m.DELETE_TOPICS, m.CREATE_PARTITIONS, m.ALTER_CONFIGS, m.INCREMENTAL_ALTER_CONFIGS,
     m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
     g.CREATE_ACLS, g.DELETE_ACLS,
-    m.ALTER_USER_SCRAM_CREDENTIALS,
+    m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
 ]
 
 ControllerHandler = Callable[[ControllerRequest], Awaitable[dict[str, Any]]]
@@ -94,6 +94,7 @@ class ControllerApis:
             g.DELETE_ACLS.api_key: self.handle_delete_acls,
             g.DESCRIBE_ACLS.api_key: self.handle_describe_acls,
             m.ALTER_USER_SCRAM_CREDENTIALS.api_key: self.handle_alter_user_scram_credentials,
+            g.ALTER_CLIENT_QUOTAS.api_key: self.handle_alter_client_quotas,
         }
         # The controller's authorizer (authorizer.class.name), set by the ControllerServer, and
         # the check of a request a Kafka broker forwarded in an Envelope (see
@@ -103,6 +104,8 @@ class ControllerApis:
         self.check_forwarded: Callable[[Any, bytes | None, RequestContext], Any] | None = None
         if raft_apis is not None:
             self._handlers[g.DESCRIBE_QUORUM.api_key] = self.handle_describe_quorum
+            self._handlers[g.ADD_RAFT_VOTER.api_key] = self.handle_voter_change
+            self._handlers[g.REMOVE_RAFT_VOTER.api_key] = self.handle_voter_change
 
     def is_active(self) -> bool:
         return self.leader_id() == self.node_id
@@ -154,10 +157,11 @@ class ControllerApis:
             g.BROKER_REGISTRATION, g.BROKER_HEARTBEAT, g.ALLOCATE_PRODUCER_IDS, g.ALTER_PARTITION,
             m.ELECT_LEADERS, m.ALTER_PARTITION_REASSIGNMENTS, m.LIST_PARTITION_REASSIGNMENTS,
             g.ASSIGN_REPLICAS_TO_DIRS, g.CREATE_ACLS, g.DELETE_ACLS, g.DESCRIBE_ACLS,
-            m.ALTER_USER_SCRAM_CREDENTIALS,
+            m.ALTER_USER_SCRAM_CREDENTIALS, g.ALTER_CLIENT_QUOTAS,
         ]
         out = {api: served(api) for api in apis}
-        out[g.ENVELOPE] = self.envelope_handler(_FORWARDABLE)
+        raft = [g.DESCRIBE_QUORUM, g.ADD_RAFT_VOTER, g.REMOVE_RAFT_VOTER] if self.raft_apis is not None else []
+        out[g.ENVELOPE] = self.envelope_handler([*_FORWARDABLE, *raft])
         return out
 
     def envelope_handler(self, forwardable: list[Api]) -> Handler:
@@ -224,6 +228,16 @@ class ControllerApis:
             return await self.raft_apis.describe_quorum(request.data)
         except TimeoutError:
             log.info("DescribeQuorum: Raft is shutting down or did not answer")
+            return error_response(request, Errors.REQUEST_TIMED_OUT, "Raft did not answer")
+
+    async def handle_voter_change(self, request: ControllerRequest) -> dict[str, Any]:
+        """An AddRaftVoter or RemoveRaftVoter a broker forwarded (KIP-853): answered by the Raft
+        core as on the controller listener (only the leader makes the change)."""
+        assert self.raft_apis is not None
+        try:
+            return await self.raft_apis.voter_change(request.api_key, request.data)
+        except TimeoutError:
+            log.info("API %d: Raft is shutting down or did not answer", request.api_key)
             return error_response(request, Errors.REQUEST_TIMED_OUT, "Raft did not answer")
 
     # -- CreateTopics ---------------------------------------------------------------------------
@@ -355,6 +369,21 @@ class ControllerApis:
 
     def handle_incremental_alter_configs(self, request: ControllerRequest) -> Awaitable[dict[str, Any]]:
         return self._alter_configs(request, incremental=True)
+
+    # -- AlterClientQuotas ----------------------------------------------------------------------
+
+    async def handle_alter_client_quotas(self, request: ControllerRequest) -> dict[str, Any]:
+        refused = self._not_controller(request)
+        if refused is not None:
+            return refused
+        req = request.data
+        outcomes = await self.controller.alter_client_quotas(req["entries"], req["validate_only"])
+        entries = []
+        for e, (code, msg) in zip(req["entries"], outcomes, strict=True):
+            if code != Errors.NONE:
+                log.info("AlterClientQuotas of %s refused: %s", e["entity"], msg)
+            entries.append({"error_code": code, "error_message": msg, "entity": e["entity"]})
+        return {"throttle_time_ms": 0, "entries": entries}
 
     # -- DescribeCluster (KIP-919: the controllers, asked of a controller) ----------------------
 

@@ -44,6 +44,7 @@ from odradek.controller.acl_control_manager import (
 from odradek.controller.alter_partition import alter_partition
 from odradek.controller.assign_replicas_to_dirs import assign_replicas_to_dirs
 from odradek.controller.broker_heartbeat_manager import DEFAULT_SESSION_TIMEOUT_MS
+from odradek.controller.client_quota_control_manager import ClientQuotaControlManager
 from odradek.controller.cluster_control_manager import BrokerHeartbeatReply, ClusterControlManager
 from odradek.controller.configuration_control import (
     BrokerConfigPolicy,
@@ -177,6 +178,7 @@ class QuorumController(Listener[MetadataRecord]):
         self.scram = ScramControlManager(self.image)
         # Written with the bootstrap features on a new log (storage format --add-scram).
         self._bootstrap_records = list(bootstrap_records)
+        self.client_quotas = ClientQuotaControlManager(self.image)
         self.clock_ms = clock_ms
         self.queue = KafkaEventQueue(clock_ms, f"controller-{node_id}")
         self.replication_ops = ReplicationOps(self, **(replication_options or {}))
@@ -279,7 +281,7 @@ class QuorumController(Listener[MetadataRecord]):
         self.write_image = image
         for manager in (
             self.replication, self.configuration, self.features, self.cluster, self.producer_ids, self.acls,
-            self.scram,
+            self.scram, self.client_quotas,
         ):
             manager.image = image
 
@@ -682,6 +684,23 @@ class QuorumController(Listener[MetadataRecord]):
             return out, records
 
         return await self._write("incrementalAlterConfigs" if incremental else "legacyAlterConfigs", op)
+
+    async def alter_client_quotas(
+        self, entries: list[dict[str, Any]], validate_only: bool
+    ) -> list[tuple[Errors, str | None]]:
+        def op() -> tuple[list[tuple[Errors, str | None]], list[MetadataRecord]]:
+            outcomes, records = self.client_quotas.alter_client_quotas(entries)
+            if validate_only:
+                return outcomes, []
+            for _name, r in records:
+                log.info(
+                    "Client quota %s of %s %s", r["key"],
+                    ", ".join(f"{e['entity_type']}={e['entity_name'] or '<default>'}" for e in r["entity"]),
+                    "removed" if r["remove"] else f"set to {r['value']}",
+                )
+            return outcomes, records
+
+        return await self._write("alterClientQuotas", op)
 
 
 def _config_changes(records: list[MetadataRecord]) -> str:

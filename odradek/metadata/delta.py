@@ -31,6 +31,7 @@ from odradek.metadata.image import (
     AclsImage,
     BrokerEndpoint,
     BrokerRegistration,
+    ClientQuotasImage,
     ClusterImage,
     ConfigurationsImage,
     ControllerRegistration,
@@ -123,6 +124,8 @@ class MetadataDelta:
         # BROKER config resources changed ("" = cluster default, "<id>" = one broker).
         self.changed_broker_configs: set[str] = set()
         self.changed_brokers: set[int] = set()
+        # Client quota entities whose quotas changed (ClientQuotaRecords).
+        self.changed_client_quotas: set[tuple[tuple[str, str | None], ...]] = set()
         # -- the changes themselves --
         self._topics: dict[uuid.UUID, _TopicChange] = {}
         self._deleted_topic_ids: set[uuid.UUID] = set()
@@ -136,6 +139,7 @@ class MetadataDelta:
         # ACLs added (StandardAcl) or removed (None) by id.
         self.acl_changes: dict[uuid.UUID, Any] = {}
         self.scram = ScramDelta()
+        self._client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
 
     def is_empty(self) -> bool:
         """True when nothing a publisher follows changed."""
@@ -148,6 +152,7 @@ class MetadataDelta:
             or self.changed_broker_configs
             or self.acl_changes
             or self.scram.changes
+            or self.changed_client_quotas
         )
 
     # -- replay ---------------------------------------------------------------------------------
@@ -326,6 +331,17 @@ class MetadataDelta:
         elif rtype == BROKER_RESOURCE:
             self.changed_broker_configs.add(rname)
 
+    def _replay_client_quota(self, name: str, r: dict[str, Any], offset: int) -> None:
+        key = tuple(sorted((e["entity_type"], e["entity_name"]) for e in r["entity"]))
+        quotas = self._client_quotas.get(key)
+        if quotas is None:
+            quotas = self._client_quotas[key] = dict(self.image.client_quotas.entities.get(key, {}))
+        if r["remove"]:
+            quotas.pop(r["key"], None)
+        else:
+            quotas[r["key"]] = r["value"]
+        self.changed_client_quotas.add(key)
+
     # -- cluster --
 
     def _replay_register_broker(self, name: str, r: dict[str, Any], offset: int) -> None:
@@ -430,12 +446,24 @@ class MetadataDelta:
             ),
             acls=self._apply_acls(old.acls),
             scram=self.scram.apply(old.scram),
+            client_quotas=self._apply_client_quotas(old.client_quotas),
         )
 
     def _apply_acls(self, old: AclsImage) -> AclsImage:
         if not self.acl_changes:
             return old
         return AclsImage(_merged(old.acls, self.acl_changes))  # type: ignore[arg-type]
+
+    def _apply_client_quotas(self, old: ClientQuotasImage) -> ClientQuotasImage:
+        if not self._client_quotas:
+            return old
+        entities = dict(old.entities)
+        for key, quotas in self._client_quotas.items():
+            if quotas:
+                entities[key] = frozen_mapping(dict(quotas))
+            else:
+                entities.pop(key, None)
+        return ClientQuotasImage(frozen_mapping(entities))
 
     def _apply_topics(self, old: TopicsImage) -> TopicsImage:
         if not self._topics and not self._deleted_topic_ids:
@@ -501,6 +529,7 @@ _HANDLERS: dict[str, _Handler] = {
     "RemoveTopicRecord": MetadataDelta._replay_remove_topic,
     "ClearElrRecord": MetadataDelta._replay_clear_elr,
     "ConfigRecord": MetadataDelta._replay_config,
+    "ClientQuotaRecord": MetadataDelta._replay_client_quota,
     "RegisterBrokerRecord": MetadataDelta._replay_register_broker,
     "UnregisterBrokerRecord": MetadataDelta._replay_unregister_broker,
     "FenceBrokerRecord": MetadataDelta._replay_fence,

@@ -140,6 +140,13 @@ _EMPTY_CONFIG: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
+class ClientQuotasImage:
+    # Quota entity (sorted (entity type, name or None for <default>) pairs) -> quota key -> value;
+    # never an empty mapping (Kafka's ClientQuotasImage).
+    entities: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True, slots=True)
 class FeaturesImage:
     # Finalized feature levels (KIP-584); a feature set to level 0 is absent.
     levels: Mapping[str, int] = field(default_factory=_empty)
@@ -173,6 +180,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     acls: AclsImage = field(default_factory=AclsImage)
     scram: ScramImage = field(default_factory=ScramImage)
+    client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
 
     # -- shorthands the controller's managers read ------------------------------------------------
 

@@ -51,6 +51,17 @@ def write_image(image: MetadataImage) -> list[MetadataRecord]:
             )
     for acl_id, acl in sorted(image.acls.acls.items(), key=lambda kv: str(kv[0])):
         out.append(("AccessControlEntryRecord", acl.to_record(acl_id)))
+    for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda e: repr(e[0])):
+        for key, rate in sorted(quotas.items()):
+            out.append(
+                (
+                    "ClientQuotaRecord",
+                    {
+                        "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                        "key": key, "value": rate, "remove": False,
+                    },
+                )
+            )
     if image.producer_ids.next_producer_id > 0:
         out.append(
             (

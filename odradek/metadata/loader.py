@@ -135,6 +135,9 @@ def _report_absent(delta: MetadataDelta, previous: MetadataImage, image: Metadat
                 delta.changed_topic_configs.add(name)
             elif kind == BROKER_RESOURCE:
                 delta.changed_broker_configs.add(name)
+    for entity, quotas in previous.client_quotas.entities.items():
+        if image.client_quotas.entities.get(entity) != quotas:
+            delta.changed_client_quotas.add(entity)
     for broker_id, broker in previous.cluster.brokers.items():
         if image.cluster.brokers.get(broker_id) != broker:
             delta.changed_brokers.add(broker_id)

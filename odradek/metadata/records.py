@@ -130,6 +130,19 @@ CONFIG_RECORD = Schema(
     ],
 )
 
+CLIENT_QUOTA_RECORD = Schema(
+    "ClientQuotaRecord",
+    0,
+    0,
+    0,
+    [
+        F("entity", A(S(F("entity_type", "string", "0+"), F("entity_name", "string", "0+", nullable="0+"))), "0+"),
+        F("key", "string", "0+"),
+        F("value", "float64", "0+"),
+        F("remove", "bool", "0+"),
+    ],
+)
+
 PARTITION_CHANGE_RECORD = Schema(
     "PartitionChangeRecord",
     0,
@@ -345,6 +358,7 @@ RECORD_TYPES: dict[str, tuple[int, Schema]] = {
     "TopicRecord": (2, TOPIC_RECORD),
     "PartitionRecord": (3, PARTITION_RECORD),
     "ConfigRecord": (4, CONFIG_RECORD),
+    "ClientQuotaRecord": (14, CLIENT_QUOTA_RECORD),
     "PartitionChangeRecord": (5, PARTITION_CHANGE_RECORD),
     "FenceBrokerRecord": (7, FENCE_BROKER_RECORD),
     "UnfenceBrokerRecord": (8, UNFENCE_BROKER_RECORD),
@@ -372,12 +386,11 @@ WRITE_VERSIONS: dict[str, int] = {
     "BrokerRegistrationChangeRecord": 2,
 }
 
-# Record types Kafka writes for features Odradek does not have (client quotas,
-# delegation tokens): a log holding one cannot be taken over without silently
-# dropping security or quota state, so the loader refuses to start (see UnsupportedMetadata).
+# Record types Kafka writes for features Odradek does not have (delegation tokens): a log
+# holding one cannot be taken over without silently dropping security state, so the loader
+# refuses to start (see UnsupportedMetadata).
 UNSUPPORTED_RECORD_TYPES: dict[int, str] = {
     10: "DelegationTokenRecord",
-    14: "ClientQuotaRecord",
     26: "RemoveDelegationTokenRecord",
 }
 

@@ -124,6 +124,8 @@ class NetworkClient:
         self._closed = False
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+        # Connections made so far: what a caller learnt on one (ApiVersions) is stale on the next.
+        self.connections = 0
 
     @property
     def address(self) -> str:
@@ -257,6 +259,7 @@ class NetworkClient:
             raise ConnectionClosed(f"the client for {self.address} was closed")
         self._transport = cast(asyncio.Transport, transport)
         self._protocol = protocol
+        self.connections += 1
         self._close_reason = None
         self._write_paused = False
         login = self.sasl or client_login(self.sasl_role)

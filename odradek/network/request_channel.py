@@ -36,6 +36,9 @@ class ConnectionInfo:
     # Set by the socket server: limit the size of the requests read from now on (None: back to
     # socket.request.max.bytes), with the setting's name for the log line when one is too large.
     set_max_request_bytes: Callable[[int | None, str], None] | None = None
+    # Mute the connection (read no request from it) for this many ms once the responses owed
+    # are out: a client over its quota (KIP-219). Set by the socket server.
+    mute_for: Callable[[int], None] | None = None
 
 
 class RequestHandler(Protocol):

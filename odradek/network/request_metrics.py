@@ -87,12 +87,14 @@ def top_level_error(body: dict[str, Any] | None) -> str | None:
 def log_request(
     level: int, peer: str, client_id: str | None, api: str, version: int, correlation_id: int,
     total_ms: float, size: int, error: str | None,
+    security_protocol: str = "PLAINTEXT", principal: object = "User:ANONYMOUS", listener: str = "",
 ) -> None:
-    """One line on ``kafka.request.logger`` for a completed request."""
+    """One line on ``kafka.request.logger`` for a completed request; it ends, as Kafka's, with
+    who sent it and where: ``securityProtocol:SASL_PLAINTEXT,principal:User:alice,listener:SASL_PLAINTEXT``."""
     request_logger.log(
         level,
         "Completed request from %s clientId=%s api=%s version=%d correlationId=%d "
-        "totalTimeMs=%.3f responseBytes=%d error=%s",
+        "totalTimeMs=%.3f responseBytes=%d error=%s securityProtocol:%s,principal:%s,listener:%s",
         peer, safe(client_id) if client_id is not None else "null", api, version, correlation_id,
-        total_ms, size, error or "NONE",
+        total_ms, size, error or "NONE", security_protocol, safe(str(principal)), listener,
     )

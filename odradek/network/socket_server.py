@@ -186,6 +186,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closing = False  # no more requests will be handled
         self._write_paused = False
         self._read_paused = False
+        self._throttle_end = 0.0  # loop time until which the connection is muted (quotas)
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
     # ---- connection lifecycle -------------------------------------------------------------
@@ -213,6 +214,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             connection_id=conn_id, peer=peer, listener_name=self._server.listener_name,
             security_protocol=self._server.security_protocol,
             set_max_request_bytes=self._set_max_request_bytes,
+            mute_for=self._throttle,
         )
         tls = self._server.tls
         if tls is not None and not self._tls_principal(tls, transport):
@@ -605,6 +607,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # ---- flow control -------------------------------------------------------------------
 
+    def _throttle(self, throttle_ms: int) -> None:
+        """A client over its quota (KIP-219): read nothing from it for ``throttle_ms``."""
+        end = self._loop.time() + throttle_ms / 1000.0
+        if end <= self._throttle_end:
+            return
+        first = self._throttle_end == 0.0
+        self._throttle_end = end
+        self._pause_reading()
+        if first:
+            self._loop.call_at(end, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        remaining = self._throttle_end - self._loop.time()
+        if remaining > 0.0005:  # extended meanwhile
+            self._loop.call_later(remaining, self._end_throttle)
+            return
+        self._throttle_end = 0.0
+        self._maybe_resume_reading()
+
     def _pause_reading(self) -> None:
         if not self._read_paused and self._transport is not None:
             self._read_paused = True
@@ -615,6 +636,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if (
             self._read_paused
             and not self._write_paused
+            and not self._throttle_end
             and self._owed() <= RESUME_PENDING_RESPONSES
             and not self._closing
         ):

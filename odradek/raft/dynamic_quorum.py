@@ -56,6 +56,7 @@ INCONSISTENT_CLUSTER_ID = int(Errors.INCONSISTENT_CLUSTER_ID)
 UNKNOWN_SERVER_ERROR = int(Errors.UNKNOWN_SERVER_ERROR)
 
 KRAFT_VERSION_1 = 1  # the kraft.version that supports reconfiguration
+_CHANGE_VERB = {ADD_RAFT_VOTER: "adding voter", REMOVE_RAFT_VOTER: "removing voter"}  # Kafka's words
 
 
 def voter_change_response(api_key: int, error: int, message: str | None = None) -> dict[str, Any]:
@@ -279,8 +280,8 @@ class DynamicQuorum:
             return voter_change_response(
                 api,
                 UNSUPPORTED_VERSION,
-                "Cluster doesn't support changing voters because the kraft.version feature is "
-                f"{self.kraft_version}",
+                f"Cluster doesn't support {_CHANGE_VERB.get(api, 'changing voters')} because the "
+                f"kraft.version feature is {self.kraft_version}",
             )
         offset = self.state_machine.last_voter_set_offset()
         if offset is None or offset >= hw:

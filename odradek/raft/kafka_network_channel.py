@@ -8,6 +8,13 @@ passed since the last failure) comes back to the core at once as a response with
 ``BROKER_NOT_AVAILABLE``, one not answered in ``request.timeout.ms`` with
 ``REQUEST_TIMED_OUT`` (Kafka's ``KafkaNetworkChannel``); the core backs off and retries. Fetch
 responses carry RecordBatches: the core's batches are encoded by the leader and decoded here.
+
+Versions are negotiated per peer, as Kafka's NetworkClient does: on each new connection the peer
+is asked ApiVersions, and each request goes out at the highest version both sides have
+(:func:`negotiate_version`). KIP-853's fields are ignorable — a v0 peer just does not get them —
+but a pre-vote (KIP-996) cannot be said below Vote v2: it comes back to the core as
+``UNSUPPORTED_VERSION`` (as does an API the peer does not serve), and a prospective node then
+stands as a candidate at once.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from odradek.network.client import NetworkClient
+from odradek import __version__
+from odradek.network.client import ConnectionClosed, NetworkClient
+from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
 from odradek.raft import raft_messages as msgs
@@ -27,6 +36,7 @@ from odradek.raft.raft_messages import RaftMessage
 from odradek.raft.record_batches import BatchCodec, UndecodableBatch
 
 T = TypeVar("T")
+UNSUPPORTED_VERSION = int(Errors.UNSUPPORTED_VERSION)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +53,25 @@ RAFT_APIS: dict[int, Api] = {
 }
 
 _ZERO_UUID = uuid.UUID(int=0)
+_API_VERSIONS_VERSION = 3  # what Kafka's clients ask with (client software name and version)
+
+
+def negotiate_version(api_key: int, data: dict[str, Any], theirs: dict[int, tuple[int, int]]) -> int | None:
+    """The version to send a Raft request at: the highest both this node and the peer (its
+    ApiVersions ``theirs``: api key -> (min, max)) have; None when there is none, or when the
+    request says what that version cannot (a pre-vote below Vote v2)."""
+    api = RAFT_APIS[api_key]
+    if api_key not in theirs:
+        return None
+    lo, hi = theirs[api_key]
+    version = min(api.max_version, hi)
+    if version < max(api.min_version, lo):
+        return None
+    if api_key == msgs.VOTE and version < 2:
+        partition = msgs.single_partition(data)
+        if partition is not None and partition.get("pre_vote"):
+            return None
+    return version
 
 
 def error_response(api_key: int, error: int) -> dict[str, Any]:
@@ -120,6 +149,9 @@ class KafkaNetworkChannel(Generic[T]):
         self._tasks: set[asyncio.Task[None]] = set()
         self._backoff = (reconnect_backoff_ms, reconnect_backoff_max_ms)
         self._closed = False
+        # node -> (the client's connection count when asked, its ApiVersions)
+        self._versions: dict[int, tuple[int, dict[int, tuple[int, int]]]] = {}
+        self._negotiating: dict[int, asyncio.Lock] = {}
 
     def start(self, on_response: Callable[[RaftMessage], None]) -> None:
         self._on_response = on_response
@@ -156,7 +188,32 @@ class KafkaNetworkChannel(Generic[T]):
                 ssl_context=self._ssl_context,
             )
             self._clients[node] = client
+            self._versions.pop(node, None)
         return client
+
+    async def _api_versions(self, node: int, client: NetworkClient) -> dict[int, tuple[int, int]]:
+        """The peer's ApiVersions, asked once per connection (Kafka's NetworkClient asks on each
+        new one); concurrent requests to a node wait for the one asking."""
+        lock = self._negotiating.setdefault(node, asyncio.Lock())
+        async with lock:
+            known = self._versions.get(node)
+            if known is not None and client.connected and known[0] == client.connections:
+                return known[1]
+            body = {"client_software_name": "odradek", "client_software_version": __version__}
+            version = _API_VERSIONS_VERSION
+            resp = await client.send(g.API_VERSIONS, version, body)
+            if resp["error_code"] == UNSUPPORTED_VERSION:
+                # An older peer answers at v0 with the ApiVersions versions it has: ask again.
+                theirs = {a["api_key"]: a["max_version"] for a in resp["api_keys"]}
+                version = min(version, theirs.get(g.API_VERSIONS.api_key, 0))
+                resp = await client.send(g.API_VERSIONS, version, body)
+            if resp["error_code"] != 0:
+                raise ConnectionClosed(f"ApiVersions answered error {resp['error_code']}")
+            versions = {
+                int(a["api_key"]): (int(a["min_version"]), int(a["max_version"])) for a in resp["api_keys"]
+            }
+            self._versions[node] = (client.connections, versions)
+            return versions
 
     def send(self, request: RaftMessage) -> None:
         if self._closed:
@@ -178,9 +235,7 @@ class KafkaNetworkChannel(Generic[T]):
             data = error_response(request.api_key, msgs.BROKER_NOT_AVAILABLE)
         else:
             try:
-                data = await asyncio.wait_for(
-                    client.send(api, api.max_version, request.data), self.timeout_s
-                )
+                data = await asyncio.wait_for(self._negotiate_and_send(api, client, request), self.timeout_s)
                 if request.api_key == msgs.FETCH:
                     data = decode_fetch_records(data, self.codec)
                     for ep in data.get("node_endpoints") or []:
@@ -209,6 +264,17 @@ class KafkaNetworkChannel(Generic[T]):
                 is_response=True,
             )
         )
+
+    async def _negotiate_and_send(self, api: Api, client: NetworkClient, request: RaftMessage) -> dict[str, Any]:
+        theirs = await self._api_versions(request.destination, client)
+        version = negotiate_version(request.api_key, request.data, theirs)
+        if version is None:
+            log.info(
+                "Raft: node %d cannot take %r (it serves %s v%s)", request.destination, request,
+                api.name, "-".join(map(str, theirs.get(api.api_key, ()))) or " none",
+            )
+            return error_response(request.api_key, UNSUPPORTED_VERSION)
+        return await client.send(api, version, request.data)
 
     async def close(self) -> None:
         self._closed = True

@@ -548,6 +548,21 @@ class RaftCore(FetchPaths):
             self.requests.on_response(response.source, ok, now_ms)
             return
         top_error = int(data.get("error_code", NONE))
+        if (
+            response.api_key == msgs.VOTE
+            and top_error == msgs.UNSUPPORTED_VERSION
+            and isinstance(self.quorum.state, ProspectiveState)
+        ):
+            # As Kafka's: a voter that cannot take a pre-vote (Vote below v2) would never
+            # grant one, so stand as a candidate now rather than wait out the election.
+            log.info(
+                "node %d: prospective in epoch %d got UNSUPPORTED_VERSION to a pre-vote from "
+                "node %d; standing as a candidate since a voter does not support PreVote",
+                self.node_id, self.epoch, response.source,
+            )
+            self.requests.on_response(response.source, True, now_ms)
+            self._transition_to_candidate(now_ms)
+            return
         if top_error != NONE:
             self.peer_failures.failed(response.source, response, top_error)
             self.requests.on_response(response.source, False, now_ms)

@@ -20,6 +20,10 @@ from odradek.protocol.errors import Errors
 from odradek.protocol.messages import generated as g
 from odradek.security.acl import ResourceType
 from odradek.security.auth_helper import AuthHelper, Check, Narrowed
+from odradek.security.topic_visibility import (
+    check_describe_transactions,
+    hide_groups_with_undescribable_topics,
+)
 from odradek.server.acl_operations import (
     AUTHORIZED_OPS_OMITTED,
     CLUSTER_OPERATIONS,
@@ -526,7 +530,9 @@ def check_find_coordinator(h: AuthHelper, ctx: RequestContext, req: dict[str, An
                     lambda resp: {**resp, "coordinators": list(resp.get("coordinators") or []) + extra})
 
 
-def _groups_describe_check(req_key: str, empty: Callable[[str], dict[str, Any]]) -> Check:
+def _groups_describe_check(
+    req_key: str, empty: Callable[[str], dict[str, Any]], hide_topics: bool = False
+) -> Check:
     def check(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Narrowed | None:
         ids = req.get(req_key) or []
         ok = [gid for gid in ids if h.authorize(ctx, Op.DESCRIBE, GROUP, gid)]
@@ -534,6 +540,8 @@ def _groups_describe_check(req_key: str, empty: Callable[[str], dict[str, Any]])
 
         def merge(resp: dict[str, Any]) -> dict[str, Any]:
             out = list(resp.get("groups") or [])
+            if hide_topics:
+                out = hide_groups_with_undescribable_topics(h, ctx, out)
             for grp in out:
                 if grp.get("authorized_operations", AUTHORIZED_OPS_OMITTED) != AUTHORIZED_OPS_OMITTED:
                     grp["authorized_operations"] = h.operations(ctx, GROUP, grp["group_id"], GROUP_OPERATIONS)
@@ -553,7 +561,7 @@ check_describe_groups = _groups_describe_check("groups", lambda gid: {
 check_consumer_group_describe = _groups_describe_check("group_ids", lambda gid: {
     "error_code": _GROUP_DENIED, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": -1,
     "assignment_epoch": -1, "assignor_name": "", "members": [], "authorized_operations": AUTHORIZED_OPS_OMITTED,
-})
+}, hide_topics=True)
 
 
 def check_list_groups(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Narrowed | None:
@@ -642,18 +650,6 @@ def check_write_txn_markers(h: AuthHelper, ctx: RequestContext, req: dict[str, A
             ]} for t in mk["topics"]
         ]} for mk in req.get("markers") or []
     ]}
-
-
-def check_describe_transactions(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Narrowed | None:
-    ids = req.get("transactional_ids") or []
-    ok = [t for t in ids if h.authorize(ctx, Op.DESCRIBE, TXN, t)]
-    if len(ok) == len(ids):
-        return None
-    extra = [{"error_code": _TXN_DENIED, "transactional_id": t, "transaction_state": "", "transaction_timeout_ms": 0,
-              "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
-             for t in ids if t not in ok]
-    return Narrowed({**req, "transactional_ids": ok},
-                    lambda resp: {**resp, "transaction_states": list(resp.get("transaction_states") or []) + extra})
 
 
 def check_list_transactions(h: AuthHelper, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Narrowed | None:
@@ -746,6 +742,9 @@ _ADMIN_CHECKS: dict[int, Check] = {
         {"error_code": _CLUSTER_DENIED, "error_message": None, "entity": e.get("entity") or []}
         for e in req.get("entries") or []
     ]}),
+    # (a broker forwards these to the controller, which checks them again)
+    g.ADD_RAFT_VOTER.api_key: _cluster_whole(Op.ALTER, _top_error(error_message=None)),
+    g.REMOVE_RAFT_VOTER.api_key: _cluster_whole(Op.ALTER, _top_error(error_message=None)),
     # Authentication itself needs no authorization.
     m.SASL_HANDSHAKE.api_key: _allow,
     m.SASL_AUTHENTICATE.api_key: _allow,
@@ -794,6 +793,4 @@ CONTROLLER_CHECKS: dict[int, Check] = {
         g.ASSIGN_REPLICAS_TO_DIRS, g.ENVELOPE, g.VOTE, g.BEGIN_QUORUM_EPOCH, g.END_QUORUM_EPOCH,
         g.FETCH_SNAPSHOT, g.FETCH, g.UPDATE_RAFT_VOTER, g.CONTROLLED_SHUTDOWN, g.UNREGISTER_BROKER,
     )},
-    g.ADD_RAFT_VOTER.api_key: _cluster_whole(Op.ALTER, _top_error(error_message=None)),
-    g.REMOVE_RAFT_VOTER.api_key: _cluster_whole(Op.ALTER, _top_error(error_message=None)),
 }

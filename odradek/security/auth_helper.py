@@ -68,12 +68,16 @@ class AuthHelper:
         # whether a topic exists (Metadata's auto-creation needs CREATE).
         self.topic_name = topic_name or (lambda _tid: None)
         self.topic_exists = topic_exists or (lambda _name: True)
+        # API key -> name, for the audit log's "for request = Fetch" (set by :func:`install`).
+        self.api_names: dict[int, str] = {}
 
     def authorize(
-        self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str, log_if_denied: bool = True
+        self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str, log_if_denied: bool = True,
+        ref_count: int = 1,
     ) -> bool:
         return self.authorizer.authorize(
-            str(ctx.conn.principal), client_host(ctx.conn.peer), op, rtype, name, log_if_denied
+            str(ctx.conn.principal), client_host(ctx.conn.peer), op, rtype, name, log_if_denied,
+            self.api_names.get(ctx.header.api_key, ""), ref_count,
         )
 
     def cluster(self, ctx: RequestContext, op: AclOperation, log_if_denied: bool = True) -> bool:
@@ -88,8 +92,12 @@ class AuthHelper:
         self, ctx: RequestContext, op: AclOperation, rtype: ResourceType, names: Iterable[str],
         log_if_denied: bool = True,
     ) -> set[str]:
-        """Kafka's filterByAuthorized: the names of ``names`` the principal may ``op``."""
-        return {n for n in set(names) if self.authorize(ctx, op, rtype, n, log_if_denied)}
+        """Kafka's filterByAuthorized: the names of ``names`` the principal may ``op`` (each asked
+        once, with the number of times it appears as its reference count)."""
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+        return {n for n, c in counts.items() if self.authorize(ctx, op, rtype, n, log_if_denied, c)}
 
     def operations(
         self, ctx: RequestContext, rtype: ResourceType, name: str, ops: Iterable[AclOperation]
@@ -97,6 +105,16 @@ class AuthHelper:
         return self.authorizer.authorized_operations(
             str(ctx.conn.principal), client_host(ctx.conn.peer), rtype, name, ops
         )
+
+
+def describable_topics(helper: AuthHelper) -> Callable[[RequestContext, frozenset[str]], set[str]]:
+    """The topics of a set the request's principal may DESCRIBE, asked as a filter (a denial is
+    not logged: Kafka's regex resolution asks with logIfDenied=false)."""
+
+    def describable(ctx: RequestContext, names: frozenset[str]) -> set[str]:
+        return helper.allowed(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names, log_if_denied=False)
+
+    return describable
 
 
 def deserialize_principal(data: bytes) -> KafkaPrincipal:
@@ -181,6 +199,7 @@ def install(dispatcher: ApiDispatcher, helper: AuthHelper, checks: dict[int, Che
     if unchecked:
         log.warning("No authorization rule for %s: only principals with ALTER on the cluster may send them",
                     ", ".join(unchecked))
+    helper.api_names.update((k, api.name) for k, api in dispatcher.apis.items())
     for key, handler in list(dispatcher.handlers.items()):
         if key == m.API_VERSIONS.api_key:
             continue

@@ -12,6 +12,12 @@ builds its :class:`~odradek.security.acl_cache.AclCache` from its metadata image
 - an ALLOW for READ, WRITE, DELETE or ALTER implies DESCRIBE; one for ALTER_CONFIGS implies
   DESCRIBE_CONFIGS; ALL matches every operation (the implications do not apply to DENY);
 - no ACL at all on the resource: allowed only with ``allow.everyone.if.no.acl.found=true``.
+
+Every decision asked for on behalf of a request is written to Kafka's audit logger,
+``kafka.authorizer.logger``, in Kafka's words ("Principal = User:alice is Denied operation = READ
+from host = 127.0.0.1 on resource = Topic:LITERAL:t for request = Fetch with resourceRefCount = 1
+based on rule DefaultDeny"): denials at INFO, grants at DEBUG. A decision that only filters
+(regex subscriptions, listings) or computes authorized operations is not logged (Kafka: TRACE).
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ if TYPE_CHECKING:
     from odradek.metadata.image import AclsImage, MetadataImage
     from odradek.server.kafka_config import KafkaConfig
 
-log = logging.getLogger("odradek.authorizer")
+AUDIT_LOGGER_NAME = "kafka.authorizer.logger"
+audit_log = logging.getLogger(AUDIT_LOGGER_NAME)
 
 STANDARD_AUTHORIZER_CLASS = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
@@ -122,11 +129,17 @@ class StandardAuthorizer:
 
     def authorize(
         self, principal: str, host: str, op: AclOperation, resource_type: ResourceType, name: str,
-        log_if_denied: bool = True,
+        log_if_denied: bool = True, request: str = "", ref_count: int = 1, log_if_allowed: bool = True,
     ) -> bool:
+        """May ``principal`` from ``host`` do ``op`` on the resource? Kafka's logIfDenied (the
+        request asked for this resource, not a filter) and logIfAllowed (access is granted, not
+        just computed): the decision goes to the audit log, naming ``request`` (the API) and
+        ``ref_count`` (how many times the request names the resource)."""
         if principal in self.super_users:
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
+                _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count, "SuperUser")
             return True
-        found_allow = False
+        found_allow: StandardAcl | None = None
         has_acls = False
         for bucket in self.cache.buckets(resource_type, name):
             has_acls = True
@@ -138,30 +151,39 @@ class StandardAuthorizer:
                     r = _result(acl, op, host)
                     if r is _DENY:
                         if log_if_denied:
-                            self._log_denied(principal, host, op, resource_type, name, acl)
+                            _audit(logging.INFO, principal, False, op, host, resource_type, name, request,
+                                   ref_count, _matching(acl))
                         return False
-                    if r is _ALLOW:
-                        found_allow = True
-        if found_allow:
+                    if r is _ALLOW and found_allow is None:
+                        found_allow = acl
+        if found_allow is not None:
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
+                _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count,
+                       _matching(found_allow))
             return True
         if not has_acls and self.allow_everyone_if_no_acl_found:
+            if log_if_allowed and audit_log.isEnabledFor(logging.DEBUG):
+                _audit(logging.DEBUG, principal, True, op, host, resource_type, name, request, ref_count,
+                       "DefaultAllow")
             return True
         if log_if_denied:
-            self._log_denied(principal, host, op, resource_type, name, None)
+            _audit(logging.INFO, principal, False, op, host, resource_type, name, request, ref_count, "DefaultDeny")
         return False
 
     def authorized_operations(
         self, principal: str, host: str, resource_type: ResourceType, name: str, ops: Iterable[AclOperation]
     ) -> int:
         """The bitfield of ``ops`` allowed on the resource (Kafka's authorizedOperations)."""
-        return to_bitfield(op for op in ops if self.authorize(principal, host, op, resource_type, name, False))
+        return to_bitfield(
+            op for op in ops if self.authorize(principal, host, op, resource_type, name, False, log_if_allowed=False)
+        )
 
     def authorize_by_resource_type(
         self, principal: str, host: str, op: AclOperation, resource_type: ResourceType
     ) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: may the principal do ``op`` on at least
         one resource of the type (an ALLOW not cancelled by a DENY that covers it)?"""
-        if self.authorize(principal, host, op, resource_type, "hardcode", False):
+        if self.authorize(principal, host, op, resource_type, "hardcode", False, log_if_allowed=False):
             return True
         principals = (principal, WILDCARD_PRINCIPAL)
         deny_literals: set[str] = set()
@@ -190,13 +212,31 @@ class StandardAuthorizer:
             return True
         return False
 
-    @staticmethod
-    def _log_denied(
-        principal: str, host: str, op: AclOperation, rtype: ResourceType, name: str, acl: StandardAcl | None
-    ) -> None:
-        if log.isEnabledFor(logging.INFO):
-            rule = f"MatchingAcl(acl={acl.pattern_str()} {acl.entry_str()})" if acl else "DefaultDeny"
-            log.info(
-                "Principal = %s is Denied operation = %s from host = %s on resource = "
-                "%s:LITERAL:%s based on rule %s", principal, op.name, host, rtype.name.title(), name, rule,
-            )
+
+def _pascal(name: str) -> str:
+    """Kafka's SecurityUtils.resourceTypeName: TRANSACTIONAL_ID -> TransactionalId."""
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _matching(acl: StandardAcl) -> str:
+    """Kafka's MatchingAclRule.toString (StandardAcl.toString inside)."""
+    return (
+        f"MatchingAcl(acl=StandardAcl(resourceType={acl.resource_type.name}, resourceName={acl.resource_name}, "
+        f"patternType={acl.pattern_type.name}, principal={acl.principal}, host={acl.host}, "
+        f"operation={acl.operation.name}, permissionType={acl.permission_type.name}))"
+    )
+
+
+def _audit(
+    level: int, principal: str, allowed: bool, op: AclOperation, host: str, rtype: ResourceType, name: str,
+    request: str, ref_count: int, rule: str,
+) -> None:
+    """One line on ``kafka.authorizer.logger``, as Kafka's StandardAuthorizerData.buildAuditMessage."""
+    if audit_log.isEnabledFor(level):
+        audit_log.log(
+            level,
+            "Principal = %s is %s operation = %s from host = %s on resource = %s:LITERAL:%s for request = %s "
+            "with resourceRefCount = %d based on rule %s",
+            principal, "Allowed" if allowed else "Denied", op.name, host, _pascal(rtype.name), name,
+            request or "unknown", ref_count, rule,
+        )

@@ -1,7 +1,7 @@
 """The admin APIs whose changes the controller makes: CreateTopics, DeleteTopics,
 CreatePartitions, AlterConfigs and IncrementalAlterConfigs (but for BROKER_LOGGER resources,
 this node's log levels, changed here), ElectLeaders, Alter/List
-PartitionReassignments, and DescribeQuorum, forwarded to the controller as a
+PartitionReassignments, DescribeQuorum and Add/RemoveRaftVoter (KIP-853), forwarded to the controller as a
 Kafka broker forwards them (the controller's ControllerApis validates them, writes the records and
 answers; a forward that finds no controller in time is answered REQUEST_TIMED_OUT); and
 DescribeConfigs, answered here.
@@ -48,7 +48,8 @@ class AdminApis:
         return self.forwarding.forward(ControllerRequest(ctx.header.api_key, ctx.version, req, client))
 
     def forward(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments: forwarded."""
+        """ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments, AddRaftVoter,
+        RemoveRaftVoter: forwarded."""
         return self._forward(ctx, req)
 
     def handle_create_topics(self, ctx: RequestContext, req: dict[str, Any]) -> Awaitable[dict[str, Any]]:

@@ -17,7 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.controller.feature_control_manager import SUPPORTED_FEATURES
 from odradek.metadata.metadata_cache import FinalizedFeatures
@@ -38,6 +38,9 @@ from odradek.protocol.header import (
     peek_request_header,
 )
 from odradek.protocol.schema import Api, SchemaError
+
+if TYPE_CHECKING:
+    from odradek.server.client_quotas import ClientQuotaManagers
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,8 @@ class ApiDispatcher(ABC):
     # (None: nothing counted) and the slow-request warning threshold (0: none).
     request_metrics: RequestMetrics | None = None
     slow_request_ms: float = 0.0
+    # Client quotas (odradek.server.client_quotas; None: never throttled, e.g. the controller).
+    client_quotas: ClientQuotaManagers | None = None
 
     @abstractmethod
     def finalized_features(self) -> FinalizedFeatures:
@@ -133,24 +138,42 @@ class ApiDispatcher(ABC):
             ) from e
         ctx = RequestContext(header, conn)
         result = self.handlers[api_key](ctx, request)
+        quotas = self.client_quotas
+        produce_throttle = 0
+        if quotas is not None and quotas.active and api_key == m.PRODUCE.api_key:
+            # Recorded (and the connection muted) now, not when a delayed produce completes:
+            # requests pipelined behind it must not be handled meanwhile.
+            produce_throttle = quotas.record_produce(ctx, len(frame))
         if result is None:
             self._completed(ctx, api, start, None, None)
             return None
         if isinstance(result, dict):
-            out = self._encode(api, version, correlation_id, result)
+            if quotas is not None and quotas.active:
+                out = quotas.throttled_response(
+                    ctx, api, request, result, produce_throttle, time.monotonic() - start, self._encode
+                )
+            else:
+                out = self._encode(api, version, correlation_id, result)
             self._completed(ctx, api, start, out, result)
             return out
-        return self._await_and_encode(ctx, api, start, time.monotonic(), result)
+        return self._await_and_encode(ctx, api, start, time.monotonic(), result, request, produce_throttle)
 
     async def _await_and_encode(
         self, ctx: RequestContext, api: Api, start: float, local_end: float,
-        pending: Awaitable[dict[str, Any] | None],
+        pending: Awaitable[dict[str, Any] | None], request: dict[str, Any], produce_throttle: int,
     ) -> ResponseBuffers | None:
         body = await pending
         if body is None:
             self._completed(ctx, api, start, None, None, local_end)
             return None
-        out = self._encode(api, ctx.version, ctx.header.correlation_id, body)
+        quotas = self.client_quotas
+        if quotas is not None and quotas.active:
+            # The handler's own time: a delayed operation's wait is not the client's cost.
+            out = quotas.throttled_response(
+                ctx, api, request, body, produce_throttle, local_end - start, self._encode
+            )
+        else:
+            out = self._encode(api, ctx.version, ctx.header.correlation_id, body)
         self._completed(ctx, api, start, out, body, local_end)
         return out
 
@@ -180,6 +203,7 @@ class ApiDispatcher(ABC):
             log_request(
                 logging.WARNING if slow else logging.DEBUG, ctx.conn.peer, ctx.header.client_id,
                 api.name, ctx.version, ctx.header.correlation_id, total_ms, size, error,
+                ctx.conn.security_protocol, ctx.conn.principal, ctx.conn.listener_name,
             )
 
     def _encode(self, api: Api, version: int, correlation_id: int, body: dict[str, Any]) -> ResponseBuffers:

@@ -28,7 +28,7 @@ from odradek.metrics.prometheus import observe_requests
 from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
 from odradek.security.api_authorization import BROKER_CHECKS
-from odradek.security.auth_helper import AuthHelper
+from odradek.security.auth_helper import AuthHelper, describable_topics
 from odradek.security.auth_helper import install as install_authorization
 from odradek.security.sasl_apis import SaslApis
 from odradek.security.sasl_channel_builder import listener_handler
@@ -53,6 +53,7 @@ from odradek.server.broker_components import (
     wire_replication,
 )
 from odradek.server.broker_lifecycle_manager import BrokerLifecycleManager
+from odradek.server.client_quotas import install_client_quotas
 from odradek.server.controller_channel import ControllerChannel, ForwardingManager
 from odradek.server.dir_lock import StartupError
 from odradek.server.kafka_apis import KafkaApis
@@ -229,11 +230,13 @@ class BrokerServer:
         self.txn_apis = built.txn_apis
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
         broker_apis = built.apis
+        # (before the authorizer, which guards every handler there is)
+        install_client_quotas(broker_apis, cfg, self.metadata_cache, loader, broker_apis.admin_apis.forwarding)
         if authorizer is not None:
             cache = self.metadata_cache
-            install_authorization(
-                broker_apis, AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic), BROKER_CHECKS
-            )
+            helper = AuthHelper(authorizer, cache.get_topic_name, cache.contains_topic)
+            install_authorization(broker_apis, helper, BROKER_CHECKS)
+            built.group_apis.describable_topics = describable_topics(helper)
         self.broker_apis = broker_apis  # its fetch_manager holds the fetch session cache
         metrics = self.shared.metrics
         observe_requests(broker_apis, self._servers, cfg, metrics)

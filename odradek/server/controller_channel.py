@@ -326,6 +326,8 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         return {"throttle_time_ms": 0, "error_code": error, "directories": []}
     if key == g.DESCRIBE_QUORUM.api_key:  # a top-level error (DescribeQuorumRequest.getErrorResponse)
         return {"error_code": error, "error_message": message, "topics": [], "nodes": []}
+    if key in (g.ADD_RAFT_VOTER.api_key, g.REMOVE_RAFT_VOTER.api_key):
+        return {"throttle_time_ms": 0, "error_code": error, "error_message": message}
     if key == m.ELECT_LEADERS.api_key:
         return {
             "throttle_time_ms": 0, "error_code": error,
@@ -368,5 +370,10 @@ def error_response(request: ControllerRequest, error: Errors, message: str | Non
         return {
             "throttle_time_ms": 0,
             "results": [{"user": u, "error_code": error, "error_message": message} for u in users],
+        }
+    if key == g.ALTER_CLIENT_QUOTAS.api_key:
+        return {
+            "throttle_time_ms": 0,
+            "entries": [{"error_code": error, "error_message": message, "entity": e["entity"]} for e in data["entries"]],
         }
     raise ValueError(f"no error response for API {key}")

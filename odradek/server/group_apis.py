@@ -43,6 +43,9 @@ class GroupApis:
             Callable[[str, int, int, list[tuple[str, int]]], Awaitable[dict[tuple[str, int], Errors]]] | None
         ) = None
         self.transaction_version: Callable[[], int] = lambda: 0
+        # With an authorizer (set at start-up): the topics of a set the request's principal may
+        # DESCRIBE, for the topics a regex subscription resolves to.
+        self.describable_topics: Callable[[RequestContext, frozenset[str]], set[str]] | None = None
 
     def handlers(self) -> dict[Api, Handler]:
         return {
@@ -380,8 +383,10 @@ class GroupApis:
     async def handle_consumer_group_heartbeat(
         self, ctx: RequestContext, req: dict[str, Any]
     ) -> dict[str, Any]:
+        describable = self.describable_topics
         return await self.coordinator.consumer_group_heartbeat(
-            req, client_id=ctx.header.client_id or "", client_host="/" + _host(ctx)
+            req, client_id=ctx.header.client_id or "", client_host="/" + _host(ctx),
+            topic_filter=None if describable is None else lambda names: describable(ctx, names),
         )
 
     def handle_consumer_group_describe(self, ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:

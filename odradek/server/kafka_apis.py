@@ -109,6 +109,8 @@ class KafkaApis(ApiDispatcher):
             m.ALTER_CONFIGS.api_key: self.admin_apis.handle_alter_configs,
             m.INCREMENTAL_ALTER_CONFIGS.api_key: self.admin_apis.handle_incremental_alter_configs,
             m.DESCRIBE_QUORUM.api_key: self.admin_apis.handle_describe_quorum,
+            m.ADD_RAFT_VOTER.api_key: self.admin_apis.forward,
+            m.REMOVE_RAFT_VOTER.api_key: self.admin_apis.forward,
             m.ELECT_LEADERS.api_key: self.admin_apis.forward,
             m.ALTER_PARTITION_REASSIGNMENTS.api_key: self.admin_apis.forward,
             m.LIST_PARTITION_REASSIGNMENTS.api_key: self.admin_apis.forward,
@@ -193,17 +195,21 @@ class KafkaApis(ApiDispatcher):
             names = sorted(self.metadata_cache.get_all_topics())
             allow_auto = False
         else:
+            # As Kafka: any non-zero topic id means the request is by id (v12+), whatever the
+            # names say — the Java client leaves them "" (not null) when it asks by id.
+            topic_ids = list(dict.fromkeys(
+                t["topic_id"] for t in topics if version >= 10 and t.get("topic_id") not in (None, _ZERO_UUID)
+            ))
             names = []
-            for t in topics:
-                if t.get("name") is None:
-                    tid = t.get("topic_id") or _ZERO_UUID
+            if topic_ids:
+                for tid in topic_ids:
                     topic_name = self.metadata_cache.get_topic_name(tid)
                     if topic_name is None:
                         unknown_ids.append(tid)
                     else:
                         names.append(topic_name)
-                else:
-                    names.append(t["name"])
+            else:
+                names = [t["name"] for t in topics if t.get("name") is not None]
 
         # As Kafka without an authorizer: every operation the resource supports (v8+ asks).
         topic_ops = req.get("include_topic_authorized_operations", False)
@@ -423,6 +429,11 @@ class KafkaApis(ApiDispatcher):
                     )
                 )
         max_bytes = req["max_bytes"] if version >= 3 else 2**31 - 1
+        quotas = self.client_quotas
+        if quotas is not None and quotas.active and replica_id < 0:
+            # No more than the consumer's quota allows over the quota window (Kafka's
+            # getMaxValueInQuotaWindow): a larger response would only be throttled away.
+            max_bytes = int(min(max_bytes, max(1.0, quotas.max_fetch_bytes(ctx))))
         isolation = req["isolation_level"] if version >= 4 else 0
         # KIP-392: a consumer's Fetch v11+ may be served by a follower, or sent to one.
         client_rack = (req.get("rack_id") or "") if version >= 11 and replica_id < 0 else None

@@ -3,8 +3,8 @@ BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata``, FetchSnapshot
 ``ControllerApis`` to its raft manager). Each request goes to the node's Raft core through the
 KafkaRaftClient; the answer comes back when the core gives it (a Fetch may wait there for new
 records up to its ``max_wait_ms``). Advertised by ApiVersions on the controller listener only;
-brokers forward their clients' DescribeQuorum to the controller, whose ``ControllerApis`` hands it
-to :meth:`RaftApis.describe_quorum`.
+brokers forward their clients' DescribeQuorum, AddRaftVoter and RemoveRaftVoter to the controller,
+whose ``ControllerApis`` hands them to :meth:`RaftApis.describe_quorum` / :meth:`RaftApis.voter_change`.
 """
 
 from __future__ import annotations
@@ -68,6 +68,11 @@ class RaftApis:
         not answer."""
         return await self._request(msgs.DESCRIBE_QUORUM, req)
 
+    async def voter_change(self, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
+        """The answer to an AddRaftVoter or RemoveRaftVoter a broker forwarded; TimeoutError as
+        :meth:`describe_quorum`."""
+        return await self._request(api_key, req)
+
     async def _request(self, api_key: int, req: dict[str, Any]) -> dict[str, Any]:
         future = self.client.handle_request(_source(api_key, req), api_key, req)
         try:
@@ -88,18 +93,20 @@ class RaftApis:
         return fill_uuids(data)
 
     def _add_voter_details(self, data: dict[str, Any]) -> None:
-        """With a dynamic quorum (kraft.version 1): the voters' directory ids and, in ``nodes``
-        (v2), their listeners, from the voter set, as Kafka's leader answers."""
-        dynamic = self.client.core.dynamic
-        if dynamic.kraft_version < 1:
-            return
-        voters = dynamic.voters
+        """The voters' directory ids (known with a dynamic quorum only) and, in ``nodes`` (v2),
+        their listeners from the voter set — with a static quorum the controller listener and
+        the address of ``controller.quorum.voters`` — as Kafka's leader answers."""
+        voters = self.client.core.dynamic.voters
+        answered = False
         for topic in data.get("topics") or []:
             for partition in topic.get("partitions") or []:
+                answered = answered or int(partition.get("error_code", 0)) == 0
                 for replica in partition.get("current_voters") or []:
                     node = voters.get(int(replica["replica_id"]))
                     if node is not None and node.directory_id is not None:
                         replica["replica_directory_id"] = node.directory_id
+        if not answered or int(data.get("error_code", 0)) != 0:
+            return  # an error answer (not the leader...) names no nodes, as Kafka's
         data["nodes"] = [
             {
                 "node_id": v,

@@ -7,10 +7,11 @@ without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; 
 ``process.roles`` (a migration) it is refused in :class:`KafkaConfig` itself.
 
 ``SSL`` listeners are served (:mod:`odradek.security.ssl_factory`, which reads the ``ssl.*`` keys
-in :data:`~odradek.security.ssl_factory.SUPPORTED_KEYS`), and so are ``SASL_PLAINTEXT`` listeners
-with their SASL settings (:data:`SASL_KEYS_SERVED`, mechanisms PLAIN, SCRAM-SHA-256/512 and
-OAUTHBEARER with the unsecured validator; GSSAPI is refused). Other ``ssl.*`` keys (engine
-factories, providers, key manager algorithms...) and ``sasl.*`` keys (also per listener,
+in :data:`~odradek.security.ssl_factory.SUPPORTED_KEYS`), and so are ``SASL_PLAINTEXT`` and
+``SASL_SSL`` (SASL over that TLS) listeners with their SASL settings (:data:`SASL_KEYS_SERVED`,
+mechanisms PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER with the unsecured validator; GSSAPI is
+refused). Other ``ssl.*`` keys (engine factories, providers, key manager algorithms...) and
+``sasl.*`` keys (also per listener,
 ``listener.name.<name>.ssl.*`` and ``listener.name.<name>.<mechanism>.sasl.*``) are refused when
 set to anything but empty or Kafka's default: a server.properties written for a plaintext Kafka
 may carry defaults, but key stores, JAAS configurations or mechanisms mean security was expected.
@@ -27,7 +28,7 @@ from odradek.security.standard_authorizer import STANDARD_AUTHORIZER_CLASS
 if TYPE_CHECKING:
     from odradek.server.kafka_config import KafkaConfig
 
-SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
+SECURITY_PROTOCOLS_SERVED = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 # SASL settings served (odradek.security.sasl_config), also under a listener's prefix.
 SASL_KEYS_SERVED = frozenset({
@@ -82,6 +83,7 @@ _REFUSED_IF_SET: dict[str, str] = {
     "delegation.token.master.key": "delegation tokens are not supported yet",
     "create.topic.policy.class.name": "topic policies are not supported yet (it would never run)",
     "alter.config.policy.class.name": "config policies are not supported yet (it would never run)",
+    "client.quota.callback.class": "custom client quota callbacks are not supported (the default quotas are)",
     "control.plane.listener.name": "a control plane listener is ZooKeeper mode only (Kafka refuses it in KRaft mode)",
 }
 
@@ -115,14 +117,13 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
             if lst.security_protocol not in SECURITY_PROTOCOLS_SERVED and str(lst) not in seen:
                 seen.add(str(lst))
                 out.append(
-                    f"{key}: listener {lst} uses security protocol {lst.security_protocol}; SASL "
-                    "over TLS is not supported yet (it would serve without authentication), use "
-                    "PLAINTEXT, SSL or SASL_PLAINTEXT listeners"
+                    f"{key}: listener {lst} uses security protocol {lst.security_protocol}; use "
+                    "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL listeners"
                 )
     if config.is_set("security.inter.broker.protocol"):
         proto = str(config.get("security.inter.broker.protocol")).upper()
         if proto not in SECURITY_PROTOCOLS_SERVED:
-            out.append(f"security.inter.broker.protocol={proto}: SASL over TLS is not supported yet")
+            out.append(f"security.inter.broker.protocol={proto}: not a supported security protocol")
     if config.is_zk_mode and config.listener_security_protocol(config.inter_broker_listener_name) != "PLAINTEXT":
         out.append(
             f"inter.broker.listener.name={config.inter_broker_listener_name}: TLS between brokers "
@@ -178,10 +179,15 @@ def _sasl_value_problem(setting: str, value: str) -> str | None:
 def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
     """SASL listeners whose settings cannot work (a PLAIN listener without users, GSSAPI,
     a broken JAAS text), and inter-node logins that are missing."""
-    from odradek.security.sasl_config import SaslConfigError, client_logins, listener_config
+    from odradek.security.sasl_config import (
+        SASL_PROTOCOLS,
+        SaslConfigError,
+        client_logins,
+        listener_config,
+    )
 
     out: list[str] = []
-    sasl_listeners = [x for x in config.listeners if x.security_protocol == "SASL_PLAINTEXT"]
+    sasl_listeners = [x for x in config.listeners if x.security_protocol in SASL_PROTOCOLS]
     if sasl_listeners and not config.process_roles:
         return ["SASL listeners are served in KRaft mode only (not in ZooKeeper mode)"]
     for lst in sasl_listeners:

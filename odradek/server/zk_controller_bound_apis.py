@@ -22,7 +22,9 @@ from odradek.protocol.messages import generated as g
 from odradek.server.api_dispatcher import Handler, RequestContext
 
 # Not served by a ZooKeeper-mode broker (not in its ApiVersions).
-NOT_IN_ZK_MODE = (g.DESCRIBE_QUORUM, g.CONSUMER_GROUP_HEARTBEAT, g.CONSUMER_GROUP_DESCRIBE)
+NOT_IN_ZK_MODE = (
+    g.DESCRIBE_QUORUM, g.ADD_RAFT_VOTER, g.REMOVE_RAFT_VOTER, g.CONSUMER_GROUP_HEARTBEAT, g.CONSUMER_GROUP_DESCRIBE,
+)
 
 
 class ZkControllerBoundApis:

@@ -479,3 +479,169 @@ def test_three_node_cluster_replicates_with_authorizer(tmp_path: Path) -> None:
                        what=f"the ACL on broker {b.node_id}")
     finally:
         cluster.close()
+
+
+# -- topics hidden inside group and transaction answers (Kafka 4) ---------------------------------
+
+
+def _sasl_login(conn: RawConnection, user: str) -> None:
+    """SaslHandshake + SaslAuthenticate (PLAIN) on a raw connection to the SASL listener."""
+    assert conn.request(g.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"] == Errors.NONE
+    token = f"\0{user}\0{user}-secret".encode()
+    assert conn.request(g.SASL_AUTHENTICATE, 2, {"auth_bytes": token})["error_code"] == Errors.NONE
+
+
+def test_regex_subscription_sees_only_describable_topics(secured: Secured) -> None:
+    """A KIP-848 consumer (group.protocol=consumer) subscribing with a regex is assigned only the
+    topics its principal may DESCRIBE: the coordinator resolves the regex with its ACLs."""
+    base = unique_name("t")
+    readable = [secured.topic(f"{base}-ok-{i}") for i in range(2)]
+    secret = secured.topic(f"{base}-secret")
+    for t in [*readable, secret]:
+        assert produce_error(secured, "admin", t) is None
+    group = unique_name("rx")
+    secured.grant(allow(ResourceType.TOPIC, f"{base}-ok-", "alice", AclOperation.READ, ResourcePatternType.PREFIXED),
+                  allow(ResourceType.GROUP, group, "alice", AclOperation.READ))
+    c = Consumer({**secured.conf("alice"), "group.id": group, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "topic.metadata.refresh.interval.ms": 1000})
+    seen: set[str] = set()
+    errors: list[KafkaError] = []
+    try:
+        c.subscribe([f"^{base}-.*"])
+        end = time.monotonic() + 40
+        while time.monotonic() < end and seen != set(readable):
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    errors.append(msg.error())
+                continue
+            seen.add(msg.topic())
+        assert seen == set(readable), errors
+        assert {tp.topic for tp in c.assignment()} == set(readable)
+        # the group as the coordinator holds it (described by the super user, who may see every
+        # topic): the member's assignment names only the describable topics
+        (described,) = secured.admin().describe_consumer_groups([group]).values()
+        (member,) = described.result(timeout=30).members
+        assert {tp.topic for tp in member.assignment.topic_partitions} == set(readable)
+    finally:
+        c.close()
+
+
+def test_consumer_group_describe_hides_groups_assigned_undescribable_topics(secured: Secured) -> None:
+    """ConsumerGroupDescribe: a group whose assignment names a topic the caller may not DESCRIBE
+    is answered with TOPIC_AUTHORIZATION_FAILED (Kafka 4), even with DESCRIBE on the group."""
+    secret = secured.topic(unique_name("cgd-secret"))
+    assert produce_error(secured, "admin", secret) is None
+    group = unique_name("cgd")
+    secured.grant(allow(ResourceType.GROUP, group, "bob", AclOperation.DESCRIBE))
+    c = Consumer({**secured.conf("admin"), "group.id": group, "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([secret])
+
+        def assigned() -> bool:
+            c.poll(0.2)
+            return bool(c.assignment())
+
+        wait_until(assigned, timeout=30, what="an assignment")
+        with RawConnection("127.0.0.1", secured.broker.bound_ports["SASL_PLAINTEXT"]) as conn:
+            _sasl_login(conn, "bob")
+            body = {"group_ids": [group], "include_authorized_operations": False}
+            (grp,) = conn.request(g.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"]
+            assert grp["error_code"] == Errors.TOPIC_AUTHORIZATION_FAILED
+            assert grp["error_message"] == "The group has described topic(s) that the client is not authorized to describe."
+            assert grp["members"] == []
+            secured.grant(allow(ResourceType.TOPIC, secret, "bob", AclOperation.DESCRIBE))
+            (grp,) = conn.request(g.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"]
+            assert grp["error_code"] == Errors.NONE and grp["members"]
+    finally:
+        c.close()
+
+
+def test_describe_transactions_omits_undescribable_topics(secured: Secured) -> None:
+    shown = secured.topic(unique_name("dtx-shown"))
+    hidden = secured.topic(unique_name("dtx-hidden"))
+    tid = unique_name("dtx")
+    secured.grant(allow(ResourceType.TRANSACTIONAL_ID, tid, "bob", AclOperation.DESCRIBE),
+                  allow(ResourceType.TOPIC, shown, "bob", AclOperation.DESCRIBE))
+    p = Producer({**secured.conf("admin"), "transactional.id": tid, "transaction.timeout.ms": 30000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(shown, b"a")
+    p.produce(hidden, b"b")
+    p.flush(20)
+    try:
+        with RawConnection("127.0.0.1", secured.broker.bound_ports["SASL_PLAINTEXT"]) as conn:
+            _sasl_login(conn, "bob")
+            (state,) = conn.request(g.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]})["transaction_states"]
+            assert state["error_code"] == Errors.NONE and state["transaction_state"] == "Ongoing"
+            assert [t["topic"] for t in state["topics"]] == [shown]
+            (state,) = conn.request(g.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [unique_name("other")]})[
+                "transaction_states"]
+            assert state["error_code"] == Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        with RawConnection("127.0.0.1", secured.broker.bound_ports["SASL_PLAINTEXT"]) as conn:
+            _sasl_login(conn, "admin")  # a super user sees both topics
+            (state,) = conn.request(g.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [tid]})["transaction_states"]
+            assert sorted(t["topic"] for t in state["topics"]) == sorted([shown, hidden])
+    finally:
+        p.abort_transaction(30)
+
+
+def test_offset_fetch_of_all_topics_leaves_out_undescribable_ones(secured: Secured) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    shown = secured.topic(unique_name("of-shown"))
+    hidden = secured.topic(unique_name("of-hidden"))
+    group = unique_name("of")
+    c = Consumer({**secured.conf("admin"), "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(shown, 0, 0), TopicPartition(hidden, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    secured.grant(allow(ResourceType.GROUP, group, "bob", AclOperation.DESCRIBE),
+                  allow(ResourceType.TOPIC, shown, "bob", AclOperation.DESCRIBE))
+
+    def committed(user: str) -> set[str]:
+        (f,) = secured.admin(user).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+        return {tp.topic for tp in f.result(timeout=30).topic_partitions}
+
+    assert committed("bob") == {shown}
+    assert committed("admin") == {shown, hidden}
+
+
+def test_denials_in_the_authorizer_audit_log() -> None:
+    """kafka.authorizer.logger at INFO: a denied Produce in Kafka's words (grants, at DEBUG, are
+    not written at INFO)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    audit = logging.getLogger("kafka.authorizer.logger")
+    handler = Keep(logging.DEBUG)
+    audit.addHandler(handler)
+    old_level = audit.level
+    audit.setLevel(logging.DEBUG)
+    try:
+        with EmbeddedBroker(secured_props()) as broker:
+            s = Secured(broker)
+            topic = s.topic(unique_name("audit"))
+            s.grant(allow(ResourceType.TOPIC, topic, "bob", AclOperation.DESCRIBE))  # sees it, may not write
+            err = produce_error(s, "bob", topic, **{"message.timeout.ms": 5000})
+            assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        audit.removeHandler(handler)
+        audit.setLevel(old_level)
+    lines = [r.getMessage() for r in records if r.levelno == logging.INFO]
+    assert not any(" is Allowed " in line for line in lines)
+    assert any(r.levelno == logging.DEBUG and r.getMessage().startswith("Principal = User:admin is Allowed operation = CREATE")
+               for r in records)
+    want = (f"Principal = User:bob is Denied operation = WRITE from host = 127.0.0.1 on resource = "
+            f"Topic:LITERAL:{topic} for request = Produce with resourceRefCount = 1 based on rule DefaultDeny")
+    assert want in lines, lines

@@ -77,6 +77,23 @@ def test_topics_create_alter_if_exists_delete(broker: EmbeddedBroker, topic: str
     wait_until(lambda: topic not in _run(capsys, *bs, "--list")[1].split(), timeout=30, what="topic deleted")
 
 
+def test_describe_by_topic_id_as_kafkas_tool(broker: EmbeddedBroker, kafka: KafkaTools, topic: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Kafka's Admin asks Metadata by id with names "" (not null): the answer names the topic
+    and carries its id, so kafka-topics --describe --topic-id prints what ours does."""
+    bs = ["--bootstrap-server", broker.bootstrap_servers]
+    assert _run(capsys, "topics", *bs, "--create", "--topic", topic, "--partitions", "3")[0] == 0
+    code, ours, _ = _run(capsys, "topics", *bs, "--describe", "--topic", topic)
+    topic_id = ours.split("TopicId: ")[1].split("\t")[0]
+    theirs = kafka.run("kafka-topics", *bs, "--describe", "--topic-id", topic_id, check=False)
+    assert (theirs.returncode, theirs.stdout) == (0, ours)
+    assert _run(capsys, "topics", *bs, "--describe", "--topic-id", topic_id) == (0, ours, "")
+    unknown = "AAAAAAAAAAAAAAAAAAAAAQ"
+    theirs = kafka.run("kafka-topics", *bs, "--describe", "--topic-id", unknown, check=False)
+    assert (theirs.returncode, theirs.stdout) == (
+        1, f"Error while executing topic command : TopicId '{unknown}' does not exist as expected\n")
+
+
 def test_get_offsets_and_delete_records_as_kafkas_tools(
     broker: EmbeddedBroker, kafka: KafkaTools, topic: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

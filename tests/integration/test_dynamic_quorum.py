@@ -275,3 +275,72 @@ def test_three_initial_controllers_elect_and_remove_one(tmp_path: Path) -> None:
     finally:
         for n in nodes:
             n.stop()
+
+
+@pytest.mark.timeout(300)
+def test_kafkas_tool_adds_and_removes_a_controller_through_a_broker(tmp_path: Path) -> None:
+    """``kafka-metadata-quorum.sh --bootstrap-server <broker> add-controller / remove-controller``
+    (Kafka 4.x's tool): Kafka's Admin sends AddRaftVoter / RemoveRaftVoter to a broker, which
+    advertises them and forwards them to the active controller, as Kafka 4's KafkaApis does;
+    ``odradek metadata-quorum --bootstrap-server`` goes the same way."""
+    from tests.integration.kafka_reference import find_kafka_tools
+
+    tools = find_kafka_tools("4")
+    ports = _free_ports(3)
+    first = f"127.0.0.1:{ports[0]}"
+    nodes = [DynamicController(i + 1, p, first, tmp_path) for i, p in enumerate(ports[:2])]
+    broker = DynamicBroker(10, ports[2], ",".join(f"127.0.0.1:{p}" for p in ports[:2]), tmp_path)
+    nodes[0].format_dynamic("--standalone")
+    nodes[1].format_dynamic("--no-initial-controllers")
+    r = _odradek("storage", "format", "--config", str(broker.config), "--cluster-id", CLUSTER_ID)
+    assert r.returncode == 0, r.stderr
+    second = nodes[1]
+    via_broker = ["--bootstrap-server", broker.bootstrap]
+
+    def kafka_tool(*args: str) -> subprocess.CompletedProcess[str]:
+        for _ in range(10):  # REQUEST_TIMED_OUT while the previous change commits: try again
+            r = tools.run("kafka-metadata-quorum", *via_broker, *args, check=False)
+            if r.returncode == 0 or "TimeoutException" not in r.stderr:
+                return r
+            time.sleep(1)
+        return r
+
+    try:
+        for n in nodes:
+            n.start()
+        broker.start()
+
+        async def run() -> None:
+            assert (await find_leader(nodes, 60))["leader_id"] == 1
+            _wait_for_brokers(broker, {10}, 60, [*nodes, broker])
+            await _wait_caught_up_observer(ports[0], second.node_id, 60)
+
+            r = kafka_tool("--command-config", str(second.config), "add-controller")
+            assert (r.returncode, r.stdout) == (0, (
+                f"Added controller 2 with directory id {second.directory_id} and endpoints: "
+                f"CONTROLLER://127.0.0.1:{second.port}\n")), r.stderr
+            assert _voter_ids(_status(first)) == [1, 2]
+
+            r = kafka_tool("remove-controller", "--controller-id", "2",
+                           "--controller-directory-id", second.directory_id)
+            assert (r.returncode, r.stdout) == (
+                0, f"Removed  KRaft controller 2 with directory id {second.directory_id}\n"), r.stderr
+            assert _voter_ids(_status(first)) == [1]
+            # The controller's error comes back through the broker as it is.
+            r = kafka_tool("remove-controller", "--controller-id", "2",
+                           "--controller-directory-id", second.directory_id)
+            assert r.returncode == 1 and "VoterNotFoundException" in r.stderr, r.stderr
+
+            # Odradek's tool through the broker too.
+            for _ in range(10):
+                r = _odradek("metadata-quorum", *via_broker, "--command-config", str(second.config),
+                             "add-controller")
+                if r.returncode == 0 or "TimeoutException" not in r.stderr:
+                    break
+                time.sleep(1)
+            assert r.returncode == 0, r.stderr
+            assert _voter_ids(_status(first)) == [1, 2]
+
+        asyncio.run(run())
+    finally:
+        _stop_all([broker], nodes)

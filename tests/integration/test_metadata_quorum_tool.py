@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .kafka_reference import KafkaServer, KafkaTools, find_kafka_tools
+from .kafka_reference import KafkaServer, KafkaTools, _free_port, find_kafka_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,3 +174,44 @@ def test_against_odradek_same_as_kafka_tool(tmp_path: Path, command: str, listen
     norm = _normalise_replication if command == "--replication" else (lambda s: s)
     assert norm(ours.stdout) == norm(theirs.stdout)
     assert ("ClusterId:" in ours.stdout) if command == "--status" else ("NodeId" in ours.stdout)
+
+
+def test_static_voters_endpoints_as_kafkas_controller(kafka: tuple[KafkaTools, KafkaServer]) -> None:
+    """DescribeQuorum v2 names each voter's listeners (``nodes``) with a static quorum too
+    (``controller.quorum.voters``): Kafka's tool prints them in CurrentVoters from Odradek's
+    answer as from Kafka's own controller's."""
+    from odradek.embedded import EmbeddedBroker
+
+    tools, server = kafka
+
+    def voters_line(bootstrap: str) -> str:
+        out = tools.run("kafka-metadata-quorum", "--bootstrap-server", bootstrap, "describe", "--status").stdout
+        return next(line for line in out.splitlines() if line.startswith("CurrentVoters:"))
+
+    theirs = voters_line(server.bootstrap_servers)
+    assert f'"endpoints": ["CONTROLLER://127.0.0.1:{server.controller_port}"]' in theirs
+    port = _free_port()
+    with EmbeddedBroker({
+        "listeners": f"PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}",
+        "controller.quorum.voters": f"1@127.0.0.1:{port}",
+    }) as broker:
+        ours = voters_line(broker.bootstrap_servers)
+    assert ours == theirs.replace(str(server.controller_port), str(port))
+
+
+def test_remove_controller_through_a_broker_of_a_static_quorum_as_kafka(kafka: tuple[KafkaTools, KafkaServer]) -> None:
+    """A combined node forwards RemoveRaftVoter from its broker listener to its controller (in
+    this process), whose static quorum (kraft.version 0) refuses it as Kafka's does."""
+    from odradek.embedded import EmbeddedBroker
+
+    tools, server = kafka
+    args = ["remove-controller", "--controller-id", "1", "--controller-directory-id", "AAAAAAAAAAAAAAAAAAAAAQ"]
+
+    def first_line(bootstrap: str) -> tuple[int, str]:
+        r = tools.run("kafka-metadata-quorum", "--bootstrap-server", bootstrap, *args, check=False)
+        return r.returncode, r.stderr.strip().splitlines()[0]
+
+    theirs = first_line(server.bootstrap_servers)
+    assert theirs[0] == 1 and "UnsupportedVersionException: Cluster doesn't support" in theirs[1]
+    with EmbeddedBroker() as broker:
+        assert first_line(broker.bootstrap_servers) == theirs

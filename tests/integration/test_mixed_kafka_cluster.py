@@ -453,6 +453,15 @@ def test_kafka_broker_with_an_odradek_controller(tmp_path: Path) -> None:
             meta = dict(line.split(": ", 1) for line in (d / f"{topic}-0" / "partition.metadata").read_text().split("\n") if line)
             topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(meta["topic_id"] + "=="))
             assert recorded[topic_id][kafka_index] == _directory_id(d), (topic, recorded[topic_id])
+        # The Kafka broker forwards DescribeQuorum and RemoveRaftVoter in an Envelope; the
+        # controller answers them (a static quorum refuses the voter change).
+        via_kafka = ["--bootstrap-server", cluster.bootstrap(only=MixedCluster.KAFKA)]
+        status = tools.run("kafka-metadata-quorum", *via_kafka, "describe", "--status").stdout
+        assert "LeaderId:               1\n" in status, status
+        r = tools.run("kafka-metadata-quorum", *via_kafka, "remove-controller", "--controller-id", "1",
+                      "--controller-directory-id", "AAAAAAAAAAAAAAAAAAAAAQ", check=False)
+        assert r.returncode == 1 and "UnsupportedVersionException: Cluster doesn't support removing voter" \
+            in r.stderr, r.stderr
         # Every request the Kafka broker sends its controller (AssignReplicasToDirs, Envelope,
         # AlterPartition, ...) is one the controller serves. Only readable with a slf4j binding.
         if KafkaNode.slf4j_binding():

@@ -446,7 +446,7 @@ def test_odradek_configs_users_scram(sasl_broker: EmbeddedBroker, tmp_path: Path
     # Two mechanisms of one user in one request: DUPLICATE_RESOURCE, as Kafka's ScramControlManager
     assert alter_user_scram(Namespace(**common, add_config="SCRAM-SHA-256=[iterations=8192,password=gina-secret],"
                                       "SCRAM-SHA-512=[password=gina-secret]", delete_config=None)) == 1
-    assert "DUPLICATE_RESOURCE" in capsys.readouterr().err
+    assert "DuplicateResourceException" in capsys.readouterr().err
     for config in ("SCRAM-SHA-256=[iterations=8192,password=gina-secret]", "SCRAM-SHA-512=[password=gina-secret]"):
         assert alter_user_scram(Namespace(**common, add_config=config, delete_config=None)) == 0
         assert capsys.readouterr().out == f"Completed updating config for user {user}.\n"
@@ -459,7 +459,35 @@ def test_odradek_configs_users_scram(sasl_broker: EmbeddedBroker, tmp_path: Path
     assert alter_user_scram(Namespace(**common, add_config=None, delete_config="SCRAM-SHA-256")) == 0
     capsys.readouterr()
     assert alter_user_scram(Namespace(**common, add_config=None, delete_config="SCRAM-SHA-256")) == 1
-    assert "RESOURCE_NOT_FOUND" in capsys.readouterr().err
+    assert "ResourceNotFoundException" in capsys.readouterr().err
     assert alter_user_scram(Namespace(**common, add_config="SCRAM-SHA-256=[iterations=20000,password=x]",
                                       delete_config=None)) == 1
     assert "Too many iterations" in capsys.readouterr().err
+
+
+def test_odradek_configs_users_scram_and_quotas_in_one_tool(sasl_broker: EmbeddedBroker,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``odradek configs --entity-type users`` alters and describes SCRAM credentials and quotas
+    together, as kafka-configs does, and the credential logs in at once."""
+    from odradek.cli.main import main
+
+    user = unique_name("hank")
+    base = ["configs", "--bootstrap-server", sasl_broker.bootstrap_servers]
+    users = ["--entity-type", "users", "--entity-name", user]
+    assert main([*base, "--alter", *users, "--add-config", "SCRAM-SHA-256=[iterations=8192,password=hank-secret]"]) == 0
+    assert capsys.readouterr().out == f"Completed updating config for user {user}.\n"
+    assert main([*base, "--alter", *users, "--add-config", "producer_byte_rate=1048576"]) == 0
+    assert capsys.readouterr().out == f"Completed updating config for user {user}.\n"
+    assert main([*base, "--describe", *users]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"Quota configs for user-principal '{user}' are producer_byte_rate=1048576.0",
+        f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192",
+    ]
+    roundtrip_confluent(librdkafka_conf(sasl_broker, "SCRAM-SHA-256", user, "hank-secret"), unique_name("hank"))
+    # Kafka refuses quota and SCRAM changes in one command, and too many iterations with its error.
+    assert main([*base, "--alter", *users, "--add-config",
+                 "producer_byte_rate=1,SCRAM-SHA-512=[password=x]"]) != 0
+    assert "Cannot alter both quota and SCRAM credential configs" in capsys.readouterr().err
+    assert main([*base, "--alter", *users, "--add-config", "SCRAM-SHA-512=[iterations=20000,password=x]"]) == 1
+    assert "UnacceptableCredentialException" in capsys.readouterr().err

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from odradek.embedded import EmbeddedBroker
 from odradek.network.client import ConnectionClosed, NetworkClient
 from odradek.network.request_channel import CloseConnection, ConnectionInfo
 from odradek.network.socket_server import SocketServer
@@ -37,7 +38,8 @@ from odradek.security.ssl_factory import (
 from tests.unit.tls_certs import PASSWORD, TlsFiles, make_ca, make_tls_files, write_pem
 
 from .kafka_reference import find_kafka_tools
-from .support import _READY_RE, REQUIRES_KCAT, ServerProcess, wait_until
+from .support import _READY_RE, REQUIRES_KCAT, ServerProcess, unique_name, wait_until
+from .test_sasl import BAD_LOGIN, PLAIN_JAAS, _auth_errors, roundtrip_confluent
 from .txn_support import skip_unless
 
 MAPPING_RULES = "RULE:^CN=(.*?),OU=(.*?),.*$/$1@$2/L,DEFAULT"
@@ -477,3 +479,23 @@ def test_certificate_no_rule_maps_is_closed(tls_files: TlsFiles, caplog: pytest.
         asyncio.run(go())
     assert handled == []
     assert "no principal for the client certificate (No rules apply to CN=frank,OU=People,O=Odradek Tests" in caplog.text
+
+
+def test_sasl_plain_over_tls(tls_files: TlsFiles) -> None:
+    """A SASL_SSL listener: TLS as on an SSL listener, then SASL as on a SASL_PLAINTEXT one
+    (confluent-kafka with security.protocol=SASL_SSL, PLAIN); a wrong password is refused."""
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        **tls_files.server_props(),
+    }
+    with EmbeddedBroker(overrides=overrides) as b:
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{b.bound_ports['SASL_SSL']}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(tls_files.ca_pem),
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret",
+        }
+        roundtrip_confluent(conf, unique_name("sasl-ssl"))
+        errors = _auth_errors({**conf, "sasl.password": "wrong"})
+        assert errors and BAD_LOGIN in errors[0].str()

@@ -130,9 +130,11 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path: Path) -> None:
             resp = await c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
             assert resp["error_code"] == 0
             advertised = {(a["api_key"], a["min_version"], a["max_version"]) for a in resp["api_keys"]}
-            # SASL and SCRAM credentials, and the ACL APIs (SECURITY_DISABLED without an authorizer)
+            # SASL and SCRAM credentials, the ACL APIs (SECURITY_DISABLED without an authorizer) and
+            # the KRaft broker's client quota APIs (odradek.server.client_quotas).
             served = [*m.ALL_APIS, *m.SECURITY_APIS, *m.ACL_APIS]
-            assert advertised == {(a.api_key, m.advertised_min_version(a), a.max_version) for a in served}
+            assert advertised == {(a.api_key, m.advertised_min_version(a), a.max_version) for a in served} | {
+                (g.DESCRIBE_CLIENT_QUOTAS.api_key, 0, 1), (g.ALTER_CLIENT_QUOTAS.api_key, 0, 1)}
             # The transaction coordinator's APIs are there, EndTxn up to v5 (transactions version
             # 2, KIP-890 part 2), Produce to v12 and TxnOffsetCommit to v5 (Kafka 4.0's).
             assert (m.END_TXN.api_key, 0, 5) in advertised
@@ -213,6 +215,7 @@ def test_controller_listener_serves_the_controller_apis(tmp_path: Path) -> None:
                     g.ENVELOPE.api_key,  # admin requests a Kafka broker forwards (KIP-590)
                     g.ASSIGN_REPLICAS_TO_DIRS.api_key,  # replica directories (KIP-858)
                     g.CREATE_ACLS.api_key, g.DELETE_ACLS.api_key, g.DESCRIBE_ACLS.api_key,  # the ACLs (issue 16)
+                    g.ALTER_CLIENT_QUOTAS.api_key,  # client quotas (issue 16)
                 }
                 resp = await c.send(m.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
                 assert (resp["error_code"], resp["endpoint_type"], resp["controller_id"]) == (0, 2, 1)

@@ -97,7 +97,7 @@ def test_invalid_config_subprocess() -> None:
     ("overrides", "needle"),
     [
         (["listeners=SASL_SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0", "inter.broker.listener.name=SASL_SSL"],
-         "uses security protocol SASL_SSL; SASL over TLS is not supported yet"),
+         "listener SASL_SSL: SASL mechanism(s) GSSAPI are not supported"),
         (["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"],
          "the only authorizer supported is org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
         (["zookeeper.connect=localhost:2181", "process.roles=broker,controller"],

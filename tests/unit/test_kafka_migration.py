@@ -138,7 +138,7 @@ def test_register_broker_record_v4_as_kafka_4_writes_it() -> None:
     assert decode_metadata_record(encode_metadata_record("RegisterBrokerRecord", {}))[1] == 3
 
 
-@pytest.mark.parametrize(("api_key", "name"), [(14, "ClientQuotaRecord"), (10, "DelegationTokenRecord")])
+@pytest.mark.parametrize(("api_key", "name"), [(10, "DelegationTokenRecord")])
 def test_unsupported_kafka_records_stop_the_replay(tmp_path: Path, api_key: int, name: str) -> None:
     with pytest.raises(UnsupportedMetadataRecord, match=name):
         decode_metadata_record(_raw_frame(api_key, 0, b"\x00"))

@@ -55,6 +55,7 @@ def test_controller_only_process_serves_its_listener_and_no_broker(tmp_path: Pat
                     m.SASL_HANDSHAKE.api_key, m.SASL_AUTHENTICATE.api_key,  # SASL (issue 16)
                     m.ALTER_USER_SCRAM_CREDENTIALS.api_key,
                     *(a.api_key for a in m.ACL_APIS),  # the ACLs (issue 16)
+                    g.ALTER_CLIENT_QUOTAS.api_key,  # client quotas (issue 16)
                 ])
                 quorum = await client.send(g.DESCRIBE_QUORUM, 2, {"topics": [
                     {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})

@@ -41,9 +41,9 @@ APPLIED = {
     "FeatureLevelRecord", "ProducerIdsRecord", "BrokerRegistrationChangeRecord", "NoOpRecord",
     "ZkMigrationStateRecord", "BeginTransactionRecord", "EndTransactionRecord", "AbortTransactionRecord",
     "RegisterControllerRecord", "AccessControlEntryRecord", "RemoveAccessControlEntryRecord",
-    "UserScramCredentialRecord", "RemoveUserScramCredentialRecord",
+    "UserScramCredentialRecord", "RemoveUserScramCredentialRecord", "ClientQuotaRecord",
 }
-REFUSED = {"DelegationTokenRecord", "ClientQuotaRecord", "RemoveDelegationTokenRecord"}
+REFUSED = {"DelegationTokenRecord", "RemoveDelegationTokenRecord"}
 ACL_ID = uuid.UUID(int=77)
 
 
@@ -111,6 +111,8 @@ BUILD: list[tuple[str, dict[str, Any]]] = [
     ("ConfigRecord", _config(BROKER_RESOURCE, "", "log.retention.ms", "5000")),
     ("ProducerIdsRecord", {"broker_id": 1, "broker_epoch": 10, "next_producer_id": 1000}),
     ("ZkMigrationStateRecord", {"zk_migration_state": 3}),
+    ("ClientQuotaRecord", {"entity": [{"entity_type": "user", "entity_name": None}], "key": "producer_byte_rate",
+                           "value": 1024.0, "remove": False}),
     ("NoOpRecord", {}),
     ("AbortTransactionRecord", {"reason": None}),
     ("AccessControlEntryRecord", {
@@ -134,6 +136,8 @@ CHANGE: list[tuple[str, dict[str, Any]]] = [
     ("PartitionRecord", _partition(T2, 0, [1], 1)),
     ("RemoveTopicRecord", {"topic_id": T1}),
     ("FeatureLevelRecord", {"name": "group.version", "feature_level": 0}),
+    ("ClientQuotaRecord", {"entity": [{"entity_type": "user", "entity_name": None}], "key": "producer_byte_rate",
+                           "value": 0.0, "remove": True}),
     ("RemoveAccessControlEntryRecord", {"id": ACL_ID}),
     ("RemoveUserScramCredentialRecord", {"name": "alice", "mechanism": 1}),
 ]
@@ -197,6 +201,7 @@ def test_build_records_applied() -> None:
     assert dict(image.topic_config("orders")) == {"retention.ms": "1000"}
     assert dict(image.broker_config("")) == {"log.retention.ms": "5000"}
     assert image.producer_ids.next_producer_id == 1000
+    assert dict(image.client_quotas.entities) == {(("user", None),): {"producer_byte_rate": 1024.0}}
     acl = image.acls.acls[ACL_ID]
     assert (acl.resource_name, acl.principal, acl.operation.name, acl.permission_type.name) == (
         "orders", "User:alice", "READ", "ALLOW")
@@ -228,6 +233,7 @@ def test_change_records_applied() -> None:
     assert delta.deleted_topics == {"orders": image.topics.by_name["orders"]}
     assert delta.created_topics == {"payments"} and delta.changed_partitions == {("payments", 0)}
     assert "group.version" not in after.features.levels  # level 0 removes a feature
+    assert not after.client_quotas.entities and delta.changed_client_quotas == {(("user", None),)}
     assert not after.acls.acls and delta.acl_changes == {ACL_ID: None}
 
 

@@ -193,7 +193,8 @@ CLUSTER_APIS = {
     "UnregisterBroker": 64, "ControllerRegistration": 70, "AllocateProducerIds": 67,
     "ElectLeaders": 43, "AlterPartitionReassignments": 45, "ListPartitionReassignments": 46,
     "LeaderAndIsr": 4, "UpdateMetadata": 6, "StopReplica": 5, "ControlledShutdown": 7,
-    "Envelope": 58, "AddPartitionsToTxn": 24, "AddRaftVoter": 80, "UpdateFeatures": 57,
+    "Envelope": 58, "AddPartitionsToTxn": 24, "AddRaftVoter": 80, "RemoveRaftVoter": 81,
+    "UpdateRaftVoter": 82, "UpdateFeatures": 57,
 }  # fmt: skip
 
 
@@ -248,7 +249,8 @@ def test_an_api_defined_but_not_implemented_is_neither_advertised_nor_served(tmp
                 assert advertised == set(m.APIS) | {a.api_key for a in [*m.SECURITY_APIS, *m.ACL_APIS]}
                 # Of the cluster APIs only those a broker forwards to the controller (their
                 # schemas' listeners are broker and controller, as in Kafka).
-                forwarded = {"DescribeQuorum", "ElectLeaders", "AlterPartitionReassignments", "ListPartitionReassignments"}
+                forwarded = {"DescribeQuorum", "AddRaftVoter", "RemoveRaftVoter", "ElectLeaders",
+                             "AlterPartitionReassignments", "ListPartitionReassignments"}
                 # AddPartitionsToTxn: the transaction coordinator serves clients (v0-v3) and
                 # brokers (v4+, KIP-890 verification) alike.
                 served = forwarded | {"AddPartitionsToTxn"}

@@ -246,3 +246,22 @@ def test_observer_stops_asking_a_hung_leader_once_a_fetch_to_it_timed_out() -> N
     assert last.destination != 2
     c.handle(answer(last, msgs.fetch_response(Errors.FENCED_LEADER_EPOCH, 4, 3, -1)), 3901)
     assert isinstance(c.state, FollowerState) and (c.leader_id, c.epoch) == (3, 4)
+
+
+def test_prospective_stands_as_candidate_when_a_voter_cannot_take_a_pre_vote() -> None:
+    """A voter that serves Vote only below v2 (Kafka before 4.0): the network channel answers
+    the pre-vote with UNSUPPORTED_VERSION, and the prospective node stands as a candidate at
+    once (Kafka's KafkaRaftClient), asking with real votes the peer can take."""
+    c = core(1, election=Election(3, leader_id=2))
+    c.ready()
+    c.tick(2000)
+    votes = {m.destination: m for m in sent(c, msgs.VOTE)}
+    assert isinstance(c.state, ProspectiveState) and partition_of(votes[3].data)["pre_vote"]
+    c.handle(answer(votes[3], error_response(msgs.VOTE, int(Errors.UNSUPPORTED_VERSION))), 2001)
+    assert isinstance(c.state, CandidateState) and c.epoch == 4
+    real = sent(c, msgs.VOTE)
+    assert {m.destination for m in real} == {2, 3}
+    assert not any(partition_of(m.data)["pre_vote"] for m in real)
+    # Once a candidate, the error is an ordinary failed request: no new election.
+    c.handle(answer(real[0], error_response(msgs.VOTE, int(Errors.UNSUPPORTED_VERSION))), 2002)
+    assert isinstance(c.state, CandidateState) and c.epoch == 4

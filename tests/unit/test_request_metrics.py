@@ -14,6 +14,7 @@ from odradek.network.request_channel import ConnectionInfo
 from odradek.network.request_metrics import RequestMetrics
 from odradek.protocol import messages as m
 from odradek.protocol.header import RequestHeader, encode_request_header
+from odradek.security.kafka_principal import KafkaPrincipal
 from odradek.server.api_dispatcher import ApiDispatcher
 from odradek.server.kafka_config import ConfigError, KafkaConfig
 
@@ -66,6 +67,16 @@ def test_request_log_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     text = rec.getMessage()
     assert "from 127.0.0.1:5555 clientId=app\\n1 api=ApiVersions version=3 correlationId=42" in text
     assert "error=NONE" in text and "responseBytes=" in text
+    assert text.endswith(" securityProtocol:PLAINTEXT,principal:User:ANONYMOUS,listener:PLAINTEXT")
+
+
+def test_request_log_names_principal_and_listener(caplog: pytest.LogCaptureFixture) -> None:
+    conn = ConnectionInfo("c2", "127.0.0.1:6666", "CLIENT", security_protocol="SASL_PLAINTEXT",
+                          principal=KafkaPrincipal("User", "alice"))
+    with caplog.at_level(logging.DEBUG, logger="kafka.request.logger"):
+        _Apis().handle(conn, _api_versions_frame())
+    (rec,) = _request_lines(caplog)
+    assert rec.getMessage().endswith(" securityProtocol:SASL_PLAINTEXT,principal:User:alice,listener:CLIENT")
 
 
 def test_slow_requests_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -421,3 +422,148 @@ def test_an_api_without_a_rule_needs_cluster_alter(caplog: pytest.LogCaptureFixt
     assert d.handlers[m.HEARTBEAT.api_key](ctx("User:alice"), {"group_id": "g"}) == {"served": True}
     assert d.handlers[m.HEARTBEAT.api_key](ctx("User:bob"), {"group_id": "g"})["error_code"] == (
         Errors.GROUP_AUTHORIZATION_FAILED)
+
+
+# -- topics hidden inside group and transaction answers (Kafka 4, KAFKA-18813) --------------------
+
+
+def _regex_join(member: str = "") -> dict[str, Any]:
+    return {"group_id": "g", "member_id": member, "member_epoch": 0, "instance_id": None, "rack_id": None,
+            "rebalance_timeout_ms": 30000, "subscribed_topic_names": None, "subscribed_topic_regex": "t-.*",
+            "server_assignor": None, "topic_partitions": []}
+
+
+def test_regex_subscription_resolves_to_describable_topics_only() -> None:
+    from odradek.coordinator.group.assignors import TopicMetadata
+    from odradek.coordinator.group.consumer_group import ConsumerGroup
+    from odradek.coordinator.group.consumer_group_heartbeat import consumer_group_heartbeat
+    from odradek.security.auth_helper import describable_topics
+
+    helper = AuthHelper(authorizer(acl(T, "t-", "User:alice", Op.READ, pattern=PRE),
+                                   acl(T, "t-hidden", "User:alice", Op.DESCRIBE, DENY)))
+    names = ["t-a", "t-b", "t-hidden", "other"]
+    topics = {n: TopicMetadata(uuid.uuid5(uuid.NAMESPACE_OID, n), n, 1) for n in names}
+    filt = describable_topics(helper)
+    alice = ctx("User:alice", 0, 68)
+    group = ConsumerGroup("g", member_id_factory=lambda: "m1")
+    resp, _ = consumer_group_heartbeat(group, _regex_join(), 0, topics,
+                                       topic_filter=lambda found: filt(alice, found))
+    assert resp["error_code"] == Errors.NONE
+    assert set(group.subscription_metadata) == {"t-a", "t-b"}
+    assigned = {tp["topic_id"] for tp in resp["assignment"]["topic_partitions"]}
+    assert assigned == {topics["t-a"].topic_id, topics["t-b"].topic_id}
+    # without an authorizer the regex matches every t- topic
+    plain = ConsumerGroup("g", member_id_factory=lambda: "m1")
+    consumer_group_heartbeat(plain, _regex_join(), 0, topics)
+    assert set(plain.subscription_metadata) == {"t-a", "t-b", "t-hidden"}
+    # a later resolution (here: of the group's own subscription metadata, as when a member is
+    # fenced) keeps the filter of the member that resolved the regex
+    assert group.member_subscribed_topics(group.members["m1"], dict(topics)) == frozenset({"t-a", "t-b"})
+    # so does the heartbeat of a member of another principal (bob may see t-a only), which
+    # must not re-resolve alice's regex with bob's ACLs
+    helper.authorizer.cache.add(uuid.uuid4(), acl(T, "t-a", "User:bob", Op.READ))
+    bob = ctx("User:bob", 0, 68)
+    group.new_member_id = lambda: "m2"
+    names_join = {**_regex_join(), "subscribed_topic_regex": None, "subscribed_topic_names": ["t-a"]}
+    resp, _ = consumer_group_heartbeat(group, names_join, 1, dict(topics),
+                                       topic_filter=lambda found: filt(bob, found))
+    assert resp["error_code"] == Errors.NONE
+    assert group.member_subscribed_topics(group.members["m1"], dict(topics)) == frozenset({"t-a", "t-b"})
+    assert set(group.subscription_metadata) == {"t-a", "t-b"}
+
+
+def test_consumer_group_heartbeat_with_undescribable_topic_names() -> None:
+    hb = {**_regex_join(), "subscribed_topic_regex": None, "subscribed_topic_names": ["orders", "secret"]}
+    v = checks.check_consumer_group_heartbeat(HELPER, ctx("User:alice", 0, 68), hb)
+    assert isinstance(v, dict) and v["error_code"] == Errors.TOPIC_AUTHORIZATION_FAILED
+    assert checks.check_consumer_group_heartbeat(
+        HELPER, ctx("User:alice", 0, 68), {**hb, "subscribed_topic_names": ["orders"]}) is None
+
+
+def _described(gid: str, *assigned: str, target: tuple[str, ...] = ()) -> dict[str, Any]:
+    def assignment(names: tuple[str, ...]) -> dict[str, Any]:
+        return {"topic_partitions": [{"topic_id": uuid.uuid4(), "topic_name": n, "partitions": [0]} for n in names]}
+
+    return {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "Stable", "group_epoch": 3,
+            "assignment_epoch": 3, "assignor_name": "uniform", "authorized_operations": -(2**31),
+            "members": [{"member_id": "m", "assignment": assignment(assigned), "target_assignment": assignment(target)}]}
+
+
+def test_consumer_group_describe_refuses_groups_with_undescribable_topics() -> None:
+    helper = AuthHelper(authorizer(acl(G, "*", "User:alice", Op.DESCRIBE), acl(T, "orders", "User:alice", Op.READ)))
+    v = checks.check_consumer_group_describe(helper, ctx("User:alice", 0, 69),
+                                             {"group_ids": ["a", "b", "c"], "include_authorized_operations": False})
+    assert isinstance(v, Narrowed)
+    out = v.merge({"groups": [_described("a", "orders"), _described("b", "orders", "secret"),
+                              _described("c", "orders", target=("secret",))]})
+    by_id = {grp["group_id"]: grp for grp in out["groups"]}
+    assert by_id["a"]["error_code"] == Errors.NONE and by_id["a"]["members"]
+    for gid in ("b", "c"):  # the assignment or the target assignment names "secret"
+        assert by_id[gid]["error_code"] == Errors.TOPIC_AUTHORIZATION_FAILED
+        assert by_id[gid]["error_message"] == (
+            "The group has described topic(s) that the client is not authorized to describe.")
+        assert by_id[gid]["members"] == []
+    # a super user sees everything
+    helper.authorizer.super_users = frozenset({"User:admin"})
+    v = checks.check_consumer_group_describe(helper, ctx("User:admin", 0, 69),
+                                             {"group_ids": ["b"], "include_authorized_operations": False})
+    assert isinstance(v, Narrowed)
+    assert v.merge({"groups": [_described("b", "secret")]})["groups"][0]["error_code"] == Errors.NONE
+
+
+def test_describe_transactions_leaves_out_undescribable_topics() -> None:
+    helper = AuthHelper(authorizer(acl(X, "tx", "User:alice", Op.DESCRIBE), acl(T, "orders", "User:alice", Op.WRITE)))
+    v = checks.BROKER_CHECKS[65](helper, ctx("User:alice", 0, 65), {"transactional_ids": ["tx", "other"]})
+    assert isinstance(v, Narrowed) and v.request["transactional_ids"] == ["tx"]
+    state = {"error_code": 0, "transactional_id": "tx", "transaction_state": "Ongoing", "transaction_timeout_ms": 60000,
+             "transaction_start_time_ms": 1, "producer_id": 7, "producer_epoch": 0,
+             "topics": [{"topic": "orders", "partitions": [0]}, {"topic": "secret", "partitions": [0, 1]}]}
+    out = v.merge({"throttle_time_ms": 0, "transaction_states": [state]})
+    states = {s["transactional_id"]: s for s in out["transaction_states"]}
+    assert states["tx"]["topics"] == [{"topic": "orders", "partitions": [0]}]
+    assert states["other"]["error_code"] == Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_offset_fetch_of_all_topics_leaves_out_undescribable_ones() -> None:
+    v = checks.check_offset_fetch(HELPER, ctx("User:alice", 9, 9),
+                                  {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
+    assert isinstance(v, Narrowed)
+    committed = [{"name": n, "partitions": [{"partition_index": 0, "committed_offset": 5, "error_code": 0}]}
+                 for n in ("orders", "secret")]
+    out = v.merge({"groups": [{"group_id": "g", "topics": committed, "error_code": 0}]})
+    assert [t["name"] for t in out["groups"][0]["topics"]] == ["orders"]
+
+
+# -- the audit log (kafka.authorizer.logger) ------------------------------------------------------
+
+
+def test_audit_log_in_kafkas_words(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="kafka.authorizer.logger")
+    a = authorizer(acl(T, "t", "User:alice", Op.READ), acl(X, "tx", "User:eve", Op.WRITE, DENY),
+                   acl(T, "t", "User:eve", Op.READ), super_users="User:admin")
+    helper = AuthHelper(a)
+    helper.api_names[1] = "Fetch"
+    helper.api_names[22] = "InitProducerId"
+    assert not helper.authorize(ctx("User:bob", 13, 1), Op.READ, T, "t")
+    assert helper.authorize(ctx("User:alice", 13, 1), Op.READ, T, "t")
+    assert not helper.authorize(ctx("User:eve", 4, 22), Op.WRITE, X, "tx")
+    assert helper.authorize(ctx("User:admin", 13, 1), Op.READ, T, "t")
+    assert not helper.authorize(ctx("User:bob", 13, 1), Op.READ, T, "quiet", log_if_denied=False)
+    assert helper.allowed(ctx("User:bob", 13, 1), Op.READ, T, ["u", "u"]) == set()
+    lines = [(r.levelname, r.name, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("INFO", "kafka.authorizer.logger", "Principal = User:bob is Denied operation = READ from host = 10.0.0.1 "
+         "on resource = Topic:LITERAL:t for request = Fetch with resourceRefCount = 1 based on rule DefaultDeny"),
+        ("DEBUG", "kafka.authorizer.logger", "Principal = User:alice is Allowed operation = READ from host = 10.0.0.1 "
+         "on resource = Topic:LITERAL:t for request = Fetch with resourceRefCount = 1 based on rule "
+         "MatchingAcl(acl=StandardAcl(resourceType=TOPIC, resourceName=t, patternType=LITERAL, principal=User:alice, "
+         "host=*, operation=READ, permissionType=ALLOW))"),
+        ("INFO", "kafka.authorizer.logger", "Principal = User:eve is Denied operation = WRITE from host = 10.0.0.1 "
+         "on resource = TransactionalId:LITERAL:tx for request = InitProducerId with resourceRefCount = 1 based on "
+         "rule MatchingAcl(acl=StandardAcl(resourceType=TRANSACTIONAL_ID, resourceName=tx, patternType=LITERAL, "
+         "principal=User:eve, host=*, operation=WRITE, permissionType=DENY))"),
+        ("DEBUG", "kafka.authorizer.logger", "Principal = User:admin is Allowed operation = READ from host = 10.0.0.1 "
+         "on resource = Topic:LITERAL:t for request = Fetch with resourceRefCount = 1 based on rule SuperUser"),
+        ("INFO", "kafka.authorizer.logger", "Principal = User:bob is Denied operation = READ from host = 10.0.0.1 "
+         "on resource = Topic:LITERAL:u for request = Fetch with resourceRefCount = 2 based on rule DefaultDeny"),
+    ]

@@ -58,6 +58,8 @@ INVALID_REGULAR_EXPRESSION = int(Errors.INVALID_REGULAR_EXPRESSION)
 INTERNAL_TOPICS = frozenset(
     {"__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"}
 )
+# Which of the topics a regex matched its member may see (the authorizer's topic DESCRIBE).
+TopicFilter = Callable[[frozenset[str]], "set[str] | frozenset[str]"]
 
 
 def _no_overrides() -> Mapping[str, str]:
@@ -105,7 +107,15 @@ class ConsumerGroup:
         self.config_overrides: Callable[[], Mapping[str, str]] = _no_overrides
         self.new_member_id = member_id_factory
         self._regex_cache: dict[str, re.Pattern[str]] = {}
-        self._regex_matches_cache: dict[str, tuple[Mapping[str, Any], int, frozenset[str]]] = {}
+        self._regex_matches_cache: dict[
+            str, tuple[Mapping[str, Any], int, frozenset[str], TopicFilter | None]
+        ] = {}
+        # With an authorizer, a regex resolves to the topics the member whose heartbeat made it
+        # resolve may DESCRIBE (Kafka 4, KAFKA-18813). Set for the time of a heartbeat
+        # (consumer_group_heartbeat): the sender's regex and its filter. Its own regex is
+        # resolved with it; other regexes keep the filter they were last resolved with (no
+        # ping-pong between members of different principals), or take it if they have none.
+        self.regex_topic_filter: tuple[str | None, TopicFilter] | None = None
         # Offsets (the Group protocol): written by the shell once a commit is appended.
         self.offsets: dict[tuple[str, int], Any] = {}
         self.pending_offset_commits: dict[tuple[str, int], int] = {}
@@ -331,7 +341,13 @@ class ConsumerGroup:
             return cached[2]
         pat = self.compile_regex(regex)
         found = frozenset(t for t in topics if t not in INTERNAL_TOPICS and pat.fullmatch(t))
-        self._regex_matches_cache[regex] = (topics, len(topics), found)
+        allowed = cached[3] if cached is not None else None
+        current = self.regex_topic_filter
+        if current is not None and (current[0] == regex or allowed is None):
+            allowed = current[1]
+        if allowed is not None and found:
+            found = frozenset(allowed(found))
+        self._regex_matches_cache[regex] = (topics, len(topics), found, allowed)
         return found
 
     def compute_subscription_metadata(

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from odradek.coordinator.group.assignors import TopicMetadata
-from odradek.coordinator.group.consumer_group import ConsumerGroup
+from odradek.coordinator.group.consumer_group import ConsumerGroup, TopicFilter
 from odradek.coordinator.group.consumer_group_member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -79,6 +79,7 @@ def consumer_group_heartbeat(
     *,
     client_id: str = "",
     client_host: str = "",
+    topic_filter: TopicFilter | None = None,
 ) -> tuple[dict[str, Any], list[CoordinatorRecord]]:
     """Handle one ConsumerGroupHeartbeat request for ``group``.
 
@@ -86,15 +87,25 @@ def consumer_group_heartbeat(
     immutable: pass a new mapping when the metadata changes (regex matches are cached for as
     long as the same mapping comes back), e.g. the one of the current metadata image. Returns
     the response dict and the records to write (already applied to the group; if the write
-    fails, the shell restores the group from a :meth:`ConsumerGroup.snapshot`).
+    fails, the shell restores the group from a :meth:`ConsumerGroup.snapshot`). ``topic_filter``
+    (an authorizer's topic DESCRIBE for the sender): what the regexes this heartbeat resolves
+    may match.
     """
     records: list[CoordinatorRecord] = []
+    if topic_filter is not None:
+        own = request.get("subscribed_topic_regex")
+        if own is None:
+            member = group.members.get(request.get("member_id") or "")
+            own = member.subscribed_topic_regex if member is not None else None
+        group.regex_topic_filter = (own or None, topic_filter)
     try:
         response = _heartbeat(group, request, now_ms, topics_metadata, client_id, client_host, records)
     except ConsumerGroupError as e:
         if records:  # a bug: errors must be raised before the first state change
             raise
         return error_response(e.code, e.message), []
+    finally:
+        group.regex_topic_filter = None
     return response, records
 
 

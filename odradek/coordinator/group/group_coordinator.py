@@ -37,7 +37,7 @@ from typing import Any
 from odradek.coordinator.group.assignors import TopicMetadata
 from odradek.coordinator.group.classic_group import ClassicGroup, ClassicGroupState, Effects
 from odradek.coordinator.group.classic_group_member import JoinResult, SyncResult
-from odradek.coordinator.group.consumer_group import ConsumerGroup, describe_error
+from odradek.coordinator.group.consumer_group import ConsumerGroup, TopicFilter, describe_error
 from odradek.coordinator.group.consumer_group_heartbeat import (
     consumer_group_heartbeat,
     error_response,
@@ -286,11 +286,13 @@ class GroupCoordinator:
     def on_metadata_update(self, delta: MetadataDelta, image: MetadataImage) -> None:
         """Metadata loader publisher: topics created, deleted or grown are seen by the consumer
         groups at their next heartbeat (which bumps the group epoch and reassigns)."""
-        if delta.created_topics or delta.deleted_topics or delta.changed_partitions:
+        # (ACL changes too: regexes are resolved again, with the authorizer's new answers.)
+        if delta.created_topics or delta.deleted_topics or delta.changed_partitions or delta.acl_changes:
             self._topics_metadata = None
 
     async def consumer_group_heartbeat(
-        self, request: dict[str, Any], *, client_id: str, client_host: str
+        self, request: dict[str, Any], *, client_id: str, client_host: str,
+        topic_filter: TopicFilter | None = None,
     ) -> dict[str, Any]:
         """ConsumerGroupHeartbeat: join, heartbeat, reconcile, leave (KIP-848)."""
         if not self.consumer_protocol_enabled:
@@ -309,10 +311,11 @@ class GroupCoordinator:
             err = self.check_group(group_id)  # leadership may have moved while waiting
             if err != Errors.NONE:
                 return error_response(err)
-            return await self._consumer_group_heartbeat(request, group_id, client_id, client_host)
+            return await self._consumer_group_heartbeat(request, group_id, client_id, client_host, topic_filter)
 
     async def _consumer_group_heartbeat(
-        self, request: dict[str, Any], group_id: str, client_id: str, client_host: str
+        self, request: dict[str, Any], group_id: str, client_id: str, client_host: str,
+        topic_filter: TopicFilter | None,
     ) -> dict[str, Any]:
         mgr = self.metadata_manager
         existing = mgr.get_group(group_id)
@@ -354,6 +357,7 @@ class GroupCoordinator:
             self.topics_metadata(),
             client_id=client_id,
             client_host=client_host,
+            topic_filter=topic_filter,
         )
         if response["error_code"] != Errors.NONE:
             log.info(
