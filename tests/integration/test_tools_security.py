@@ -1,6 +1,6 @@
 """Every ``odradek`` tool over TLS and SASL with ``--command-config`` (Kafka's client security
-keys): one broker with SASL_PLAINTEXT (SCRAM-SHA-512) and mutual TLS listeners and the
-StandardAuthorizer (SASL_SSL listeners are not served yet: the server refuses them at start-up); the tools run as subprocesses, as a user would run them. A wrong password ends
+keys): one broker with SASL_PLAINTEXT and SASL_SSL (SCRAM-SHA-512) and mutual TLS listeners and
+the StandardAuthorizer; the tools run as subprocesses, as a user would run them. A wrong password ends
 with Kafka's SASL_AUTHENTICATION_FAILED message, an untrusted server certificate with a TLS one."""
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     cert, key, p12 = files.client("tool", ou="Tools")
     overrides = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0,"
-                     "CONTROLLER://127.0.0.1:0",
+                     "SASL_SSL://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,"
-                                          "CONTROLLER:PLAINTEXT",
+                                          "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         **files.server_props(),
         "listener.name.mtls.ssl.client.auth": "required",
@@ -75,6 +75,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         scram = {"sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": SCRAM_JAAS.format(password="carol-secret")}
         configs = {
             "SASL_PLAINTEXT": _props(d / "sasl.properties", {"security.protocol": "SASL_PLAINTEXT", **scram}),
+            # SCRAM over TLS, the server certificate's name checked (Kafka's default "https")
+            "SASL_SSL": _props(d / "sasl-ssl.properties", {
+                "security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(files.ca_pem), **scram}),
             "MTLS": _props(d / "mtls.properties", {
                 "security.protocol": "SSL", "ssl.truststore.type": "PKCS12",
                 "ssl.truststore.location": str(files.truststore_p12), "ssl.truststore.password": PASSWORD,
@@ -94,6 +98,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 "security.protocol": "SSL", "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": str(other_ca), "ssl.keystore.type": "PKCS12",
                 "ssl.keystore.location": str(p12), "ssl.keystore.password": PASSWORD}),
+            "ssl-password": _props(d / "bad-ssl-password.properties", {
+                "security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(files.ca_pem), "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": SCRAM_JAAS.format(password="wrong")}),
             "gssapi": _props(d / "gssapi.properties", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"}),
         }
         yield Setup(b, files, configs, bad, d)
@@ -104,7 +112,7 @@ def odradek(*args: str, stdin: str | None = None, timeout: float = 90) -> subpro
                           text=True, timeout=timeout, cwd=ROOT)
 
 
-LISTENERS = ["SASL_PLAINTEXT", "MTLS"]
+LISTENERS = ["SASL_PLAINTEXT", "MTLS", "SASL_SSL"]
 
 
 @pytest.mark.parametrize("listener", LISTENERS)
@@ -135,6 +143,12 @@ def test_admin_tools(setup: Setup, listener: str) -> None:
         (["leader-election", "--bootstrap-server", b, "--admin.config", cfg, "--election-type", "PREFERRED",
           "--topic", topic, "--partition", "0"], ""),
         (["transactions", *conn, "list"], "TransactionalId"),
+        (["client-quotas", "--alter", "--add-config", "producer_byte_rate=1048576", "--entity-type", "clients",
+          "--entity-name", f"c-{topic}", *conn], f"Completed updating config for client c-{topic}."),
+        (["client-quotas", "--describe", "--entity-type", "clients", "--entity-name", f"c-{topic}", *conn],
+         "producer_byte_rate=1048576.0"),
+        (["configs", "--describe", "--entity-type", "users", "--entity-name", "carol", *conn],
+         "SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-512=iterations=4096"),
     ]
     for args, expected in table:
         r = odradek(*args)
@@ -193,13 +207,15 @@ def test_console_pages_over_mutual_tls(setup: Setup) -> None:
         proc.wait(timeout=20)
 
 
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("args", [
     ["topics", "--list"], ["groups", "--list"], ["transactions", "list"], ["acls", "--list"],
 ])
-def test_wrong_password_fails_with_sasl_authentication_failed(setup: Setup, args: list[str]) -> None:
+def test_wrong_password_fails_with_sasl_authentication_failed(setup: Setup, args: list[str], listener: str) -> None:
     start = time.monotonic()
-    r = odradek(*args[:1], "--bootstrap-server", setup.bootstrap("SASL_PLAINTEXT"),
-                "--command-config", str(setup.bad["password"]), *args[1:])
+    r = odradek(*args[:1], "--bootstrap-server", setup.bootstrap(listener),
+                "--command-config", str(setup.bad["password" if listener == "SASL_PLAINTEXT" else "ssl-password"]),
+                *args[1:])
     assert r.returncode == 1
     out = r.stdout + r.stderr
     assert "SaslAuthenticationException: Authentication failed during authentication due to invalid " \
@@ -240,8 +256,8 @@ def test_gssapi_and_unknown_protocol_refused(setup: Setup, tmp_path: Path) -> No
 
 
 def test_sasl_ssl_against_apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """SASL_SSL (PLAIN over TLS, the server's name checked): Odradek does not serve SASL_SSL
-    listeners yet, so the tools' side is checked against Apache Kafka."""
+    """SASL_SSL (PLAIN over TLS, the server's name checked) against Apache Kafka too: the tools'
+    side checked with Kafka's own server (Odradek's SASL_SSL listener is covered above)."""
     from .kafka_reference import KafkaServer, _free_port, find_kafka_tools
 
     tools = find_kafka_tools("4")
