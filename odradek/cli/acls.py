@@ -6,8 +6,8 @@ with Kafka's resource options (``--topic``, ``--group``, ``--cluster``, ``--tran
 literal|prefixed|any|match), entries (``--allow-principal``/``--deny-principal``,
 ``--allow-host``/``--deny-host``, ``--operation``, repeatable), the ``--producer`` and
 ``--consumer`` conveniences (with ``--idempotent``), ``--principal`` to list one principal's ACLs,
-and ``--force``. Output as Kafka's tool prints it. ``--command-config`` may name
-``security.protocol`` PLAINTEXT or SASL_PLAINTEXT (``sasl.mechanism`` and ``sasl.jaas.config``;
+and ``--force``. Output as Kafka's tool prints it. ``--command-config`` takes Kafka's
+client security keys (``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``;
 read by :func:`odradek.cli.scram_configs.command_config_login`).
 """
 
@@ -298,7 +298,7 @@ def run(ns: argparse.Namespace, out: TextIO | None = None, stdin: TextIO | None 
 
     async def main() -> None:
         admin = AdminClient(ns.bootstrap_server or ns.bootstrap_controller,
-                            int(props.get("default.api.timeout.ms", "60000")), sasl=login)
+                            int(props.get("default.api.timeout.ms", "60000")), security=login)
         tool = AclTool(admin, stdout)
         try:
             if ns.add:

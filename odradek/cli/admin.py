@@ -8,7 +8,9 @@ them through its ControllerNodeProvider) go to the broker Metadata names as the 
 KRaft mode any broker forwards them, in ZooKeeper mode only the controller's broker serves them
 (NOT_CONTROLLER elsewhere). Requests that fail with a retriable error (NOT_CONTROLLER,
 REQUEST_TIMED_OUT, a lost connection) are retried until the API timeout, the controller looked up
-again. Only PLAINTEXT.
+again. Connections are secured as ``security`` says (:mod:`odradek.security.client_security`:
+TLS and/or SASL from a tool's ``--command-config``); a login or TLS handshake the broker refuses
+fails at once with Kafka's SaslAuthenticationException / SslAuthenticationException line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.schema import Api
-from odradek.security.sasl_config import SaslClientConfig
+from odradek.security.client_security import PLAINTEXT, ClientSecurity, connect_failure
 
 DEFAULT_API_TIMEOUT_MS = 60_000
 RETRY_BACKOFF_S = 0.1
@@ -82,10 +84,10 @@ _RETRIABLE = frozenset({
 class AdminClient:
     def __init__(
         self, bootstrap: str, timeout_ms: int = DEFAULT_API_TIMEOUT_MS, client_id: str = "odradek-admin",
-        request_timeout_ms: int | None = None, sasl: SaslClientConfig | None = None,
+        request_timeout_ms: int | None = None, security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
-        self.sasl = sasl  # a SASL login (--command-config), if any
+        self.security = security or PLAINTEXT  # TLS / SASL (--command-config)
         self.timeout_ms = timeout_ms
         # request.timeout.ms: how long one request waits for its response (the API timeout bounds all tries)
         self.request_timeout_ms = min(timeout_ms, request_timeout_ms or timeout_ms)
@@ -123,7 +125,9 @@ class AdminClient:
         if md.get("controller_id", -1) not in brokers:
             return await self._connect()
         host, port = brokers[md["controller_id"]]
-        self._controller = await NetworkClient(host, port, client_id=self.client_id, sasl=self.sasl).connect()
+        self._controller = await asyncio.wait_for(NetworkClient(
+            host, port, client_id=self.client_id, **self.security.client_kwargs()).connect(),
+            self.request_timeout_ms / 1000)
         return self._controller
 
     async def _connect(self) -> NetworkClient:
@@ -135,8 +139,9 @@ class AdminClient:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                client = await asyncio.wait_for(NetworkClient(host, port, client_id=self.client_id, sasl=self.sasl).connect(),
-                                                self.request_timeout_ms / 1000)
+                client = await asyncio.wait_for(NetworkClient(
+                    host, port, client_id=self.client_id, **self.security.client_kwargs()).connect(),
+                    self.request_timeout_ms / 1000)
                 try:  # a listener that never answers (not a Kafka broker) must not hang the tool
                     resp = await asyncio.wait_for(client.send(
                         m.API_VERSIONS, 3, {"client_software_name": "odradek-admin", "client_software_version": "1"}
@@ -149,6 +154,9 @@ class AdminClient:
                 self._client = client
                 return client
             except (TimeoutError, OSError, ConnectionError) as e:
+                refused = connect_failure(e)
+                if refused is not None:
+                    raise AdminError(refused) from e
                 last = e
         raise ConnectionError(f"no bootstrap server reachable: {last}")
 
@@ -208,7 +216,7 @@ class AdminClient:
                 raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: {api.name}")
             host, port = brokers[node]
             async with AdminClient(f"{host}:{port}", self.timeout_ms, self.client_id,
-                                   self.request_timeout_ms) as direct:
+                                   self.request_timeout_ms, self.security) as direct:
                 return node, await direct.send(api, body, top_error=None)
 
         return dict(await asyncio.gather(*(one(n, b) for n, b in bodies.items())))
@@ -270,7 +278,8 @@ class AdminClient:
             elif node not in brokers:
                 raise AdminError(f"{_ERRORS_PKG}TimeoutException: Timed out waiting for a node assignment. Call: incrementalAlterConfigs")
             else:
-                async with AdminClient(f"{brokers[node][0]}:{brokers[node][1]}", self.timeout_ms) as direct:
+                async with AdminClient(f"{brokers[node][0]}:{brokers[node][1]}", self.timeout_ms,
+                                       self.client_id, self.request_timeout_ms, self.security) as direct:
                     resp = await direct.send(m.INCREMENTAL_ALTER_CONFIGS, body, top_error=None)
             for i, r in zip(idx, resp["responses"], strict=True):
                 out[i] = r

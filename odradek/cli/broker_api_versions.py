@@ -90,7 +90,7 @@ async def _versions(admin: AdminClient) -> list[str]:
         head = node_text(b["node_id"], b["host"], b["port"], b.get("rack"))
         try:
             async with AdminClient(f"{b['host']}:{b['port']}", admin.timeout_ms, admin.client_id,
-                                   admin.request_timeout_ms) as direct:
+                                   admin.request_timeout_ms, admin.security) as direct:
                 resp = await direct.connect()
             out.append(f"{head} -> {api_versions_text(resp['api_keys'])}")
         except AdminError as e:

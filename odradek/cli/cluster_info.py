@@ -55,7 +55,8 @@ def _versions_summary(resp: dict[str, Any]) -> str:
 
 
 async def _broker_versions(admin: AdminClient, host: str, port: int) -> str:
-    probe = AdminClient(f"{host}:{port}", timeout_ms=min(admin.timeout_ms, 5000), client_id=admin.client_id)
+    probe = AdminClient(f"{host}:{port}", timeout_ms=min(admin.timeout_ms, 5000), client_id=admin.client_id,
+                         security=admin.security)
     try:
         return _versions_summary(await probe.connect())
     except AdminError:

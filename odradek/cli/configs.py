@@ -35,6 +35,7 @@ from odradek.cli.tool_common import client_settings
 from odradek.java_order import java_hash_map_order
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
+from odradek.security.client_security import ClientSecurityError, client_security
 from odradek.server.kafka_config import parse_properties
 
 TOPICS, BROKERS, BROKER_LOGGERS, GROUPS = "topics", "brokers", "broker-loggers", "groups"
@@ -212,7 +213,7 @@ class ConfigsTool:
                                f"Timed out waiting for a node assignment. Call: {api.name}")
         host, port = nodes[broker]
         async with AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id,
-                               self.admin.request_timeout_ms) as direct:
+                               self.admin.request_timeout_ms, self.admin.security) as direct:
             return await direct.send(api, body, top_error=None)
 
     @staticmethod
@@ -299,8 +300,8 @@ async def _main(opts: argparse.Namespace, types: list[str], names: list[str], ou
             to_add.update(parse_add_config(opts.add_config))
         _validate_keys(list(to_add))
         to_delete = [k.strip() for item in opts.delete_config or [] for k in item.split(",") if k.strip()]
-    timeout_ms, request_ms, client_id = client_settings(opts, "odradek-configs")
-    async with AdminClient(opts.bootstrap_server, timeout_ms, client_id, request_ms) as admin:
+    timeout_ms, request_ms, client_id, security = client_settings(opts, "odradek-configs")
+    async with AdminClient(opts.bootstrap_server, timeout_ms, client_id, request_ms, security) as admin:
         etype = types[0]
         if etype in (USERS, CLIENTS, IPS):
             if opts.alter:
@@ -331,9 +332,10 @@ def run(opts: argparse.Namespace, only: tuple[str, ...] | None = None) -> int:
                     opts.command_props = parse_properties(f.read())
             except OSError as e:
                 raise UsageError(f"{opts.command_config} ({e.strerror})") from None
-            protocol = opts.command_props.get("security.protocol", "PLAINTEXT").upper()
-            if protocol != "PLAINTEXT":
-                raise UsageError(f"security.protocol={protocol} is not supported by odradek configs")
+        try:
+            opts.security = client_security(opts.command_props)
+        except ClientSecurityError as e:
+            raise UsageError(f"Invalid client configuration: {e}") from None
         asyncio.run(_main(opts, types, names, out))
     except (UsageError, client_quotas.QuotaUsageError) as e:
         _flush(out)
@@ -377,7 +379,7 @@ def add_parser(sub: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-server", help="The Kafka servers to connect to.")
     p.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client "
-                   "(only PLAINTEXT; default.api.timeout.ms is used).")
+                   "(default.api.timeout.ms, security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config).")
     p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
     p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
     p.add_argument("--all", action="store_true", help="List all configs for the given entity, including static configs.")

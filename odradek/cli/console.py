@@ -2,9 +2,10 @@
 cluster (see :mod:`odradek.console`).
 
 ``odradek console --bootstrap-server HOST:PORT --port P [--host 127.0.0.1] [--command-config FILE]
-[--lag-sample-interval-ms MS]``. Only PLAINTEXT; ``--command-config`` (a client properties file)
-may set ``client.id`` and ``request.timeout.ms``, and ``security.protocol=PLAINTEXT``; any other
-security setting is refused. A port already in use is refused with a clear message (exit 1); a
+[--lag-sample-interval-ms MS]``. ``--command-config`` (a client properties file) may set
+``client.id``, ``request.timeout.ms`` and Kafka's client security keys (``security.protocol``,
+``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``: :mod:`odradek.security.client_security`);
+settings that cannot work are refused at start. A port already in use is refused with a clear message (exit 1); a
 cluster that is away is shown as an error page until it is back.
 """
 
@@ -19,10 +20,10 @@ import sys
 from typing import Any
 
 from odradek.cli.admin import AdminError, parse_bootstrap
+from odradek.security.client_security import ClientSecurity, ClientSecurityError, client_security
 
 PROG = "odradek console"
 DEFAULT_LAG_INTERVAL_MS = 10_000
-_ALLOWED_PROPS = {"client.id", "request.timeout.ms", "security.protocol", "bootstrap.servers"}
 
 
 class ConsoleStartError(Exception):
@@ -39,18 +40,21 @@ def load_props(path: str | None) -> dict[str, str]:
             props = parse_properties(f.read())
     except OSError as e:
         raise ConsoleStartError(f"cannot read --command-config {path}: {e.strerror or e}") from e
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise ConsoleStartError(f"security.protocol={protocol} is not supported by {PROG} (only PLAINTEXT)")
-    unsupported = sorted(k for k in props if k not in _ALLOWED_PROPS and (
-        k.startswith(("sasl.", "ssl.")) or k in ("security.providers",)))
-    if unsupported:
-        raise ConsoleStartError(f"{PROG} supports only PLAINTEXT; not supported: {', '.join(unsupported)}")
+    if "security.providers" in props:
+        raise ConsoleStartError(f"{PROG}: security.providers is not supported")
+    _security(props)  # refused now rather than on the first page
     if "request.timeout.ms" in props:
         text = props["request.timeout.ms"].strip()
         if not text.isdigit() or int(text) <= 0:
             raise ConsoleStartError(f"Invalid value {text} for configuration request.timeout.ms")
     return props
+
+
+def _security(props: dict[str, str]) -> ClientSecurity:
+    try:
+        return client_security(props)
+    except ClientSecurityError as e:
+        raise ConsoleStartError(f"Invalid client configuration: {e}") from e
 
 
 async def serve(args: argparse.Namespace, props: dict[str, str]) -> None:
@@ -63,6 +67,7 @@ async def serve(args: argparse.Namespace, props: dict[str, str]) -> None:
     client = ConsoleClient(
         args.bootstrap_server, client_id=props.get("client.id", "odradek-console"),
         request_timeout_ms=int(props.get("request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS)),
+        security=_security(props),
     )
     app = build_app(client, LagHistory(), args.lag_sample_interval_ms / 1000)
     runner = web.AppRunner(app, access_log=None)
@@ -116,7 +121,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, required=True, help="the HTTP port to serve on")
     p.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: 127.0.0.1)")
     p.add_argument("--command-config", metavar="FILE",
-                   help="client properties: client.id, request.timeout.ms (only PLAINTEXT)")
+                   help="client properties: client.id, request.timeout.ms, security.protocol, ssl.*, "
+                   "sasl.mechanism, sasl.jaas.config")
     p.add_argument("--lag-sample-interval-ms", type=int, default=DEFAULT_LAG_INTERVAL_MS, metavar="MS",
                    help=f"how often the console samples consumer lag for the charts (default: {DEFAULT_LAG_INTERVAL_MS})")
     p.set_defaults(func=run)

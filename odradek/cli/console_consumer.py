@@ -242,7 +242,7 @@ async def consume(p: argparse.ArgumentParser, ns: argparse.Namespace, stop: asyn
     group_id = config.get("group.id") or None
     auto_commit = group_id is not None and config.bool("enable.auto.commit")
     commit_interval = config.int("auto.commit.interval.ms") / 1000
-    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms"))
+    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms"), security=config.security)
     sink = out if out is not None else sys.stdout.buffer
     count = 0
     progress = Progress(ns.max_messages, "msg", bool(ns.max_messages) and not ns.no_progress

@@ -170,7 +170,7 @@ async def produce(ns: argparse.Namespace, stop: asyncio.Event) -> int:
     reader_props.update(parse_kv_args(ns.property))
     reader: LineReader | JsonReader = JsonReader(ns.encoding) if ns.format == "json" else LineReader(reader_props)
     config = ClientConfig(PRODUCER_DEFAULTS, props)
-    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms") + 5000)
+    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms") + 5000, security=config.security)
     await cluster.start()
     producer = Producer(cluster, config)
     failed = 0

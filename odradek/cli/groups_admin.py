@@ -107,7 +107,7 @@ class GroupAdmin:
         c = self._nodes.get((host, port))
         if c is None:
             c = AdminClient(f"{host}:{port}", self.admin.timeout_ms, self.admin.client_id,
-                            self.admin.request_timeout_ms)
+                            self.admin.request_timeout_ms, self.admin.security)
             self._nodes[(host, port)] = c
         return c
 

@@ -19,7 +19,8 @@ bad command line, a missing ``--command-config`` file, and a server that cannot 
 within ``default.api.timeout.ms`` (60 s by default; set it in ``--command-config``). Only the
 first line of Kafka's report of a failure is printed (there is no Java stack trace to add).
 ``add-controller`` and ``remove-controller`` (KIP-853) are in
-:mod:`odradek.cli.metadata_quorum_voters`; only PLAINTEXT connections.
+:mod:`odradek.cli.metadata_quorum_voters`. ``--command-config`` may secure the connections
+(TLS, SASL: :mod:`odradek.security.client_security`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
 from odradek.protocol.message_json import uuid_to_kafka
 from odradek.protocol.messages.generated import DESCRIBE_QUORUM
+from odradek.security.client_security import ClientSecurityError, client_security, connect_failure
 from odradek.server.kafka_config import parse_properties
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -279,6 +281,7 @@ class _Admin:
         self.api_timeout_s = api_timeout_ms / 1000
         self.request_timeout_s = request_timeout_ms / 1000
         self.client_id = props.get("client.id", "odradek-metadata-quorum")
+        self.security = client_security(props)  # TLS / SASL
         self.clients: dict[tuple[str, int], NetworkClient] = {}
         self.versions: dict[tuple[str, int], dict[int, int]] = {}
         self.active_controller: tuple[str, int] | None = None
@@ -290,7 +293,14 @@ class _Admin:
     async def _client(self, addr: tuple[str, int]) -> NetworkClient:
         client = self.clients.get(addr)
         if client is None:
-            client = await NetworkClient(addr[0], addr[1], client_id=self.client_id).connect()
+            try:
+                client = await NetworkClient(
+                    addr[0], addr[1], client_id=self.client_id, **self.security.client_kwargs()).connect()
+            except (OSError, TimeoutError) as e:
+                refused = connect_failure(e)
+                if refused is not None:
+                    raise TerseError(refused) from e
+                raise
             self.clients[addr] = client
             r = await client.send(m.API_VERSIONS, 3, {
                 "client_software_name": "odradek-metadata-quorum", "client_software_version": "1",
@@ -451,9 +461,10 @@ def run(args: argparse.Namespace) -> int:
                 raise TerseError(f"Properties file {args.command_config} does not exists!")
             with open(args.command_config, encoding="utf-8") as f:
                 props = parse_properties(f.read())
-            protocol = props.get("security.protocol", "PLAINTEXT").upper()
-            if protocol != "PLAINTEXT":
-                raise TerseError(f"security.protocol={protocol} is not supported by odradek metadata-quorum")
+        try:
+            client_security(props)  # checked before anything is sent
+        except ClientSecurityError as e:
+            raise TerseError(f"Invalid client configuration: {e}") from None
         if args.quorum_command in ("add-controller", "remove-controller"):
             out = asyncio.run(_change_voters(args, props))
             sys.stdout.write(out)

@@ -115,7 +115,7 @@ async def perf_produce(ns: argparse.Namespace, stop: asyncio.Event) -> int:
     props.setdefault("client.id", "perf-producer-client")
     config = ClientConfig(PRODUCER_DEFAULTS, props)
     payloads = _payloads(ns)
-    cluster = Cluster(bootstrap, config.get("client.id"), config.int("request.timeout.ms"))
+    cluster = Cluster(bootstrap, config.get("client.id"), config.int("request.timeout.ms"), security=config.security)
     await cluster.start()
     producer = Producer(cluster, config)
     stats = ProducerStats(ns.num_records, ns.reporting_interval, sys.stdout)
@@ -201,7 +201,7 @@ async def perf_consume(ns: argparse.Namespace, stop: asyncio.Event) -> int:
         extra = ", rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
         first = "time, threadId" if ns.show_detailed_stats else "start.time, end.time"
         print(f"{first}, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec{extra}", file=out, flush=True)
-    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms"))
+    cluster = Cluster(ns.bootstrap_server, config.get("client.id"), config.int("request.timeout.ms"), security=config.security)
     progress = Progress(ns.messages, "msg", not ns.no_progress)
     messages = nbytes = last_messages = last_bytes = 0
     start_ms = time.time() * 1000

@@ -29,7 +29,7 @@ from odradek.cli.tool_common import (
     TIMEOUT_MESSAGE,
     add_connection_args,
     admin_client,
-    command_config,
+    client_settings,
     usage_error,
 )
 from odradek.controller.replica_placement import (
@@ -367,8 +367,8 @@ def run(opts: argparse.Namespace) -> int:
                            "--cancel, --list")
     if opts.bootstrap_server is None:
         return usage_error(opts.parser, "Please specify --bootstrap-server")
-    try:
-        command_config(opts.command_config)
+    try:  # a --command-config that cannot work: one line on stderr, before any connection
+        client_settings(opts)
     except AdminError as e:
         print(e, file=sys.stderr)
         return 1

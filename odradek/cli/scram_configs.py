@@ -7,8 +7,8 @@
 
 :func:`alter_user_scram` and :func:`describe_user_scram` take the parsed arguments
 (``bootstrap_server``, ``entity_name``, ``add_config``, ``delete_config``, optionally
-``command_config``: a client properties file with ``security.protocol``, ``sasl.mechanism`` and
-``sasl.jaas.config``) and print what Kafka's ConfigCommand prints. The salt and the salted password
+``command_config``: a client properties file with ``security.protocol``, ``ssl.*``,
+``sasl.mechanism`` and ``sasl.jaas.config``) and print what Kafka's ConfigCommand prints. The salt and the salted password
 are computed here, as Kafka's admin client does; the broker forwards the credential to the
 controller (AlterUserScramCredentials).
 """
@@ -23,8 +23,12 @@ from typing import Any
 from odradek.cli.admin import AdminClient, kafka_exception
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors
-from odradek.security.jaas_config import JaasConfigError, single_entry
-from odradek.security.sasl_config import SUPPORTED_MECHANISMS, SaslClientConfig
+from odradek.security.client_security import (
+    PLAINTEXT,
+    ClientSecurity,
+    ClientSecurityError,
+    client_security,
+)
 from odradek.security.scram_credential import MIN_ITERATIONS, ScramMechanism
 from odradek.security.scram_parser import ScramParseError, parse_add_config
 from odradek.server.kafka_config import parse_properties
@@ -34,28 +38,19 @@ class ScramConfigError(Exception):
     pass
 
 
-def command_config_login(path: str | None) -> SaslClientConfig | None:
-    """The SASL login of a client properties file (None: plaintext)."""
+def command_config_login(path: str | None) -> ClientSecurity:
+    """The connection security (TLS, SASL login) of a client properties file (PLAINTEXT without one)."""
     if not path:
-        return None
+        return PLAINTEXT
     try:
         with open(path, encoding="utf-8") as f:
             props = parse_properties(f.read())
     except OSError as e:
         raise ScramConfigError(f"cannot read {path}: {e.strerror}") from e
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
-        return None
-    if protocol != "SASL_PLAINTEXT":
-        raise ScramConfigError(f"security.protocol={protocol} is not supported by this tool yet")
-    mechanism = props.get("sasl.mechanism", "GSSAPI").upper()
-    if mechanism not in SUPPORTED_MECHANISMS:
-        raise ScramConfigError(f"sasl.mechanism={mechanism} is not supported")
     try:
-        options = single_entry(props.get("sasl.jaas.config", "")).options
-    except JaasConfigError as e:
-        raise ScramConfigError(f"sasl.jaas.config in {path}: {e}") from e
-    return SaslClientConfig(mechanism, options.get("username", ""), options.get("password", ""), dict(options))
+        return client_security(props)
+    except ClientSecurityError as e:
+        raise ScramConfigError(f"Invalid client configuration in {path}: {e}") from e
 
 
 def _names(args: argparse.Namespace) -> list[str]:
@@ -126,7 +121,7 @@ async def _alter(args: argparse.Namespace) -> str:
     if len(names) != 1 or not names[0]:
         raise ScramConfigError("an --entity-name is required to alter the SCRAM credentials of a user")
     user = names[0]
-    async with AdminClient(args.bootstrap_server, sasl=command_config_login(getattr(args, "command_config", None))) as admin:
+    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
         await alter_credentials(
             admin, user, getattr(args, "add_config", None) or "", getattr(args, "delete_config", None) or ""
         )
@@ -134,7 +129,7 @@ async def _alter(args: argparse.Namespace) -> str:
 
 
 async def _describe(args: argparse.Namespace) -> list[str]:
-    async with AdminClient(args.bootstrap_server, sasl=command_config_login(getattr(args, "command_config", None))) as admin:
+    async with AdminClient(args.bootstrap_server, security=command_config_login(getattr(args, "command_config", None))) as admin:
         return await describe_credentials(admin, _names(args))
 
 

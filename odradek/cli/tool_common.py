@@ -1,8 +1,9 @@
 """What every admin tool of ``odradek`` shares: the connection flags and the exit-code contract.
 
 Flags as Kafka's tools: ``--bootstrap-server HOST:PORT[,...]`` and ``--command-config FILE`` (a
-Java properties file for the Admin client; ``default.api.timeout.ms`` and ``client.id`` are
-used, a ``security.protocol`` other than PLAINTEXT is refused), plus ``--timeout MS`` (default
+Java properties file for the Admin client; ``default.api.timeout.ms``, ``client.id`` and Kafka's
+client security keys — ``security.protocol``, ``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``,
+see :mod:`odradek.security.client_security` — are used), plus ``--timeout MS`` (default
 ``default.api.timeout.ms`` or 60000): how long a tool waits for the cluster before giving up.
 
 The contract a script can rely on, for every tool built on :func:`run_admin`:
@@ -17,8 +18,9 @@ The contract a script can rely on, for every tool built on :func:`run_admin`:
 
 ``--command-config FILE`` is read by :func:`command_config` for every tool that talks to a cluster:
 ``client.id``, ``default.api.timeout.ms`` (``--timeout`` overrides it) and ``request.timeout.ms``
-(each request's bound) are used; a ``security.protocol`` other than PLAINTEXT is refused with one
-line and exit 1 (until the security issue lands).
+(each request's bound) are used, and the security keys (``security.protocol``, ``ssl.*``,
+``sasl.*``) are checked by :func:`security_of`: settings that cannot work are refused with one
+line and exit 1.
 
 Where an existing test compares a tool byte for byte with Kafka's, Kafka's behaviour is kept and
 differs from the contract above (tests/unit/test_tool_conventions.py checks this table):
@@ -53,9 +55,11 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from odradek.cli.admin import DEFAULT_API_TIMEOUT_MS, AdminClient, AdminError
+from odradek.security.client_security import ClientSecurity, ClientSecurityError, client_security
+from odradek.server.kafka_config import parse_properties
 
 TIMEOUT_MESSAGE = "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node assignment."
 
@@ -69,37 +73,40 @@ def add_connection_args(p: argparse.ArgumentParser, *, nested: bool = False) -> 
     p.add_argument(*names, metavar="HOST:PORT",
                    help="REQUIRED: the server(s) to connect to, HOST1:PORT1,HOST2:PORT2", **extra)
     p.add_argument("--command-config", metavar="FILE",
-                   help="a properties file for the Admin client (default.api.timeout.ms, client.id; PLAINTEXT only)",
+                   help="a properties file for the Admin client (default.api.timeout.ms, client.id, "
+                   "security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config)",
                    **extra)
     p.add_argument("--timeout", type=int, metavar="MS",
                    help="how long to wait for the cluster, in ms (default: default.api.timeout.ms or 60000)", **extra)
 
 
 def load_properties(path: str) -> dict[str, str]:
-    """A Java properties file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
+    """A Java properties file (``#``/``!`` comments, ``=``/``:`` separators, ``\\`` line
+    continuations and escapes such as ``\\n``, as an inline PEM value needs)."""
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise AdminError(f"{e.strerror}: {path}") from e
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line, "") if sep < 0 else (line[:sep].strip(), line[sep + 1:].strip())
-        out[key] = value
-    return out
+    return {k: v.strip() for k, v in parse_properties(text).items()}
+
+
+def security_of(props: dict[str, str]) -> ClientSecurity:
+    """The connection security ``props`` ask for; AdminError (exit 1) if it cannot work."""
+    try:
+        return client_security(props)
+    except ClientSecurityError as e:
+        raise AdminError(f"Invalid client configuration: {e}") from e
+
+
+def command_config_security(path: str | None) -> ClientSecurity:
+    """The connection security of a ``--command-config`` file (PLAINTEXT without one)."""
+    return security_of(load_properties(path) if path else {})
 
 
 def command_config(path: str | None) -> dict[str, str]:
     """The ``--command-config`` file's properties ({} without one); :class:`AdminError` for a
-    file that cannot be read or a ``security.protocol`` other than PLAINTEXT."""
-    props = load_properties(path) if path else {}
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise AdminError(f"security.protocol={protocol} is not supported by odradek's tools (PLAINTEXT only)")
-    return props
+    file that cannot be read. Its security keys are checked by :func:`security_of`."""
+    return load_properties(path) if path else {}
 
 
 def _int_prop(props: dict[str, str], key: str) -> int | None:
@@ -111,10 +118,18 @@ def _int_prop(props: dict[str, str], key: str) -> int | None:
         raise AdminError(f"Invalid value {props[key]} for configuration {key}: Not a number of type INT") from None
 
 
-def client_settings(opts: argparse.Namespace, client_id: str = "odradek-admin") -> tuple[int, int | None, str]:
-    """(API timeout ms, request timeout ms or None, client id) from ``--timeout`` and
+class ClientSettings(NamedTuple):
+    timeout_ms: int  # the API timeout: all tries of one call
+    request_timeout_ms: int | None  # one request's bound (None: the API timeout)
+    client_id: str
+    security: ClientSecurity  # TLS / SASL of every connection
+
+
+def client_settings(opts: argparse.Namespace, client_id: str = "odradek-admin") -> ClientSettings:
+    """(API timeout ms, request timeout ms or None, client id, security) from ``--timeout`` and
     ``--command-config``, as Kafka's Admin client reads them: ``default.api.timeout.ms`` smaller
-    than ``request.timeout.ms`` is refused when set, else raised to it."""
+    than ``request.timeout.ms`` is refused when set, else raised to it; the security keys are
+    checked by :func:`security_of`."""
     props = command_config(getattr(opts, "command_config", None))
     request = _int_prop(props, "request.timeout.ms")
     timeout: int | None = getattr(opts, "timeout", None)
@@ -125,12 +140,13 @@ def client_settings(opts: argparse.Namespace, client_id: str = "odradek-admin") 
                              "of request.timeout.ms.")
         if timeout is None:
             timeout = max(DEFAULT_API_TIMEOUT_MS, request or 0)
-    return timeout, request, props.get("client.id", client_id)
+    return ClientSettings(timeout, request, props.get("client.id", client_id), security_of(props))
 
 
 def admin_client(opts: argparse.Namespace, client_id: str = "odradek-admin") -> AdminClient:
-    timeout, request, cid = client_settings(opts, client_id)
-    return AdminClient(opts.bootstrap_server, timeout_ms=timeout, client_id=cid, request_timeout_ms=request)
+    timeout, request, cid, security = client_settings(opts, client_id)
+    return AdminClient(opts.bootstrap_server, timeout_ms=timeout, client_id=cid, request_timeout_ms=request,
+                       security=security)
 
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> int:

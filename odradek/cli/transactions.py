@@ -27,9 +27,9 @@
 Tables are Kafka's ``ToolsUtils.prettyPrintTable`` (each cell padded to its column, then a tab),
 rows in the order Kafka's tool prints them (its HashMaps' iteration order where it iterates
 one). Failures print Kafka's ``<what failed>: <cause>. Enable debug logging for additional
-detail.`` on stderr with exit code 1; so do bad command lines (usage, then the error). Only
-PLAINTEXT; ``--command-config`` may set ``default.api.timeout.ms``, ``request.timeout.ms``,
-``retry.backoff.ms`` and ``client.id``.
+detail.`` on stderr with exit code 1; so do bad command lines (usage, then the error). ``--command-config`` may set ``default.api.timeout.ms``, ``request.timeout.ms``,
+``retry.backoff.ms``, ``client.id`` and the client security keys (``security.protocol``,
+``ssl.*``, ``sasl.mechanism``, ``sasl.jaas.config``; :mod:`odradek.security.client_security`).
 """
 
 from __future__ import annotations
@@ -396,9 +396,6 @@ def _load_props(path: str | None) -> dict[str, str]:
             props = parse_properties(f.read())
     except OSError as e:
         fail("Failed to load admin client properties", ToolExit(e.filename or str(e)))
-    protocol = props.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        fail(f"security.protocol={protocol} is not supported by {PROG} (only PLAINTEXT)")
     return props
 
 

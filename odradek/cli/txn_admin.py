@@ -16,7 +16,8 @@ Every call has one deadline, ``default.api.timeout.ms`` (60 s unless ``--command
 otherwise); what is still unresolved then fails with Kafka's ``Timed out waiting for a node
 assignment. Call: NAME`` (``NAME(api=METADATA)`` / ``(api=FIND_COORDINATOR)`` while the lookup
 was still going on). Failures carry the message Kafka's exception would (``getMessage()``), which
-is what the tool prints. Only PLAINTEXT connections.
+is what the tool prints. Connections are secured as the properties' security keys say
+(:mod:`odradek.security.client_security`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.messages import generated as g
 from odradek.protocol.schema import Api
+from odradek.security.client_security import ClientSecurityError, client_security, connect_failure
 
 DEFAULT_API_TIMEOUT_MS = 60_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
@@ -161,6 +163,10 @@ class TxnAdmin:
         self.request_timeout_s = request_timeout / 1000
         self.retry_backoff_s = _int_prop(props, "retry.backoff.ms", DEFAULT_RETRY_BACKOFF_MS) / 1000
         self.client_id = props.get("client.id", "odradek-transactions")
+        try:
+            self.security = client_security(props)  # TLS / SASL
+        except ClientSecurityError as e:
+            raise AdminFailure(str(e)) from e
         self.clients: dict[tuple[str, int], NetworkClient] = {}
         self.versions: dict[tuple[str, int], dict[int, int]] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -188,7 +194,14 @@ class TxnAdmin:
         if client is not None:
             await client.close()
             del self.clients[addr]
-        client = await NetworkClient(addr[0], addr[1], client_id=self.client_id).connect()
+        try:
+            client = await NetworkClient(
+                addr[0], addr[1], client_id=self.client_id, **self.security.client_kwargs()).connect()
+        except (OSError, TimeoutError) as e:
+            refused = connect_failure(e)
+            if refused is not None:  # a login or certificate the node refuses: no retry helps
+                raise AdminFailure(refused) from e
+            raise
         try:
             r = await asyncio.wait_for(client.send(m.API_VERSIONS, 3, {
                 "client_software_name": "odradek-transactions", "client_software_version": "1",

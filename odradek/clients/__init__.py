@@ -7,5 +7,6 @@ Kafka): :mod:`.cluster` (bootstrap, metadata, per-broker connections and version
 :mod:`.consumer` (Fetch with decoding, positions from ListOffsets, read_committed filtering) and
 :mod:`.group` (the classic consumer-group protocol: JoinGroup / SyncGroup / Heartbeat /
 OffsetCommit with the range assignor). :mod:`.config` reads client properties the way Kafka's
-tools take them. Only PLAINTEXT.
+tools take them, with TLS and SASL from Kafka's client security keys
+(:mod:`odradek.security.client_security`).
 """

@@ -11,6 +11,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.schema import Api
+from odradek.security.client_security import PLAINTEXT, ClientSecurity, connect_failure
 
 TopicPartition = tuple[str, int]
 
@@ -49,8 +50,10 @@ class TopicInfo:
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, client_id: str, request_timeout_ms: int = 30_000) -> None:
+    def __init__(self, bootstrap: str, client_id: str, request_timeout_ms: int = 30_000,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = security or PLAINTEXT  # TLS / SASL of every connection
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -67,7 +70,10 @@ class Cluster:
                 await self.connection(addr)
                 self._any = addr
                 return
-            except (OSError, ConnectionError, TimeoutError):
+            except (OSError, ConnectionError, TimeoutError) as e:
+                refused = connect_failure(e)
+                if refused is not None:  # a login or certificate refused: Kafka's clients stop
+                    raise ClusterError(refused) from e
                 continue
         names = ", ".join(f"{h}:{p}" for h, p in self.bootstrap)
         raise ClusterError(
@@ -84,7 +90,7 @@ class Cluster:
         conn = self._conns.get(addr)
         if conn is not None:
             return conn
-        conn = NetworkClient(addr[0], addr[1], client_id=self.client_id)
+        conn = NetworkClient(addr[0], addr[1], client_id=self.client_id, **self.security.client_kwargs())
         await asyncio.wait_for(conn.connect(), self.request_timeout_s)
         try:
             resp = await asyncio.wait_for(conn.send(m.API_VERSIONS, 3, {

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from odradek.security.client_security import ClientSecurityError, client_security, is_security_key
 from odradek.server.kafka_config import parse_properties
 
 
@@ -95,10 +96,12 @@ class ClientConfig:
         self.props = dict(defaults)
         for layer in layers:
             self.props.update(layer)
-        protocol = self.props.get("security.protocol", "PLAINTEXT").upper()
-        if protocol != "PLAINTEXT":
-            raise ConfigError(f"security.protocol={protocol} is not supported by odradek's tools (only PLAINTEXT)")
-        self.props.pop("security.protocol", None)
+        try:
+            self.security = client_security(self.props)  # TLS / SASL (security.protocol, ssl.*, sasl.*)
+        except ClientSecurityError as e:
+            raise ConfigError(f"Invalid client configuration: {e}") from e
+        for key in [k for k in self.props if is_security_key(k)]:
+            del self.props[key]
         if self.props.get("enable.idempotence", "false").strip().lower() != "false":
             raise ConfigError("enable.idempotence=true is not supported by odradek's tools (their producer is not idempotent)")
         if self.props.get("transactional.id"):

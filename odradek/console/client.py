@@ -19,6 +19,7 @@ from odradek.network.client import NetworkClient
 from odradek.protocol import messages as m
 from odradek.protocol.errors import Errors, error_name
 from odradek.protocol.schema import Api
+from odradek.security.client_security import PLAINTEXT, ClientSecurity, connect_failure
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,10 @@ class ConsoleClient:
         client_id: str = "odradek-console",
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap: list[Address] = parse_bootstrap(bootstrap)
+        self.security = security or PLAINTEXT  # TLS / SASL of every connection
         self.client_id = client_id
         self.timeout_s = request_timeout_ms / 1000
         self.max_response_bytes = max_response_bytes
@@ -94,7 +97,7 @@ class ConsoleClient:
                 return c, self._info[addr]
             await self._drop(addr)
             c = NetworkClient(addr[0], addr[1], client_id=self.client_id,
-                              max_response_bytes=self.max_response_bytes)
+                              max_response_bytes=self.max_response_bytes, **self.security.client_kwargs())
             try:
                 await asyncio.wait_for(c.connect(), self.timeout_s)
                 r = await asyncio.wait_for(c.send(m.API_VERSIONS, 3, {
@@ -104,7 +107,8 @@ class ConsoleClient:
                     r = await asyncio.wait_for(c.send(m.API_VERSIONS, 0, {}), self.timeout_s)
             except (OSError, TimeoutError, ConnectionError) as e:
                 await c.close()
-                raise ConsoleError(f"cannot connect to {addr[0]}:{addr[1]}: {e or type(e).__name__}") from e
+                why = connect_failure(e) or e or type(e).__name__
+                raise ConsoleError(f"cannot connect to {addr[0]}:{addr[1]}: {why}") from e
             info = NodeInfo(
                 {a["api_key"]: a["max_version"] for a in r["api_keys"]},
                 [(f["name"], f["min_version"], f["max_version"]) for f in r.get("supported_features") or []],

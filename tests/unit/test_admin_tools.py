@@ -245,5 +245,6 @@ def test_command_config_sets_the_timeout_and_refuses_other_protocols(tmp_path: P
     config.write_text("security.protocol=SASL_SSL\n")
     result = _odradek("topics", "--bootstrap-server", "127.0.0.1:1", "--list", "--command-config", str(config))
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == ("Error while executing topic command : security.protocol=SASL_SSL is not supported "
-                             "by odradek's tools (PLAINTEXT only)\n")
+    assert result.stderr == ("Error while executing topic command : Invalid client configuration: "
+                             "sasl.mechanism=GSSAPI (Kerberos) is not supported by odradek's tools; use one of "
+                             "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER\n")

@@ -104,7 +104,8 @@ def test_client_config_refuses_what_the_clients_do_not_do() -> None:
 
     for props, msg in (({"enable.idempotence": "true"}, "not idempotent"),
                        ({"transactional.id": "x"}, "not transactional"),
-                       ({"security.protocol": "SSL"}, "only PLAINTEXT")):
+                       ({"security.protocol": "TLS"}, "Invalid value TLS for configuration security.protocol"),
+                       ({"security.protocol": "SASL_SSL"}, r"sasl.mechanism=GSSAPI \(Kerberos\) is not supported")):
         with pytest.raises(ConfigError, match=msg):
             ClientConfig(PRODUCER_DEFAULTS, props)
     warn = io.StringIO()

@@ -94,13 +94,14 @@ def test_timestamps_in_milliseconds_or_iso_8601() -> None:
     assert format_ts(-1) == "-"
 
 
-def test_command_config_is_plaintext_only(tmp_path: Path) -> None:
+def test_command_config_security_checked_at_start(tmp_path: Path) -> None:
     ok = tmp_path / "ok.properties"
     ok.write_text("client.id=watcher\nrequest.timeout.ms=5000\nsecurity.protocol=PLAINTEXT\n")
     assert load_props(str(ok))["client.id"] == "watcher"
     for text, message in [
-        ("security.protocol=SASL_SSL\n", "security.protocol=SASL_SSL is not supported"),
-        ("sasl.mechanism=PLAIN\n", "not supported: sasl.mechanism"),
+        ("security.protocol=SASL_SSL\n", "sasl.mechanism=GSSAPI (Kerberos) is not supported"),
+        ("security.protocol=TLS\n", "Invalid value TLS for configuration security.protocol"),
+        ("sasl.login.class=x.Y\n", "sasl.login.class is not supported"),
         ("request.timeout.ms=soon\n", "Invalid value soon for configuration request.timeout.ms"),
     ]:
         bad = tmp_path / "bad.properties"
