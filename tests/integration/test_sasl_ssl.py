@@ -20,7 +20,6 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic, ScramMechanism
 
 from odradek.embedded import EmbeddedBroker
-from tests.unit.tls_certs import PASSWORD as STORE_PASSWORD
 from tests.unit.tls_certs import TlsFiles, make_ca, make_tls_files, write_pem
 
 from .kafka_reference import find_kafka_tools
@@ -205,7 +204,7 @@ def test_kafkajs(sasl_ssl: SaslSslBroker) -> None:
 
 
 def test_java_console_tools(sasl_ssl: SaslSslBroker, tmp_path: Path) -> None:
-    """The Java client: a PKCS12 trust store, SCRAM-SHA-512 through the ScramLoginModule."""
+    """The Java client: a PEM trust store, SCRAM-SHA-512 through the ScramLoginModule."""
     kafka = find_kafka_tools("4")
 
     def props(name: str, password: str, truststore: str) -> str:
@@ -220,8 +219,9 @@ def test_java_console_tools(sasl_ssl: SaslSslBroker, tmp_path: Path) -> None:
         return str(path)
 
     files = sasl_ssl.files
-    good_trust = (f"ssl.truststore.type=PKCS12\nssl.truststore.location={files.truststore_p12}\n"
-                  f"ssl.truststore.password={STORE_PASSWORD}\n")
+    # (a PEM trust store: Java ignores certificates in a PKCS12 store made without its
+    # trusted-key-usage attribute, as the cryptography library writes them)
+    good_trust = f"ssl.truststore.type=PEM\nssl.truststore.location={files.ca_pem}\n"
     good = props("good", PASSWORD, good_trust)
     topic = sasl_ssl.topic()
     bs = ["--bootstrap-server", sasl_ssl.bootstrap]
