@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""TLS against plaintext on the same broker, in the same run: produce and consume throughput and
-produce latency percentiles.
+"""TLS and SASL_SSL against plaintext on the same broker, in the same run: produce and consume
+throughput and produce latency percentiles.
 
     python3 benchmarks/tls.py                       # short default run
     python3 benchmarks/tls.py --records 200000 --record-size 1024 --latency-records 5000
 
-One ``odradek server`` with a PLAINTEXT and an SSL listener (a test CA and server certificate made
-at start, PKCS12 key store; ``--mtls`` requires client certificates). For each listener in turn,
-with confluent-kafka (librdkafka):
+One ``odradek server`` with a PLAINTEXT, an SSL and a SASL_SSL listener (a test CA and server
+certificate made at start, PKCS12 key store; ``--mtls`` requires client certificates on the SSL
+listener; SASL_SSL logs in with SCRAM-SHA-512, the user created with AlterUserScramCredentials).
+For each listener in turn, with confluent-kafka (librdkafka):
 
 * produce throughput: ``--records`` records of ``--record-size`` bytes, acks=1, default batching;
 * consume throughput: the same records read back (manual assignment from offset 0); over TLS the
@@ -30,6 +31,12 @@ from pathlib import Path
 
 from bench_support import Broker, cpu_times, create_topic, free_ports, make_log, percentile, table
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.unit.tls_certs import make_tls_files  # noqa: E402 - the repository root is added above
@@ -101,10 +108,10 @@ def _latency(conf: dict[str, str], topic: str, records: int, rate: int, size: in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=50000)
+    ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--latency-records", type=int, default=2000)
+    ap.add_argument("--latency-records", type=int, default=1000)
     ap.add_argument("--rate", type=int, default=1000, help="records per second in the latency phase")
     ap.add_argument("--mtls", action="store_true", help="require client certificates on the SSL listener")
     args = ap.parse_args()
@@ -112,13 +119,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="odradek-tls-bench-") as tmp:
         work = Path(tmp)
         files = make_tls_files(work / "certs")
-        ssl_port, = free_ports(1)
+        ssl_port, sasl_ssl_port = free_ports(2)
         broker = Broker(work / "broker", log=log)
         props = files.server_props(client_auth="required" if args.mtls else "none")
         broker.overrides = [
             f"listeners=PLAINTEXT://127.0.0.1:{broker.port},SSL://127.0.0.1:{ssl_port},"
-            f"CONTROLLER://127.0.0.1:{broker.controller_port}",
+            f"SASL_SSL://127.0.0.1:{sasl_ssl_port},CONTROLLER://127.0.0.1:{broker.controller_port}",
             *(f"{k}={v}" for k, v in props.items()),
+            "listener.name.sasl_ssl.ssl.client.auth=none",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
         ]
         client_ssl = {"security.protocol": "SSL", "ssl.ca.location": str(files.ca_pem)}
         if args.mtls:
@@ -127,11 +136,20 @@ def main() -> None:
         runs = {
             "PLAINTEXT": {"bootstrap.servers": broker.bootstrap},
             "SSL" + (" (mTLS)" if args.mtls else ""): {"bootstrap.servers": f"127.0.0.1:{ssl_port}", **client_ssl},
+            "SASL_SSL (SCRAM-SHA-512)": {
+                "bootstrap.servers": f"127.0.0.1:{sasl_ssl_port}", "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(files.ca_pem), "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "bench", "sasl.password": "bench-secret",
+            },
         }
         mb = args.records * args.record_size / 1e6
         rows: list[tuple[str, ...]] = []
         broker.start()
         try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # (kept alive until the result)
+            admin.alter_user_scram_credentials([
+                UserScramCredentialUpsertion("bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                             b"bench-secret")])["bench"].result(30)
             for name, conf in runs.items():
                 topic = f"bench-{name.split()[0].lower()}-{uuid.uuid4().hex[:6]}"
                 create_topic(broker.bootstrap, topic, args.partitions)
