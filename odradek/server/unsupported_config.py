@@ -124,11 +124,6 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
         proto = str(config.get("security.inter.broker.protocol")).upper()
         if proto not in SECURITY_PROTOCOLS_SERVED:
             out.append(f"security.inter.broker.protocol={proto}: not a supported security protocol")
-    if config.is_zk_mode and config.listener_security_protocol(config.inter_broker_listener_name) != "PLAINTEXT":
-        out.append(
-            f"inter.broker.listener.name={config.inter_broker_listener_name}: TLS between brokers "
-            "is supported in KRaft mode only, use a PLAINTEXT inter-broker listener in ZooKeeper mode"
-        )
     originals = config.originals
     for key in sorted(originals):
         value = originals[key].strip()
@@ -188,8 +183,8 @@ def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
 
     out: list[str] = []
     sasl_listeners = [x for x in config.listeners if x.security_protocol in SASL_PROTOCOLS]
-    if sasl_listeners and not config.process_roles:
-        return ["SASL listeners are served in KRaft mode only (not in ZooKeeper mode)"]
+    if config.is_zk_mode:
+        out.extend(_zk_scram_problems(config))
     for lst in sasl_listeners:
         try:
             listener_config(config, lst.name, lst.security_protocol)
@@ -199,4 +194,19 @@ def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
         client_logins(config)
     except SaslConfigError as e:
         out.append(str(e))
+    return out
+
+
+def _zk_scram_problems(config: KafkaConfig) -> list[str]:
+    """SCRAM in ZooKeeper mode: Kafka 3.9 kept the credentials in /config/users znodes, which
+    Odradek does not read; PLAIN (and OAUTHBEARER) need no stored credentials and are served."""
+    out: list[str] = []
+    for key, value in sorted(config.originals.items()):
+        setting = _security_key(key)
+        if setting not in ("sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"):
+            continue
+        scram = [x.strip() for x in value.split(",") if x.strip().upper().startswith("SCRAM-")]
+        if scram:
+            out.append(f"{key}={value.strip()}: SCRAM ({', '.join(scram)}) is not supported in ZooKeeper mode "
+                       "(its credentials are /config/users znodes there); use PLAIN, or KRaft mode")
     return out
