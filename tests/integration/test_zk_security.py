@@ -133,9 +133,10 @@ def consume_all(conf: dict[str, str], expected: int) -> list[bytes]:
     return got
 
 
-def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, str]) -> None:
+def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, str], peer_log: str = "") -> None:
     """Three brokers with ``props``; a controller, an RF=3 topic with ISR 3, produce and consume
-    over the client listener with ``client_conf``, kill -9 of a leader, nothing acknowledged lost."""
+    over the client listener with ``client_conf``, kill -9 of a leader, nothing acknowledged lost;
+    ``peer_log``: a line every broker logs about the other brokers' connections."""
     with ZooKeeperServer() as zk:
         connect = zk.connect + "/odradek"
         brokers = {i: SecuredZkBroker(tmp_path / f"broker{i}", connect, i, props) for i in (1, 2, 3)}
@@ -194,6 +195,9 @@ def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, st
             wait_for("ISR 3 after the restart", lambda: all(len(s.isr) == 3 for s in states().values()), 60, logs)
             text = logs()
             assert "Traceback" not in text, text
+            if peer_log:
+                for b in brokers.values():
+                    assert re.search(peer_log, b.log_tail(10**7)), b.log_tail(4000)
         finally:
             admin.close()
             for b in brokers.values():
@@ -259,7 +263,9 @@ def test_zk_mode_brokers_over_sasl_plain(tls_files: TlsFiles, tmp_path: Path) ->
     props = {**SASL_PROPS, **tls_files.server_props("listener.name.internal.")}
     client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
               "sasl.username": "alice", "sasl.password": "alice-secret"}
-    run_cluster(tmp_path, props, client)
+    # the brokers logged in to each other as admin on INTERNAL (the controller's and the fetchers'
+    # connections)
+    run_cluster(tmp_path, props, client, peer_log=r"on listener INTERNAL authenticated as User:admin with PLAIN")
 
 
 def test_zk_mode_wrong_password_refused(tls_files: TlsFiles, tmp_path: Path) -> None:
