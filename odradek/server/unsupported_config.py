@@ -9,7 +9,7 @@ without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; 
 ``SSL`` listeners are served (:mod:`odradek.security.ssl_factory`, which reads the ``ssl.*`` keys
 in :data:`~odradek.security.ssl_factory.SUPPORTED_KEYS`), and so are ``SASL_PLAINTEXT`` and
 ``SASL_SSL`` (SASL over that TLS) listeners with their SASL settings (:data:`SASL_KEYS_SERVED`,
-mechanisms PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER with the unsecured validator; GSSAPI is
+mechanisms PLAIN, SCRAM-SHA-256/512 (KRaft mode only) and OAUTHBEARER with the unsecured validator; GSSAPI is
 refused). Other ``ssl.*`` keys (engine factories, providers, key manager algorithms...) and
 ``sasl.*`` keys (also per listener,
 ``listener.name.<name>.ssl.*`` and ``listener.name.<name>.<mechanism>.sasl.*``) are refused when

@@ -16,6 +16,11 @@ The controller-bound requests (AlterPartition, ControlledShutdown, AllocateProdu
 on the broker listeners: handed to this process's controller when it is the active one,
 NOT_CONTROLLER otherwise. The broker's own AlterPartition, producer-id and controlled-shutdown
 requests go to the controller named by the last UpdateMetadata.
+
+Security as in KRaft mode: SSL / SASL_* listeners (the SASL authenticator in front of KafkaApis;
+PLAIN and OAUTHBEARER, SCRAM is refused in ZooKeeper mode), and every connection to another broker
+(fetchers, the controller's channel, the channels to the controller, markers) with the TLS context
+and SASL login of the inter-broker listener.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ transaction markers) must use TLS or SASL to work at all.
 
 In both: a controller is elected, a topic with three replicas gets ISR 3, confluent-kafka produces
 (acks=all) and consumes over the client listener, ``kill -9`` of a partition leader → a new
-leader, nothing acknowledged lost.
+leader, nothing acknowledged lost; the killed broker catches up; SIGTERM runs a controlled
+shutdown through the secured listener.
 """
 
 from __future__ import annotations
@@ -193,6 +194,10 @@ def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, st
             # the killed broker comes back and catches up: ISR 3 again
             brokers[leader].start(60)
             wait_for("ISR 3 after the restart", lambda: all(len(s.isr) == 3 for s in states().values()), 60, logs)
+            # SIGTERM: a controlled shutdown, ControlledShutdown sent to the controller over INTERNAL
+            stopping = next(i for i in brokers if i != admin.get_controller_id())
+            assert brokers[stopping].terminate(60) == 0
+            assert "Controlled shutdown request returned successfully" in brokers[stopping].log_tail(10**7)
             text = logs()
             assert "Traceback" not in text, text
             if peer_log:
