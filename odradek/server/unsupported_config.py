@@ -9,7 +9,7 @@ without ``process.roles``) is served by :mod:`odradek.server.zk_broker_server`; 
 ``SSL`` listeners are served (:mod:`odradek.security.ssl_factory`, which reads the ``ssl.*`` keys
 in :data:`~odradek.security.ssl_factory.SUPPORTED_KEYS`), and so are ``SASL_PLAINTEXT`` and
 ``SASL_SSL`` (SASL over that TLS) listeners with their SASL settings (:data:`SASL_KEYS_SERVED`,
-mechanisms PLAIN, SCRAM-SHA-256/512 (KRaft mode only) and OAUTHBEARER with the unsecured validator; GSSAPI is
+mechanisms PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER with the unsecured validator; GSSAPI is
 refused). Other ``ssl.*`` keys (engine factories, providers, key manager algorithms...) and
 ``sasl.*`` keys (also per listener,
 ``listener.name.<name>.ssl.*`` and ``listener.name.<name>.<mechanism>.sasl.*``) are refused when
@@ -183,8 +183,6 @@ def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
 
     out: list[str] = []
     sasl_listeners = [x for x in config.listeners if x.security_protocol in SASL_PROTOCOLS]
-    if config.is_zk_mode:
-        out.extend(_zk_scram_problems(config))
     for lst in sasl_listeners:
         try:
             listener_config(config, lst.name, lst.security_protocol)
@@ -194,19 +192,4 @@ def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
         client_logins(config)
     except SaslConfigError as e:
         out.append(str(e))
-    return out
-
-
-def _zk_scram_problems(config: KafkaConfig) -> list[str]:
-    """SCRAM in ZooKeeper mode: Kafka 3.9 kept the credentials in /config/users znodes, which
-    Odradek does not read; PLAIN (and OAUTHBEARER) need no stored credentials and are served."""
-    out: list[str] = []
-    for key, value in sorted(config.originals.items()):
-        setting = _security_key(key)
-        if setting not in ("sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"):
-            continue
-        scram = [x.strip() for x in value.split(",") if x.strip().upper().startswith("SCRAM-")]
-        if scram:
-            out.append(f"{key}={value.strip()}: SCRAM ({', '.join(scram)}) is not supported in ZooKeeper mode "
-                       "(its credentials are /config/users znodes there); use PLAIN, or KRaft mode")
     return out

@@ -18,9 +18,10 @@ NOT_CONTROLLER otherwise. The broker's own AlterPartition, producer-id and contr
 requests go to the controller named by the last UpdateMetadata.
 
 Security as in KRaft mode: SSL / SASL_* listeners (the SASL authenticator in front of KafkaApis;
-PLAIN and OAUTHBEARER, SCRAM is refused in ZooKeeper mode), and every connection to another broker
-(fetchers, the controller's channel, the channels to the controller, markers) with the TLS context
-and SASL login of the inter-broker listener.
+SCRAM with the credentials of ``/config/users/<user>``, see
+:mod:`odradek.security.zk_credential_provider`), and every connection to another broker
+(fetchers, the controller's channel, the channels to the controller, markers) with the TLS
+context and SASL login of the inter-broker listener.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from odradek.security.sasl_channel_builder import listener_handler
 from odradek.security.sasl_client_authenticator import register_client_logins
 from odradek.security.sasl_config import client_logins
 from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
+from odradek.security.zk_credential_provider import ZkCredentialProvider
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -132,6 +134,7 @@ class ZkBrokerServer:
         self.bound_ports: dict[str, int] = {}
         self.broker_epoch = -1
         self.metadata_cache = ZkBrokerMetadataCache(self.node_id)
+        self.credentials = ZkCredentialProvider()  # SCRAM, from /config/users/<user>
         self.config_manager: ZkConfigManager | None = None
         self.zk_client: KafkaZkClient | None = None
         self.controller: ZkControllerRuntime | None = None
@@ -284,8 +287,8 @@ class ZkBrokerServer:
             self.metrics.add(BrokerCollector(rm, lambda: self.group_coordinator))
             self.metrics.add(ZkControllerCollector(controller.controller))
         for server in self._servers:
-            # SASL listeners authenticate first (PLAIN: SCRAM is refused in ZooKeeper mode)
-            server.handler = listener_handler(cfg, server.listener_name, apis, lambda mech, user: None)
+            # SASL listeners authenticate first (SCRAM: the /config/users credentials)
+            server.handler = listener_handler(cfg, server.listener_name, apis, self.credentials.lookup)
             await server.start()
 
         # 4b. Topic and broker config overrides from /config (and its change notifications).
@@ -316,6 +319,7 @@ class ZkBrokerServer:
         self.config_manager = ZkConfigManager(zk, {
             "topics": TopicConfigHandler(self.metadata_cache, loop, apply_topic),
             "brokers": BrokerConfigHandler(self.node_id, apply_broker),
+            "users": self.credentials,
         })
         await loop.run_in_executor(None, self.config_manager.startup)
 

@@ -8,7 +8,8 @@ transaction markers) must use TLS or SASL to work at all.
   to each other with their own certificate; a client with a certificate from another CA is refused;
 - SASL: CLIENT is SASL_PLAINTEXT, INTERNAL SASL_SSL, PLAIN, the brokers log in to each other as
   ``admin`` (``sasl.mechanism.inter.broker.protocol=PLAIN`` and the listener's JAAS username and
-  password); a wrong password is refused.
+  password); SCRAM with the credentials of ``/config/users/<user>`` znodes; wrong passwords are
+  refused.
 
 In both: a controller is elected, a topic with three replicas gets ISR 3, confluent-kafka produces
 (acks=all) and consumes over the client listener, ``kill -9`` of a partition leader → a new
@@ -28,11 +29,14 @@ from typing import Any
 
 import pytest
 
+from odradek.security.scram_credential import ScramMechanism, generate_credential
+from odradek.security.zk_credential_provider import credential_to_string
+from odradek.zk.admin_zk_client import AdminZkClient
 from odradek.zk.kafka_zk_client import KafkaZkClient, ZkConfig
 from tests.unit.tls_certs import TlsFiles, make_ca, make_tls_files
 
 from .support import _READY_RE, ServerProcess
-from .test_sasl import BAD_LOGIN, PLAIN_JAAS, _auth_errors
+from .test_sasl import BAD_LOGIN, PLAIN_JAAS, _auth_errors, roundtrip_confluent
 from .zookeeper_support import ZooKeeperServer, _free_port, wait_for
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -134,10 +138,12 @@ def consume_all(conf: dict[str, str], expected: int) -> list[bytes]:
     return got
 
 
-def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, str], peer_log: str = "") -> None:
+def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, str], peer_log: str = "",
+                users: dict[str, dict[str, str]] | None = None) -> None:
     """Three brokers with ``props``; a controller, an RF=3 topic with ISR 3, produce and consume
     over the client listener with ``client_conf``, kill -9 of a leader, nothing acknowledged lost;
-    ``peer_log``: a line every broker logs about the other brokers' connections."""
+    ``peer_log``: a line every broker logs about the other brokers' connections; ``users``: the
+    ``/config/users/<user>`` configs written before the brokers start."""
     with ZooKeeperServer() as zk:
         connect = zk.connect + "/odradek"
         brokers = {i: SecuredZkBroker(tmp_path / f"broker{i}", connect, i, props) for i in (1, 2, 3)}
@@ -147,9 +153,11 @@ def run_cluster(tmp_path: Path, props: dict[str, str], client_conf: dict[str, st
             return "\n".join(f"--- broker {i} ---\n{b.log_tail(3000)}" for i, b in brokers.items())
 
         try:
+            admin.start()
+            for user, config in (users or {}).items():
+                AdminZkClient(admin).change_entity_config("users", user, config)
             for b in brokers.values():
                 b.start(60)
-            admin.start()
             wait_for("three registrations", lambda: admin.get_sorted_broker_list() == [1, 2, 3], 30, logs)
             controller = wait_for("a controller", admin.get_controller_id, 30, logs)
             assert controller in brokers
@@ -273,27 +281,55 @@ def test_zk_mode_brokers_over_sasl_plain(tls_files: TlsFiles, tmp_path: Path) ->
     run_cluster(tmp_path, props, client, peer_log=r"on listener INTERNAL authenticated as User:admin with PLAIN")
 
 
-def test_zk_mode_wrong_password_refused(tls_files: TlsFiles, tmp_path: Path) -> None:
-    props = {**SASL_PROPS, **tls_files.server_props("listener.name.internal.")}
+def test_zk_mode_brokers_over_sasl_scram(tls_files: TlsFiles, tmp_path: Path) -> None:
+    """The brokers log in to each other with SCRAM-SHA-512 over SASL_SSL, with the credential of
+    ``admin`` in ``/config/users/admin`` created before they start (as Kafka's ZooKeeper-mode
+    documentation has it); clients use PLAIN."""
+    scram_jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+                  'password="admin-secret";')
+    props = {**SASL_PROPS, **tls_files.server_props("listener.name.internal."),
+             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+             "listener.name.internal.scram-sha-512.sasl.jaas.config": scram_jaas}
+    cred = generate_credential(ScramMechanism.SCRAM_SHA_512, "admin-secret", 4096)
+    client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+              "sasl.username": "alice", "sasl.password": "alice-secret"}
+    run_cluster(tmp_path, props, client, peer_log=r"on listener INTERNAL authenticated as User:admin with SCRAM-SHA-512",
+                users={"admin": {"SCRAM-SHA-512": credential_to_string(cred)}})
+
+
+def test_zk_mode_scram_credentials_from_znodes_and_wrong_passwords(tls_files: TlsFiles, tmp_path: Path) -> None:
+    """SCRAM in ZooKeeper mode: a credential written to ``/config/users/alice`` in Kafka's format
+    (as ``kafka-configs --zookeeper`` wrote it) with a ``/config/changes`` notification reaches the
+    running broker; confluent-kafka logs in with it; a wrong password (SCRAM and PLAIN) and an
+    unknown user are refused; a removed credential is refused."""
+    props = {**SASL_PROPS, **tls_files.server_props("listener.name.internal."),
+             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256"}
     with ZooKeeperServer() as zk:
-        broker = SecuredZkBroker(tmp_path / "b1", zk.connect + "/odradek", 1, props)
+        connect = zk.connect + "/odradek"
+        broker = SecuredZkBroker(tmp_path / "b1", connect, 1, props)
+        zkc = KafkaZkClient(ZkConfig(connect, 10000, 20000))
         try:
             broker.start(60)
-            errors = _auth_errors({"bootstrap.servers": broker.bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
-                                   "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "wrong"})
-            assert errors and BAD_LOGIN in errors[0].str()
+            zkc.start()
+            cred = generate_credential(ScramMechanism.SCRAM_SHA_256, "alice-scram", 4096)
+            AdminZkClient(zkc).change_entity_config("users", "alice", {"SCRAM-SHA-256": credential_to_string(cred)})
+            wait_for("the credential applied", lambda: "SCRAM credentials of user alice: SCRAM-SHA-256"
+                     in broker.log_tail(10**6), 30, lambda: broker.log_tail(4000))
+            conf = {"bootstrap.servers": broker.bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": "alice-scram"}
+            roundtrip_confluent(conf, "scram-topic")
+            for bad in ({"sasl.password": "wrong"}, {"sasl.username": "mallory"},
+                        {"sasl.mechanism": "PLAIN", "sasl.password": "wrong"}):
+                errors = _auth_errors({**conf, **bad})
+                needle = BAD_LOGIN if bad.get("sasl.mechanism") == "PLAIN" else "invalid credentials with SASL mechanism"
+                assert errors and needle in errors[0].str(), bad
+            # the credential removed: refused from then on
+            AdminZkClient(zkc).change_entity_config("users", "alice", {})
+            wait_for("the credential removed", lambda: "SCRAM credentials of user alice: none"
+                     in broker.log_tail(10**6), 30, lambda: broker.log_tail(4000))
+            errors = _auth_errors(conf)
+            assert errors and "invalid credentials with SASL mechanism SCRAM-SHA-256" in errors[0].str()
             assert broker.proc is not None and broker.proc.poll() is None
         finally:
+            zkc.close()
             broker.kill()
-
-
-def test_zk_mode_scram_refused_at_start(tmp_path: Path) -> None:
-    """SCRAM's credentials would be /config/users znodes in ZooKeeper mode: refused, clearly."""
-    cmd = [sys.executable, "-m", "odradek.cli.main", "server", "--override", "broker.id=1",
-           "--override", "zookeeper.connect=127.0.0.1:1/x", "--override", f"log.dirs={tmp_path}",
-           "--override", "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-           "--override", "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256",
-           "--override", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_JAAS}"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "SCRAM (SCRAM-SHA-256) is not supported in ZooKeeper mode" in res.stdout + res.stderr

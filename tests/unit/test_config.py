@@ -477,10 +477,14 @@ _ZK_PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule requi
          "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CLIENT:SASL_PLAINTEXT",
          "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
          "sasl.jaas.config": _ZK_PLAIN_JAAS},
+        {"listeners": "SASL_PLAINTEXT://localhost:9092", "inter.broker.listener.name": "SASL_PLAINTEXT",
+         "sasl.enabled.mechanisms": "SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+         "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                             'username="admin" password="admin-secret";'},
     ],
 )
 def test_zookeeper_mode_secured_listeners_accepted(props: dict[str, str]) -> None:
-    """TLS and SASL (PLAIN) listeners, inter-broker ones included, in ZooKeeper mode; the broker
+    """TLS and SASL (PLAIN, SCRAM) listeners, inter-broker ones included, in ZooKeeper mode; the broker
     logs in to the other brokers (and to the controller, a broker) with the inter-broker login."""
     from odradek.security.sasl_config import client_logins
 
@@ -537,12 +541,6 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
         ({"ssl.engine.factory.class": "com.example.Engine"}, "ssl.engine.factory.class=com.example.Engine"),
         ({"ssl.keymanager.algorithm": "PKIX"}, "ssl.keymanager.algorithm=PKIX"),
         ({"listener.name.internal.ssl.provider": "BC"}, "listener.name.internal.ssl.provider=BC"),
-        # ZooKeeper mode: SCRAM would need the /config/users znodes (TLS and PLAIN are served)
-        ({"zookeeper.connect": "localhost:2181", "broker.id": "0", "process.roles": "",
-          "listeners": "SASL_SSL://localhost:9092", "inter.broker.listener.name": "SASL_SSL",
-          "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "PLAIN",
-          "listener.name.sasl_ssl.plain.sasl.jaas.config": _ZK_PLAIN_JAAS},
-         "SCRAM (SCRAM-SHA-512) is not supported in ZooKeeper mode"),
         ({"sasl.enabled.mechanisms": "GSSAPI,PLAIN"}, "sasl.enabled.mechanisms=GSSAPI,PLAIN: SASL mechanism GSSAPI"),
         ({"sasl.kerberos.service.name": "kafka"}, "sasl.kerberos.service.name=kafka"),
         ({"listeners": "PLAINTEXT://localhost:9092,SASL_PLAINTEXT://localhost:9094,CONTROLLER://localhost:9093",
