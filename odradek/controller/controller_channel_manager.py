@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -63,15 +64,18 @@ class QueuedRequest:
     callback: ResponseCallback | None
 
 
-def network_connection_factory(listener_name: str, client_id: str) -> ConnectionFactory:
-    """Connections over NetworkClient to each broker's endpoint on ``listener_name``."""
+def network_connection_factory(
+    listener_name: str, client_id: str, ssl_context: ssl.SSLContext | None = None
+) -> ConnectionFactory:
+    """Connections over NetworkClient to each broker's endpoint on ``listener_name``: with TLS
+    when ``ssl_context`` is given, with this node's broker login if that listener is SASL."""
     from odradek.network.client import NetworkClient
 
     def make(broker: Broker) -> BrokerConnection:
         ep = broker.endpoint(listener_name)
         if ep is None:
             raise ValueError(f"broker {broker.id} has no endpoint for listener {listener_name}")
-        return NetworkClient(ep.host, ep.port, client_id, max_in_flight=1)
+        return NetworkClient(ep.host, ep.port, client_id, max_in_flight=1, sasl_role="broker", ssl_context=ssl_context)
 
     return make
 

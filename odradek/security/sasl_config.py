@@ -175,10 +175,13 @@ def client_logins(cfg: KafkaConfig) -> dict[str, SaslClientConfig]:
     controller listener), for those that are SASL listeners."""
     out: dict[str, SaslClientConfig] = {}
     roles = cfg.process_roles
-    if "broker" in roles:
+    if "broker" in roles or cfg.is_zk_mode:
         ibl = cfg.inter_broker_listener_name
         if listener_protocol(cfg, ibl) in SASL_PROTOCOLS:
             out["broker"] = client_config(cfg, ibl, "sasl.mechanism.inter.broker.protocol")
+            if cfg.is_zk_mode:  # the ZooKeeper controller is a broker, reached on this listener
+                out["controller"] = out["broker"]
+                return out
     ctrl = cfg.controller_listener_names
     if ctrl and listener_protocol(cfg, ctrl[0]) in SASL_PROTOCOLS:
         out["controller"] = client_config(cfg, ctrl[0], "sasl.mechanism.controller.protocol")

@@ -124,11 +124,6 @@ def unsupported_settings(config: KafkaConfig) -> list[str]:
         proto = str(config.get("security.inter.broker.protocol")).upper()
         if proto not in SECURITY_PROTOCOLS_SERVED:
             out.append(f"security.inter.broker.protocol={proto}: not a supported security protocol")
-    if config.is_zk_mode and config.listener_security_protocol(config.inter_broker_listener_name) != "PLAINTEXT":
-        out.append(
-            f"inter.broker.listener.name={config.inter_broker_listener_name}: TLS between brokers "
-            "is supported in KRaft mode only, use a PLAINTEXT inter-broker listener in ZooKeeper mode"
-        )
     originals = config.originals
     for key in sorted(originals):
         value = originals[key].strip()
@@ -188,8 +183,6 @@ def _sasl_listener_problems(config: KafkaConfig) -> list[str]:
 
     out: list[str] = []
     sasl_listeners = [x for x in config.listeners if x.security_protocol in SASL_PROTOCOLS]
-    if sasl_listeners and not config.process_roles:
-        return ["SASL listeners are served in KRaft mode only (not in ZooKeeper mode)"]
     for lst in sasl_listeners:
         try:
             listener_config(config, lst.name, lst.security_protocol)

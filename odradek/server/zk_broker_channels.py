@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -108,13 +109,15 @@ async def controlled_shutdown(
     request_timeout_ms: int = 30000,
     connect: ConnectionFactory | None = None,
     client_id: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> ControlledShutdownResult:
     """Ask the ZooKeeper controller to move this broker's leaders away (see the module docstring)."""
 
     def network(node: int, host: str, port: int) -> ControllerConnection:
         return NetworkControllerConnection(host, port, client_id or str(broker_id),
                                            reconnect_backoff_ms=CHANNEL_RECONNECT_BACKOFF_MS,
-                                           reconnect_backoff_max_ms=CHANNEL_RECONNECT_BACKOFF_MS)
+                                           reconnect_backoff_max_ms=CHANNEL_RECONNECT_BACKOFF_MS,
+                                           ssl_context=ssl_context)
 
     factory = connect if connect is not None else network
     result = ControlledShutdownResult(False, 0)
@@ -184,10 +187,14 @@ async def controlled_shutdown_from_config(
     ``controlled.shutdown.enable`` is false (nothing is asked)."""
     if not config.controlled_shutdown_enable:
         return None
+    from odradek.security.ssl_factory import inter_node_ssl_context
+
+    listener = config.inter_broker_listener_name
     return await controlled_shutdown(
-        cache, config.node_id, broker_epoch, config.inter_broker_listener_name,
+        cache, config.node_id, broker_epoch, listener,
         max_retries=int(config.get("controlled.shutdown.max.retries")),
         retry_backoff_ms=int(config.get("controlled.shutdown.retry.backoff.ms")),
         request_timeout_ms=config.request_timeout_ms,
         connect=connect,
+        ssl_context=inter_node_ssl_context(config, listener),
     )

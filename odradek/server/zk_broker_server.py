@@ -16,6 +16,12 @@ The controller-bound requests (AlterPartition, ControlledShutdown, AllocateProdu
 on the broker listeners: handed to this process's controller when it is the active one,
 NOT_CONTROLLER otherwise. The broker's own AlterPartition, producer-id and controlled-shutdown
 requests go to the controller named by the last UpdateMetadata.
+
+Security as in KRaft mode: SSL / SASL_* listeners (the SASL authenticator in front of KafkaApis;
+SCRAM with the credentials of ``/config/users/<user>``, see
+:mod:`odradek.security.zk_credential_provider`), and every connection to another broker
+(fetchers, the controller's channel, the channels to the controller, markers) with the TLS
+context and SASL login of the inter-broker listener.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import logging
 import os
 import time
 
+from odradek.controller.controller_channel_manager import network_connection_factory
 from odradek.controller.kafka_controller import KafkaControllerConfig
 from odradek.controller.kafka_controller_driver import ZkControllerRuntime
 from odradek.coordinator.group.group_coordinator import GroupCoordinator
@@ -32,7 +39,14 @@ from odradek.log.log_config import LogConfig
 from odradek.log.log_manager import LogManager
 from odradek.metrics.collectors import BrokerCollector, ZkControllerCollector
 from odradek.metrics.prometheus import observe_requests, prometheus_endpoint
+from odradek.network.client import NetworkClient
 from odradek.network.socket_server import SocketServer
+from odradek.security.sasl_apis import SaslApis
+from odradek.security.sasl_channel_builder import listener_handler
+from odradek.security.sasl_client_authenticator import register_client_logins
+from odradek.security.sasl_config import client_logins
+from odradek.security.ssl_factory import SslConfigError, inter_node_ssl_context
+from odradek.security.zk_credential_provider import ZkCredentialProvider
 from odradek.server import config_defs
 from odradek.server.add_partitions_to_txn_manager import (
     AddPartitionsToTxnManager,
@@ -120,6 +134,7 @@ class ZkBrokerServer:
         self.bound_ports: dict[str, int] = {}
         self.broker_epoch = -1
         self.metadata_cache = ZkBrokerMetadataCache(self.node_id)
+        self.credentials = ZkCredentialProvider()  # SCRAM, from /config/users/<user>
         self.config_manager: ZkConfigManager | None = None
         self.zk_client: KafkaZkClient | None = None
         self.controller: ZkControllerRuntime | None = None
@@ -162,6 +177,13 @@ class ZkBrokerServer:
             selector = replica_selector(cfg.get("replica.selector.class"))
         except UnknownReplicaSelector as e:
             raise StartupError(str(e)) from e
+        # Connections to other brokers (fetchers, the controller's channel, the channels to the
+        # controller, transaction markers): TLS and the SASL login of the inter-broker listener.
+        register_client_logins(loop, client_logins(cfg))
+        try:
+            ibl_tls = inter_node_ssl_context(cfg, cfg.inter_broker_listener_name)
+        except SslConfigError as e:
+            raise StartupError(f"inter-broker listener {cfg.inter_broker_listener_name} (client side): {e}") from e
         self._locks = lock_dirs(list(cfg.log_dirs))
         # 1. ZooKeeper: the session, the top-level paths, the cluster id.
         zk = self.zk_client = KafkaZkClient(zk_config(cfg))
@@ -203,7 +225,10 @@ class ZkBrokerServer:
         update_throttle_rates()
         rm.leader_quota = quotas.leader
         self.replica_fetcher_manager = ReplicaFetcherManager(rm, fetcher_config(cfg, self.node_id),
-                                                             cfg._int("num.replica.fetchers"), quota=quotas.follower)
+                                                             cfg._int("num.replica.fetchers"), quota=quotas.follower,
+                                                             client_factory=lambda source, client_id: NetworkClient(
+                                                                 source.host, source.port, client_id, max_in_flight=1,
+                                                                 sasl_role="broker", ssl_context=ibl_tls))
         alter_channel = zk_controller_channel(cfg, self.metadata_cache, "alter-partition")
         forward_channel = zk_controller_channel(cfg, self.metadata_cache, "forwarding")
         # producer id blocks on their own channel (Kafka's "producerId" channel manager): never
@@ -238,7 +263,9 @@ class ZkBrokerServer:
         producer_ids = ProducerIdManager(self.node_id, lambda: self.broker_epoch, pid_channel)
         zk_apis = ZkControllerApis(self.node_id, self.metadata_cache, rm, lambda: self.broker_epoch)
         controller = self.controller = ZkControllerRuntime(
-            KafkaControllerConfig.from_kafka_config(cfg), zk, loop, register_broker=self.register_broker)
+            KafkaControllerConfig.from_kafka_config(cfg), zk, loop, register_broker=self.register_broker,
+            connection_factory=network_connection_factory(cfg.inter_broker_listener_name,
+                                                          f"controller-{self.node_id}", ibl_tls))
         bound = ZkControllerBoundApis(
             lambda: controller.controller.is_active, controller.events.put,
             lambda: [(t, p) for t in cache.get_all_topics() for p in cache.get_topic_partitions(t)])
@@ -247,7 +274,7 @@ class ZkBrokerServer:
         built = build_broker_apis(
             node_id=self.node_id, cluster_id=self.cluster_id, cfg=cfg, metadata_cache=self.metadata_cache, rm=rm,
             lm=lm, group_coordinator=self.group_coordinator, controller_channel=admin_channel,
-            producer_ids=producer_ids, extensions=[zk_apis, bound],
+            producer_ids=producer_ids, extensions=[SaslApis(), zk_apis, bound],
         )
         self.txn_apis = built.txn_apis
         self.add_partitions_to_txn_manager = built.add_partitions_to_txn_manager
@@ -260,7 +287,8 @@ class ZkBrokerServer:
             self.metrics.add(BrokerCollector(rm, lambda: self.group_coordinator))
             self.metrics.add(ZkControllerCollector(controller.controller))
         for server in self._servers:
-            server.handler = apis
+            # SASL listeners authenticate first (SCRAM: the /config/users credentials)
+            server.handler = listener_handler(cfg, server.listener_name, apis, self.credentials.lookup)
             await server.start()
 
         # 4b. Topic and broker config overrides from /config (and its change notifications).
@@ -291,6 +319,7 @@ class ZkBrokerServer:
         self.config_manager = ZkConfigManager(zk, {
             "topics": TopicConfigHandler(self.metadata_cache, loop, apply_topic),
             "brokers": BrokerConfigHandler(self.node_id, apply_broker),
+            "users": self.credentials,
         })
         await loop.run_in_executor(None, self.config_manager.startup)
 

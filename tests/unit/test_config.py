@@ -465,6 +465,37 @@ def test_zookeeper_mode_is_accepted(props: dict[str, str]) -> None:
     assert cfg.is_zk_mode and cfg.process_roles == [] and not cfg.is_kraft
 
 
+_ZK_PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                  'password="admin-secret" user_admin="admin-secret";')
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"listeners": "SSL://localhost:9092", "inter.broker.listener.name": "SSL"},
+        {"listeners": "SASL_SSL://localhost:9092,CLIENT://localhost:9093", "inter.broker.listener.name": "SASL_SSL",
+         "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CLIENT:SASL_PLAINTEXT",
+         "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+         "sasl.jaas.config": _ZK_PLAIN_JAAS},
+        {"listeners": "SASL_PLAINTEXT://localhost:9092", "inter.broker.listener.name": "SASL_PLAINTEXT",
+         "sasl.enabled.mechanisms": "SCRAM-SHA-512", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+         "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                             'username="admin" password="admin-secret";'},
+    ],
+)
+def test_zookeeper_mode_secured_listeners_accepted(props: dict[str, str]) -> None:
+    """TLS and SASL (PLAIN, SCRAM) listeners, inter-broker ones included, in ZooKeeper mode; the broker
+    logs in to the other brokers (and to the controller, a broker) with the inter-broker login."""
+    from odradek.security.sasl_config import client_logins
+
+    cfg = KafkaConfig({"zookeeper.connect": "localhost:2181", "broker.id": "0", **props})
+    logins = client_logins(cfg)
+    if cfg.listener_security_protocol(cfg.inter_broker_listener_name).startswith("SASL"):
+        assert logins["broker"].username == logins["controller"].username == "admin"
+    else:
+        assert logins == {}
+
+
 @pytest.mark.parametrize(
     ("props", "needle"),
     [
@@ -510,10 +541,6 @@ _SASL_MAP = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:SASL_PLAINTEXT"
         ({"ssl.engine.factory.class": "com.example.Engine"}, "ssl.engine.factory.class=com.example.Engine"),
         ({"ssl.keymanager.algorithm": "PKIX"}, "ssl.keymanager.algorithm=PKIX"),
         ({"listener.name.internal.ssl.provider": "BC"}, "listener.name.internal.ssl.provider=BC"),
-        # ZooKeeper mode: brokers' own connections are plaintext only
-        ({"zookeeper.connect": "localhost:2181", "broker.id": "0", "process.roles": "",
-          "listeners": "SSL://localhost:9092", "inter.broker.listener.name": "SSL"},
-         "TLS between brokers is supported in KRaft mode only"),
         ({"sasl.enabled.mechanisms": "GSSAPI,PLAIN"}, "sasl.enabled.mechanisms=GSSAPI,PLAIN: SASL mechanism GSSAPI"),
         ({"sasl.kerberos.service.name": "kafka"}, "sasl.kerberos.service.name=kafka"),
         ({"listeners": "PLAINTEXT://localhost:9092,SASL_PLAINTEXT://localhost:9094,CONTROLLER://localhost:9093",
