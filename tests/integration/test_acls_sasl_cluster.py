@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 
 from .support import unique_name, wait_until
 from .test_raft_quorum import _free_ports
-from .test_sasl_cluster import Node, _conf, _logs, _roundtrip, _wait_brokers
+from .test_sasl_cluster import Node, _conf, _logs, _roundtrip, _wait_brokers, running
 
 ACL_PROPS = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -41,17 +41,7 @@ def cluster(tmp_path: Path) -> Iterator[list[Node]]:
     for n in nodes:
         with open(n.config, "a", encoding="utf-8") as f:
             f.write("".join(f"{k}={v}\n" for k, v in ACL_PROPS.items()))
-        n.format()
-    for n in nodes:
-        n.start()
-    try:
-        yield nodes
-    finally:
-        for n in nodes:
-            if n.proc is not None:
-                n.proc.terminate()
-        for n in nodes:
-            n.stop()
+    yield from running(nodes)
 
 
 def test_sasl_cluster_with_authorizer_replicates_and_enforces_acls(cluster: list[Node]) -> None:

@@ -91,11 +91,9 @@ class Node:
         return f"--- node {self.node_id} ---\n" + self.log_path.read_text("utf-8", "replace")[-3000:]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[list[Node]]:
-    ports = _free_ports(6)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[3 + i]}" for i in range(3))
-    nodes = [Node(i + 1, ports[i], ports[3 + i], voters, tmp_path) for i in range(3)]
+def running(nodes: list[Node]) -> Iterator[list[Node]]:
+    """Format and start ``nodes`` (a cluster fixture's body: ``yield from running(nodes)``), then
+    stop them all: SIGTERM to every node first, so they shut down side by side."""
     for n in nodes:
         n.format()
     for n in nodes:
@@ -108,6 +106,14 @@ def cluster(tmp_path: Path) -> Iterator[list[Node]]:
                 n.proc.terminate()
         for n in nodes:
             n.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[list[Node]]:
+    ports = _free_ports(6)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[3 + i]}" for i in range(3))
+    nodes = [Node(i + 1, ports[i], ports[3 + i], voters, tmp_path) for i in range(3)]
+    yield from running(nodes)
 
 
 def _conf(node: Node, user: str = "admin", password: str = "admin-secret",

@@ -33,7 +33,7 @@ from tests.unit.tls_certs import TlsFiles, make_tls_files
 
 from .support import unique_name, wait_until
 from .test_raft_quorum import _free_ports
-from .test_sasl_cluster import ADMIN_SCRAM, CONTROLLER_PLAIN, Node, _logs, _roundtrip
+from .test_sasl_cluster import ADMIN_SCRAM, CONTROLLER_PLAIN, Node, _logs, _roundtrip, running
 
 
 class SaslSslNode(Node):
@@ -83,18 +83,7 @@ def cluster(tmp_path: Path) -> Iterator[list[SaslSslNode]]:
     ports = _free_ports(6)
     voters = ",".join(f"{i + 1}@127.0.0.1:{ports[3 + i]}" for i in range(3))
     nodes = [SaslSslNode(i + 1, ports[i], ports[3 + i], voters, tmp_path, tls) for i in range(3)]
-    for n in nodes:
-        n.format()
-    for n in nodes:
-        n.start()
-    try:
-        yield nodes
-    finally:
-        for n in nodes:
-            if n.proc is not None:
-                n.proc.terminate()
-        for n in nodes:
-            n.stop()
+    yield from running(nodes)
 
 
 def _brokers(admin: AdminClient) -> set[int]:
