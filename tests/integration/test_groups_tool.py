@@ -15,21 +15,12 @@ from odradek.embedded import EmbeddedBroker
 
 from .kafka_reference import KafkaTools, find_kafka_tools
 from .support import wait_until
+from .test_admin_tools import _run
 
 
 @pytest.fixture(scope="module")
 def kafka() -> KafkaTools:
     return find_kafka_tools("4")
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        code = main(list(argv))
-    except SystemExit as e:  # argparse
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _setup(bootstrap: str, name: str) -> tuple[str, str, str]:
