@@ -32,10 +32,11 @@ from kazoo.exceptions import (
     NoNodeError,
     OperationTimeoutError,
     RolledBackError,
+    SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.retry import KazooRetry
 
 from . import zk_data as z
 
@@ -322,17 +323,26 @@ class KafkaZkClient:
             return []
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
-        """Run one request, retried while the connection is lost (Kafka's
-        retryRequestsUntilConnected) up to the session timeout; a request that fails for any other
-        reason raises ZkClientError (NoNode / NodeExists / BadVersion pass through)."""
-        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
-                           deadline=self.config.session_timeout_ms / 1000.0)
-        try:
-            return retry(fn)  # type: ignore[no-any-return]
-        except (NoNodeError, NodeExistsError, BadVersionError):
-            raise
-        except (KazooException, RetryFailedError) as e:
-            raise ZkClientError(f"ZooKeeper request on {what} failed: {e!r}") from e
+        """Run one request, retried for as long as the connection is lost (Kafka's
+        retryRequestsUntilConnected waits until connected, with no deadline: a ZooKeeper restart
+        slower than the session timeout still answers in the same session) and across a session
+        expiry (the request runs again in the new session). Closing the client ends the wait. A
+        request that fails for any other reason raises ZkClientError (NoNode / NodeExists /
+        BadVersion pass through)."""
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except (NoNodeError, NodeExistsError, BadVersionError):
+                raise
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError) as e:
+                if self._closed:
+                    raise ZkClientError(f"ZooKeeper request on {what} failed: client closed "
+                                        f"while the connection was lost ({e!r})") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except KazooException as e:
+                raise ZkClientError(f"ZooKeeper request on {what} failed: {e!r}") from e
 
     def _commit(self, build: Callable[[Any], None], what: str) -> list[Any]:
         """Build and commit a multi (a fresh one per attempt: a kazoo transaction commits once)."""

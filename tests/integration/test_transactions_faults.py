@@ -130,9 +130,11 @@ class TxnCluster:
         leads them all (after earlier kills), a preferred leader election spreads them again."""
         leaders = self.leaders(topic)
         if all(b == coordinator for b in leaders.values()):
-            futures = self.admin().elect_leaders(
-                ElectionType.PREFERRED, [TopicPartition(topic, p) for p in leaders])
-            futures.result(60)
+            # Hold the client until the election answers: a dropped AdminClient is destroyed
+            # and fails its pending futures with _DESTROY.
+            admin = self.admin()
+            admin.elect_leaders(
+                ElectionType.PREFERRED, [TopicPartition(topic, p) for p in leaders]).result(60)
             wait_until(lambda: any(b != coordinator for b in self.leaders(topic).values()),
                        timeout=30, what="a partition leader other than the coordinator")
             leaders = self.leaders(topic)
