@@ -224,7 +224,11 @@ def test_create_partitions_configs_notifications_and_delete(connect: str) -> Non
         assert got is not None and got[0] == b'{"version":2,"entity_path":"topics/p"}'
         await wait_until(lambda: ("p", {"cleanup.policy": "compact,delete"}) in topics.seen,
                          "the listener to hand the topic's new config over")
-        assert ("p", {"retention.ms": "1000", "cleanup.policy": "compact"}) in topics.seen
+        # Each notification is handled by reading the topic's config as it is then (Kafka's
+        # ConfigChangeListener does too): the first may already see the second change.
+        assert all(seen in (("p", {"retention.ms": "1000", "cleanup.policy": "compact"}),
+                            ("p", {"cleanup.policy": "compact,delete"}))
+                   for seen in topics.seen if seen[0] == "p"), topics.seen
         # a broker default (the empty name is <default>) and a refusal that writes nothing
         rb = await m.alter_configs([{"resource_type": BROKER_RESOURCE, "resource_name": "",
                                      "configs": [{"name": "log.retention.ms", "config_operation": 0,
