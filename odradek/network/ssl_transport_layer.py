@@ -168,19 +168,26 @@ class SslTransportLayer(asyncio.Protocol):
         assert app is not None
         while not self._read_paused and not self._closing:
             buf = app.get_buffer(-1)
+            if not len(buf):
+                break
             try:
                 n = cast(int, self._sslobj.read(len(buf), buf))
             except ssl.SSLWantReadError:
                 break
-            except ssl.SSLZeroReturnError:  # close_notify
-                break
+            except ssl.SSLZeroReturnError:
+                n = 0
             except ssl.SSLError as e:
                 log.warning("TLS error on connection from %s on listener %s, closing it: %s",
                             self._peer, self._server.listener_name, e)
                 self.abort()
                 return
             if n == 0:
-                break
+                # close_notify (read gives 0 bytes, or SSLZeroReturnError): the peer is done.
+                # Answer with ours and close, as Kafka does at the end of stream; a client that
+                # waits for the reply (asyncio's SSL shutdown does) would otherwise wait out its
+                # own timeout, seconds per connection.
+                self.close()
+                return
             app.buffer_updated(n)
         if self._outgoing.pending:
             self._flush()

@@ -499,3 +499,22 @@ def test_sasl_plain_over_tls(tls_files: TlsFiles) -> None:
         roundtrip_confluent(conf, unique_name("sasl-ssl"))
         errors = _auth_errors({**conf, "sasl.password": "wrong"})
         assert errors and BAD_LOGIN in errors[0].str()
+
+
+def test_close_notify_is_answered(tls_broker: TlsBroker) -> None:
+    """A client that ends its TLS session (close_notify) gets the broker's close_notify back and
+    then the end of the TCP stream, as from Kafka. Clients that wait for the reply before closing
+    (asyncio's SSL transport: aiokafka, Odradek's tools) must not sit out their shutdown timeout."""
+    ctx = client_context({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(tls_broker.files.ca_pem)})
+    raw = socket.create_connection(("127.0.0.1", tls_broker.ports["SSL"]), timeout=20)
+    tls = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        # unwrap() sends ours and returns once the broker's close_notify is read (a socket
+        # timeout, an OSError, if it never comes).
+        plain = tls.unwrap()
+        assert plain.recv(1) == b""  # then the broker closes the TCP connection
+    finally:
+        tls.close()
+        raw.close()
+    conf = {"bootstrap.servers": tls_broker.bootstrap("SSL"), **_rdkafka_ssl(tls_broker.files)}
+    assert AdminClient(conf).list_topics(timeout=20).brokers
