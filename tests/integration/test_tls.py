@@ -9,6 +9,7 @@ port are closed with a log line naming the mistake, and the server stays up."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import shutil
 import socket
@@ -197,7 +198,7 @@ def test_kafka_python_over_mutual_tls(tls_broker: TlsBroker) -> None:
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf)
-    got = [m.value for m in consumer]
+    got = [m.value for m in itertools.islice(consumer, 10)]  # the timeout bounds a shortfall
     consumer.close()
     assert got == [f"m{i}".encode() for i in range(10)]
 
