@@ -271,13 +271,23 @@ async def consume(p: argparse.ArgumentParser, ns: argparse.Namespace, stop: asyn
         timeout_s = ns.timeout_ms / 1000 if ns.timeout_ms is not None and ns.timeout_ms >= 0 else None
         last_commit = time.monotonic()
         last_record = time.monotonic()
+        rebalance_timed_out = False
         while ns.max_messages is None or count < ns.max_messages:
             if stop.is_set():
                 break
             if member is not None and member.rejoin_needed:
                 if auto_commit:
                     await member.commit(consumer.consumed)
-                await join()
+                if timeout_s is None:
+                    await join()
+                else:
+                    # --timeout-ms bounds the rebalance too (Kafka's poll(timeout) does): a
+                    # rebalance stuck waiting for a member that never rejoins ends the consumer.
+                    try:
+                        await asyncio.wait_for(join(), max(0.1, last_record + timeout_s - time.monotonic()))
+                    except TimeoutError:
+                        rebalance_timed_out = True
+                        break
             wait = 0.5 if timeout_s is None else max(0.0, min(0.5, last_record + timeout_s - time.monotonic()))
             record = await consumer.next_record(wait)
             if auto_commit and member is not None and time.monotonic() - last_commit >= commit_interval:
@@ -302,7 +312,7 @@ async def consume(p: argparse.ArgumentParser, ns: argparse.Namespace, stop: asyn
             sink.flush()
         except BrokenPipeError:
             pass
-        if member is not None and auto_commit:
+        if member is not None and auto_commit and not rebalance_timed_out:
             await member.commit(consumer.consumed)
     finally:
         progress.close()

@@ -214,7 +214,10 @@ def test_a_leaving_member_partitions_move(kbroker: EmbeddedBroker) -> None:
 
 def test_broker_restart_under_live_consumers_and_resume_from_commits() -> None:
     log_dir = tempfile.mkdtemp(prefix="odradek-kip848-")
-    b = EmbeddedBroker({**FAST, "offsets.topic.num.partitions": "3"}, log_dir=log_dir)
+    # Kafka's default session timeout: the members must outlast the restart (reloading the log,
+    # the clients reconnecting) on a loaded machine, or they are fenced and rejoin.
+    b = EmbeddedBroker({**FAST, "offsets.topic.num.partitions": "3",
+                        "group.consumer.session.timeout.ms": "45000"}, log_dir=log_dir)
     b.start()
     try:
         topic, group = _name("restart"), _name("grp")
