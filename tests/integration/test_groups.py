@@ -109,8 +109,16 @@ class Worker(threading.Thread):
                 if batch:
                     with self.lock:
                         self.seen.extend(batch)
+                    # The batch's own offsets, not "the assignment's positions": an eager
+                    # rebalance may revoke the partitions between consume() and commit(), and
+                    # then commit() has nothing to commit (_NO_OFFSET) while the coordinator,
+                    # still preparing the rebalance, takes a commit of this generation.
+                    ends: dict[int, int] = {}
+                    for p, o in batch:
+                        ends[p] = max(ends.get(p, -1), o + 1)
                     try:
-                        self.c.commit(asynchronous=False)
+                        self.c.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in ends.items()],
+                                      asynchronous=False)
                     except KafkaException as e:  # e.g. REBALANCE_IN_PROGRESS (cooperative)
                         self.commit_errors.append(e)
                     time.sleep(0.02)
